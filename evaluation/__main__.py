@@ -1,0 +1,3 @@
+from evaluation.cli import main
+
+raise SystemExit(main())

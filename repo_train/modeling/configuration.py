@@ -1,0 +1,82 @@
+"""`RePoOlmo2Config`: every `Olmo2Config` field plus the position method.
+
+Also reads the published RePo layout, whose `config.json` is a plain OLMo-2
+config with a `pe_config` object (`dynamic_pe_mode`, `dynamic_pe_start_layer`,
+some files spelling it `dynmaic_pe_start_layer`).
+"""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+from transformers import Olmo2Config
+
+from repo_train.modeling.methods import LAYER_PLANS, default_repo_start_layer, layer_plan
+
+#: `pe_config.dynamic_pe_mode` values of the published code and what they mean here.
+PUBLISHED_PE_MODES = {"swigluex_multihead": "repo", "none": "rope", "nope": "nope"}
+
+
+def position_fields_from_pe_config(pe_config: dict, num_layers: int) -> dict:
+    """Translate a published `pe_config` into this project's fields, or fail clearly."""
+    if not isinstance(pe_config, dict):
+        pe_config = dict(vars(pe_config))
+    mode = pe_config.get("dynamic_pe_mode", "none")
+    if mode not in PUBLISHED_PE_MODES:
+        raise ValueError(
+            f"pe_config.dynamic_pe_mode={mode!r} is not supported: this project implements "
+            f"{sorted(PUBLISHED_PE_MODES)} (the RePo paper's method is 'swigluex_multihead')."
+        )
+    start = pe_config.get("dynamic_pe_start_layer", pe_config.get("dynmaic_pe_start_layer", 0))
+    layer_ids = pe_config.get("dynamic_pe_layer_ids", pe_config.get("dynmaic_pe_layer_ids"))
+    if layer_ids:
+        ids = sorted(int(i) for i in str(layer_ids).split(",") if int(i) >= int(start))
+        if ids != list(range(int(start), num_layers)):
+            raise ValueError(
+                f"pe_config lists dynamic layers {ids}; only a contiguous range from the start layer to the "
+                f"last layer ({int(start)}..{num_layers - 1}) is supported."
+            )
+    return {"position_method": PUBLISHED_PE_MODES[mode], "repo_start_layer": int(start)}
+
+
+@strict(accept_kwargs=True)
+class RePoOlmo2Config(Olmo2Config):
+    """OLMo-2 with a position method. Identical to `Olmo2Config` except the three fields below."""
+
+    model_type = "repo_olmo2"
+
+    position_method: str = "rope"
+    """One of "rope", "nope", "r2n1", "n2r1", "repo" (see `repo_train.modeling.methods`)."""
+    repo_start_layer: int | None = None
+    """First REPO layer; layers below keep RoPE. Default ⌊num_hidden_layers / 3⌋."""
+    repo_hidden_size: int | None = None
+    """d_p, width of REPO's position representation. Default hidden_size // 8."""
+
+    def __post_init__(self, **kwargs):
+        pe_config = kwargs.pop("pe_config", None)
+        if pe_config is not None:
+            for key, value in position_fields_from_pe_config(pe_config, self.num_hidden_layers).items():
+                setattr(self, key, value)
+        if self.repo_start_layer is None:
+            self.repo_start_layer = default_repo_start_layer(self.num_hidden_layers)
+        if self.repo_hidden_size is None:
+            self.repo_hidden_size = self.hidden_size // 8
+        super().__post_init__(**kwargs)
+        self.check_position_fields()
+
+    def check_position_fields(self) -> None:
+        """Fail early, naming the field and the fix."""
+        if self.position_method not in LAYER_PLANS:
+            raise ValueError(
+                f"unknown position_method {self.position_method!r}; choose one of {sorted(LAYER_PLANS)}."
+            )
+        layer_plan(self.position_method, self.num_hidden_layers, self.repo_start_layer)
+        d_p = self.repo_hidden_size
+        if not isinstance(d_p, int) or not 1 <= d_p <= self.hidden_size:
+            raise ValueError(
+                f"repo_hidden_size (d_p) must be an integer in [1, hidden_size={self.hidden_size}], got {d_p!r}; "
+                f"the paper uses hidden_size // 8 = {self.hidden_size // 8}."
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}."
+            )

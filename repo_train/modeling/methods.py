@@ -1,0 +1,60 @@
+"""Position methods: a name in the config -> one policy per layer.
+
+`position_method` is what a user picks (the REPO paper's baselines and
+method); it expands to a per-layer list of policy names, then to policy
+objects. New methods are new entries in `LAYER_PLANS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from repo_train.modeling import repo_policy  # noqa: F401  (registers the 'repo' policy)
+from repo_train.modeling.policy import POSITION_POLICIES, PositionPolicy
+from repo_train.modeling.rope import RotaryEncoding
+
+
+def _every_third(first_two: str, third: str) -> Callable[[int, int], list[str]]:
+    def plan(num_layers: int, start_layer: int) -> list[str]:
+        return [third if i % 3 == 2 else first_two for i in range(num_layers)]
+
+    return plan
+
+
+#: position_method -> (num_layers, repo_start_layer) -> per-layer policy names.
+LAYER_PLANS: dict[str, Callable[[int, int], list[str]]] = {
+    "rope": lambda n, start: ["rope"] * n,
+    "nope": lambda n, start: ["nope"] * n,
+    # Every three layers, two RoPE then one NoPE (R2N1), or two NoPE then one RoPE (N2R1).
+    "r2n1": _every_third("rope", "nope"),
+    "n2r1": _every_third("nope", "rope"),
+    "repo": lambda n, start: ["rope"] * start + ["repo"] * (n - start),
+}
+
+
+def default_repo_start_layer(num_layers: int) -> int:
+    """⌊L/3⌋: layer 5 of the 16-layer OLMo-2 1B, layer 10 of the 32-layer 7B."""
+    return num_layers // 3
+
+
+def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | None = None) -> list[str]:
+    """Per-layer policy names for a method, with clear errors for bad input."""
+    if position_method not in LAYER_PLANS:
+        raise ValueError(
+            f"unknown position_method {position_method!r}; choose one of {sorted(LAYER_PLANS)}."
+        )
+    start = default_repo_start_layer(num_layers) if repo_start_layer is None else repo_start_layer
+    if not isinstance(start, int) or not 0 <= start < num_layers:
+        raise ValueError(
+            f"repo_start_layer must be an integer in [0, {num_layers - 1}] for a {num_layers}-layer model, "
+            f"got {repo_start_layer!r} (default ⌊L/3⌋ = {default_repo_start_layer(num_layers)})."
+        )
+    return LAYER_PLANS[position_method](num_layers, start)
+
+
+def build_policies(config) -> list[PositionPolicy]:
+    """The policies a `RePoOlmo2Config` (or any config with the same fields) asks for."""
+    names = layer_plan(config.position_method, config.num_hidden_layers, config.repo_start_layer)
+    # Layers that compute their own rotation share one encoding of the config's RoPE variant.
+    encoding = RotaryEncoding.from_config(config) if any(POSITION_POLICIES[n].needs_encoding for n in names) else None
+    return [POSITION_POLICIES[name].from_config(config, encoding) for name in names]

@@ -1,0 +1,132 @@
+"""The position policy: the one extension point every method plugs into.
+
+A policy answers, for one attention layer, the two questions of the design:
+which real-valued position each token gets (per head where needed), and how
+positions become rotations (a `RotaryEncoding`). Policies are plain objects,
+not modules: whatever they learn (REPO's predictor) is registered on the
+attention module itself, under the names the policy declares, so checkpoints
+keep the published key layout and a policy can be swapped at evaluation time
+without touching the state dict.
+
+Adding a method = subclassing `PositionPolicy` and registering it in
+`POSITION_POLICIES`; no other file needs a new branch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from repo_train.modeling.rope import RotaryEncoding
+
+
+@dataclass
+class Rotation:
+    """What a policy hands the attention for one forward call.
+
+    `cos/sin [B, P, S, head_dim]` with P = 1 (all heads share positions) or the
+    number of query heads; `positions [B, P, S]` are kept for analysis.
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    positions: torch.Tensor | None = None
+
+    @property
+    def per_head(self) -> bool:
+        return self.cos.shape[1] > 1
+
+
+class PositionPolicy:
+    """Base class. Subclasses set `name` and implement `rotation`."""
+
+    name: str = "base"
+    #: True when positions differ between heads of one layer (keys of GQA
+    #: models are then expanded to one copy per query head, see attention.py).
+    per_head: bool = False
+    #: False when the policy never computes its own rotation (RoPE via the
+    #: model's rotary module, NoPE), so any rope_type of the model is fine.
+    needs_encoding: bool = True
+
+    @classmethod
+    def from_config(cls, config, encoding: RotaryEncoding | None) -> "PositionPolicy":
+        """Build the policy for a model config; `encoding` is the config's RoPE variant."""
+        return cls()
+
+    def learned_modules(self, config) -> dict[str, nn.Module]:
+        """Modules this policy trains, registered on the attention under these names."""
+        return {}
+
+    def rotation(
+        self,
+        attention: nn.Module,
+        hidden_states: torch.Tensor,
+        position_ids: torch.Tensor,
+        shared: tuple[torch.Tensor, torch.Tensor] | None,
+        record: bool,
+    ) -> Rotation | None:
+        """Return the layer's rotation, or None to leave q/k unrotated (NoPE).
+
+        `hidden_states [B, S, d]` is the input of the attention sub-layer,
+        `position_ids [B, S]` the token indices (offset by the cache length
+        during generation), `shared` the model's own `(cos, sin) [B, S, D]`
+        for those ids, and `record` asks for `Rotation.positions`.
+        """
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.name
+
+
+POSITION_POLICIES: dict[str, type[PositionPolicy]] = {}
+
+
+def register_policy(cls: type[PositionPolicy]) -> type[PositionPolicy]:
+    """Class decorator: make a policy buildable by name."""
+    if cls.name in POSITION_POLICIES:
+        raise ValueError(f"position policy {cls.name!r} registered twice")
+    POSITION_POLICIES[cls.name] = cls
+    return cls
+
+
+def linear_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """Token indices as float positions `[B, 1, S]`."""
+    return position_ids[:, None, :].float()
+
+
+@register_policy
+class RopePolicy(PositionPolicy):
+    """RoPE: position i for token i.
+
+    With `encoding=None` the layer reuses the `(cos, sin)` the HF model already
+    computed, so the untouched path runs HF's exact arithmetic.
+    """
+
+    name = "rope"
+    needs_encoding = False
+
+    def __init__(self, encoding: RotaryEncoding | None = None):
+        self.encoding = encoding
+
+    def rotation(self, attention, hidden_states, position_ids, shared, record):
+        positions = linear_positions(position_ids) if (record or self.encoding is not None) else None
+        if self.encoding is None:
+            if shared is None:
+                raise ValueError("RopePolicy without its own encoding needs the model's position_embeddings")
+            cos, sin = shared
+            return Rotation(cos.unsqueeze(1), sin.unsqueeze(1), positions)
+        cos, sin = self.encoding.cos_sin(positions)
+        return Rotation(cos, sin, positions)
+
+
+@register_policy
+class NopePolicy(PositionPolicy):
+    """NoPE: no rotation at all (the same as giving every token one constant position)."""
+
+    name = "nope"
+    needs_encoding = False
+
+    def rotation(self, attention, hidden_states, position_ids, shared, record):
+        return None

@@ -1,0 +1,109 @@
+"""REPO: positions predicted from the hidden state (RePo paper, Eq. 5-7).
+
+    r_i     = SiLU(h_i W_g) ⊙ (h_i W_c)        W_g, W_c ∈ R^{d × d_p}
+    z_i^(h) = r_i w_z^(h)                       w_z ∈ R^{d_p × H}
+
+Head h rotates q_i by z_i^(h) and k_j by z_j^(h), so the score depends on
+z_j^(h) − z_i^(h) (Eq. 7). Token order and the causal mask are unchanged, and
+z_j depends on h_j alone, so cached keys keep their rotation during decoding.
+
+The three matrices are registered on the attention module as `gate_map`
+(W_gᵀ), `content_map` (W_cᵀ) and `final_map` (w_zᵀ): the layout of the
+published RePo checkpoints.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repo_train.modeling.policy import PositionPolicy, Rotation, linear_positions, register_policy
+from repo_train.modeling.rope import RotaryEncoding
+
+#: OLMo's initialisation for new weights: normal(0, 0.02) truncated at 3 std.
+REPO_INIT_STD = 0.02
+
+
+class PositionLinear(nn.Linear):
+    """A bias-free linear map of a learned position predictor.
+
+    Its own class so that weight initialisation can recognise it (truncated
+    normal, OLMo style) both when a model is built and when a vanilla
+    checkpoint without these weights is loaded.
+    """
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+
+    def reset_parameters(self) -> None:
+        nn.init.trunc_normal_(self.weight, mean=0.0, std=REPO_INIT_STD, a=-3 * REPO_INIT_STD, b=3 * REPO_INIT_STD)
+
+
+@register_policy
+class RepoPolicy(PositionPolicy):
+    """Learned per-head positions from a SwiGLU predictor on the attention input."""
+
+    name = "repo"
+    per_head = True
+
+    def __init__(self, encoding: RotaryEncoding, hidden_size: int, position_size: int, num_heads: int):
+        if position_size < 1 or position_size > hidden_size:
+            raise ValueError(
+                f"repo_hidden_size (d_p) must be between 1 and hidden_size={hidden_size}, got {position_size}; "
+                f"the paper's default is hidden_size // 8 = {hidden_size // 8}."
+            )
+        self.encoding = encoding
+        self.hidden_size = hidden_size
+        self.position_size = position_size
+        self.num_heads = num_heads
+        #: Curriculum weight p of linear positions: z <- (1-p) z + p i. 0 = pure REPO.
+        self.linear_mix = 0.0
+
+    @classmethod
+    def from_config(cls, config, encoding: RotaryEncoding | None) -> "RepoPolicy":
+        return cls(
+            encoding or RotaryEncoding.from_config(config),
+            config.hidden_size,
+            config.repo_hidden_size,
+            config.num_attention_heads,
+        )
+
+    def learned_modules(self, config) -> dict[str, nn.Module]:
+        return {
+            "gate_map": PositionLinear(self.hidden_size, self.position_size),
+            "content_map": PositionLinear(self.hidden_size, self.position_size),
+            "final_map": PositionLinear(self.position_size, self.num_heads),
+        }
+
+    def predict(self, attention: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+        """z `[B, H, S]` in float32 from h `[B, S, d]`.
+
+        The two d→d_p maps run in the model's dtype (they hold the FLOPs); the
+        small d_p→H map runs in float32 with autocast off, because positions
+        in the thousands are not representable in bf16 to better than ±8.
+        """
+        r = F.silu(attention.gate_map(hidden_states)) * attention.content_map(hidden_states)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            z = F.linear(r.float(), attention.final_map.weight.float())
+        return z.transpose(1, 2)
+
+    def rotation(self, attention, hidden_states, position_ids, shared, record):
+        z = self.predict(attention, hidden_states)
+        if self.linear_mix:
+            p = float(self.linear_mix)
+            z = (1.0 - p) * z + p * linear_positions(position_ids)
+        cos, sin = self.encoding.cos_sin(z)
+        return Rotation(cos, sin, z)
+
+    def describe(self) -> str:
+        return f"repo(d_p={self.position_size})"
+
+
+def repo_curriculum_mix(step: int, start_mix: float, total_steps: int) -> float:
+    """Weight p of linear positions at `step`: linear from `start_mix` to 0 over `total_steps`."""
+    if total_steps <= 0 or step >= total_steps:
+        return 0.0
+    if not 0.0 <= start_mix <= 1.0:
+        raise ValueError(f"curriculum start mix p0 must be in [0, 1], got {start_mix}")
+    return start_mix * (1.0 - step / total_steps)
