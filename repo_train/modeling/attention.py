@@ -25,7 +25,6 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from repo_train.modeling.policy import PositionPolicy
-from repo_train.modeling.rope import apply_rotation
 
 
 def _expand_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -80,8 +79,7 @@ class PolicyAttentionMixin:
             groups = self.config.num_attention_heads // self.config.num_key_value_heads
             key, value = _expand_heads(key, groups), _expand_heads(value, groups)
         if rotation is not None:
-            query = apply_rotation(query, rotation.cos, rotation.sin)
-            key = apply_rotation(key, rotation.cos, rotation.sin)
+            query, key = rotation.apply(query), rotation.apply(key)
         if record:
             positions = None
             if rotation is not None and rotation.positions is not None:

@@ -66,9 +66,7 @@ class RePoOlmo2Config(Olmo2Config):
     def check_position_fields(self) -> None:
         """Fail early, naming the field and the fix."""
         if self.position_method not in LAYER_PLANS:
-            raise ValueError(
-                f"unknown position_method {self.position_method!r}; choose one of {sorted(LAYER_PLANS)}."
-            )
+            raise ValueError(f"unknown position_method {self.position_method!r}; choose one of {sorted(LAYER_PLANS)}.")
         layer_plan(self.position_method, self.num_hidden_layers, self.repo_start_layer)
         d_p = self.repo_hidden_size
         if not isinstance(d_p, int) or not 1 <= d_p <= self.hidden_size:

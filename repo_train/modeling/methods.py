@@ -40,9 +40,7 @@ def default_repo_start_layer(num_layers: int) -> int:
 def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | None = None) -> list[str]:
     """Per-layer policy names for a method, with clear errors for bad input."""
     if position_method not in LAYER_PLANS:
-        raise ValueError(
-            f"unknown position_method {position_method!r}; choose one of {sorted(LAYER_PLANS)}."
-        )
+        raise ValueError(f"unknown position_method {position_method!r}; choose one of {sorted(LAYER_PLANS)}.")
     start = default_repo_start_layer(num_layers) if repo_start_layer is None else repo_start_layer
     if not isinstance(start, int) or not 0 <= start < num_layers:
         raise ValueError(

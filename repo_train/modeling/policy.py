@@ -19,24 +19,33 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from repo_train.modeling.rope import RotaryEncoding
+from repo_train.modeling.rope import RotaryEncoding, apply_rotation, rotate_by_angles
 
 
 @dataclass
 class Rotation:
-    """What a policy hands the attention for one forward call.
+    """What a policy hands the attention for one forward call: how to rotate q and k.
 
-    `cos/sin [B, P, S, head_dim]` with P = 1 (all heads share positions) or the
-    number of query heads; `positions [B, P, S]` are kept for analysis.
+    Either `cos/sin [B, 1, S, head_dim]` (the model's shared RoPE tables,
+    applied with HF's arithmetic) or `angles [B, P, S, head_dim/2]` with P = 1
+    or the number of query heads (policies with their own positions).
+    `positions [B, P, S]` are kept for analysis.
     """
 
-    cos: torch.Tensor
-    sin: torch.Tensor
+    cos: torch.Tensor | None = None
+    sin: torch.Tensor | None = None
+    angles: torch.Tensor | None = None
+    scale: float = 1.0
     positions: torch.Tensor | None = None
 
-    @property
-    def per_head(self) -> bool:
-        return self.cos.shape[1] > 1
+    @classmethod
+    def from_positions(cls, encoding: RotaryEncoding, positions: torch.Tensor) -> Rotation:
+        return cls(angles=encoding.angles(positions), scale=encoding.attention_scaling, positions=positions)
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        if self.angles is not None:
+            return rotate_by_angles(x, self.angles, self.scale)
+        return apply_rotation(x, self.cos, self.sin)
 
 
 class PositionPolicy:
@@ -51,7 +60,7 @@ class PositionPolicy:
     needs_encoding: bool = True
 
     @classmethod
-    def from_config(cls, config, encoding: RotaryEncoding | None) -> "PositionPolicy":
+    def from_config(cls, config, encoding: RotaryEncoding | None) -> PositionPolicy:
         """Build the policy for a model config; `encoding` is the config's RoPE variant."""
         return cls()
 
@@ -116,9 +125,8 @@ class RopePolicy(PositionPolicy):
             if shared is None:
                 raise ValueError("RopePolicy without its own encoding needs the model's position_embeddings")
             cos, sin = shared
-            return Rotation(cos.unsqueeze(1), sin.unsqueeze(1), positions)
-        cos, sin = self.encoding.cos_sin(positions)
-        return Rotation(cos, sin, positions)
+            return Rotation(cos=cos.unsqueeze(1), sin=sin.unsqueeze(1), positions=positions)
+        return Rotation.from_positions(self.encoding, positions)
 
 
 @register_policy

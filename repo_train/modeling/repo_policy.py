@@ -61,7 +61,7 @@ class RepoPolicy(PositionPolicy):
         self.linear_mix = 0.0
 
     @classmethod
-    def from_config(cls, config, encoding: RotaryEncoding | None) -> "RepoPolicy":
+    def from_config(cls, config, encoding: RotaryEncoding | None) -> RepoPolicy:
         return cls(
             encoding or RotaryEncoding.from_config(config),
             config.hidden_size,
@@ -93,8 +93,7 @@ class RepoPolicy(PositionPolicy):
         if self.linear_mix:
             p = float(self.linear_mix)
             z = (1.0 - p) * z + p * linear_positions(position_ids)
-        cos, sin = self.encoding.cos_sin(z)
-        return Rotation(cos, sin, z)
+        return Rotation.from_positions(self.encoding, z)
 
     def describe(self) -> str:
         return f"repo(d_p={self.position_size})"

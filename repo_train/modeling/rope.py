@@ -38,6 +38,47 @@ def default_inv_freq(base: float, dim: int) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
 
 
+class _RotateByAngle(torch.autograd.Function):
+    """Rotate the pairs (j, j + D/2) of x by per-element angles, times a scale.
+
+    Same result as `apply_rotation` with cos/sin of the angles, but with a
+    hand-written backward: the gradient w.r.t. the angles is
+    `g2·out1 − g1·out2` and w.r.t. x a rotation by the opposite angle, which
+    saves autograd's chain through cat/cos/sin. Learned positions (REPO) need
+    that angle gradient at every training step.
+    """
+
+    @staticmethod
+    def forward(ctx, x, angles, scale: float):
+        cos, sin = angles.cos(), angles.sin()
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+        ctx.save_for_backward(out, cos, sin)
+        ctx.angle_shape = angles.shape
+        ctx.needs_angle_grad = ctx.needs_input_grad[1]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, cos, sin = ctx.saved_tensors
+        half = grad.shape[-1] // 2
+        g1, g2 = grad[..., :half], grad[..., half:]
+        grad_x = torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
+        grad_angles = None
+        if ctx.needs_angle_grad:
+            o1, o2 = out[..., :half].float(), out[..., half:].float()
+            grad_angles = (g2.float() * o1 - g1.float() * o2).sum_to_size(ctx.angle_shape)
+        return grad_x, grad_angles, None
+
+
+def rotate_by_angles(x: torch.Tensor, angles: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """`x [B, H, S, D]` rotated by `angles [B, 1 or H, S, D/2]` (float32), times `scale`."""
+    return _RotateByAngle.apply(x, angles, scale)
+
+
 @dataclass
 class RotaryEncoding:
     """Frequencies and output scale of one RoPE variant.
@@ -50,7 +91,7 @@ class RotaryEncoding:
     attention_scaling: float = 1.0
 
     @classmethod
-    def from_config(cls, config) -> "RotaryEncoding":
+    def from_config(cls, config) -> RotaryEncoding:
         """The encoding a HF config asks for (`rope_parameters`, e.g. YaRN)."""
         params = getattr(config, "rope_parameters", None) or {}
         rope_type = params.get("rope_type", "default")
@@ -64,11 +105,14 @@ class RotaryEncoding:
             head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
             return cls(default_inv_freq(float(params["rope_theta"]), head_dim), 1.0)
         if rope_type not in ROPE_INIT_FUNCTIONS:
-            raise ValueError(
-                f"Unknown rope_type {rope_type!r}; transformers knows {sorted(ROPE_INIT_FUNCTIONS)}."
-            )
+            raise ValueError(f"Unknown rope_type {rope_type!r}; transformers knows {sorted(ROPE_INIT_FUNCTIONS)}.")
         inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device=torch.device("cpu"))
         return cls(inv_freq.float(), float(scaling))
+
+    def angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """`positions [..., S]` -> rotation angles `[..., S, head_dim / 2]` (float32)."""
+        inv_freq = self.inv_freq.to(device=positions.device, dtype=torch.float32)
+        return positions.float()[..., None] * inv_freq
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):
         """`positions [..., S]` (any float/int dtype) -> `cos, sin [..., S, head_dim]`.
@@ -79,5 +123,8 @@ class RotaryEncoding:
         """
         inv_freq = self.inv_freq.to(device=positions.device, dtype=torch.float32)
         freqs = positions.float()[..., None] * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(dtype), (emb.sin() * self.attention_scaling).to(dtype)
+        # cos/sin on the D/2 distinct angles, then duplicated: half the transcendental work of cat-first.
+        cos, sin = freqs.cos(), freqs.sin()
+        if self.attention_scaling != 1.0:
+            cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
+        return torch.cat((cos, cos), dim=-1).to(dtype), torch.cat((sin, sin), dim=-1).to(dtype)

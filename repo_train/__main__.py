@@ -1,0 +1,3 @@
+from repo_train.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Named model sizes: the tiny one every test and the built-in demo use, and the paper's OLMo-2 shapes.
+
+The 1B / 7B shapes are those of the public OLMo-2 checkpoints the REPO paper
+continues from (OLMo-2-0425-1B and OLMo-2-1124-7B configs): dolma2 tokenizer
+(vocab padded to 100,352), 4,096-token context, RoPE base 500,000.
+"""
+
+from __future__ import annotations
+
+from repo_train.modeling.configuration import RePoOlmo2Config
+
+_DOLMA2_TOKENS = dict(vocab_size=100352, eos_token_id=100257, pad_token_id=100277, bos_token_id=None)
+
+
+def tiny(**overrides) -> RePoOlmo2Config:
+    """A 4-layer, 64-wide OLMo-2 (about 0.1M parameters): seconds per step on a CPU."""
+    fields = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rms_norm_eps=1e-6,
+        eos_token_id=1,
+        pad_token_id=0,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    fields.update(overrides)
+    return RePoOlmo2Config(**fields)
+
+
+def olmo2_1b(**overrides) -> RePoOlmo2Config:
+    """OLMo-2 1B: d=2048, 16 layers, 16 heads (MHA), FFN 8192; REPO from layer 5 by default."""
+    fields = dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        **_DOLMA2_TOKENS,
+    )
+    fields.update(overrides)
+    return RePoOlmo2Config(**fields)
+
+
+def olmo2_7b(**overrides) -> RePoOlmo2Config:
+    """OLMo-2 7B: d=4096, 32 layers, 32 heads (MHA), FFN 11008; REPO from layer 10 by default."""
+    fields = dict(
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        **_DOLMA2_TOKENS,
+    )
+    fields.update(overrides)
+    return RePoOlmo2Config(**fields)
+
+
+PRESETS = {"tiny": tiny, "olmo2-1b": olmo2_1b, "olmo2-7b": olmo2_7b}
+
+
+def preset(name: str, **overrides) -> RePoOlmo2Config:
+    """Config of a named size, with field overrides (e.g. position_method="repo")."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}.")
+    return PRESETS[name](**overrides)

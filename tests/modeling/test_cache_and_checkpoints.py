@@ -1,0 +1,155 @@
+"""Generation with the KV cache, checkpoint round trips, published RePo layout, bad input."""
+
+import json
+
+import pytest
+import torch
+from reference_olmo2_repo import forward_logits
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
+
+import repo_train  # noqa: F401  (registers the Auto classes)
+from repo_train import RePoOlmo2Config, RePoOlmo2ForCausalLM
+from repo_train.modeling import layer_plan
+from repo_train.modeling.presets import tiny
+
+METHODS = ["rope", "nope", "r2n1", "n2r1", "repo"]
+REPO_KEYS = ("gate_map.weight", "content_map.weight", "final_map.weight")
+
+
+def _spread(model):
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer.self_attn, "final_map"):
+                for name, std in (("gate_map", 4.0), ("content_map", 4.0), ("final_map", 1.0)):
+                    weight = getattr(layer.self_attn, name).weight
+                    weight.normal_(0.0, std / weight.shape[1] ** 0.5)
+
+
+def _vanilla_fields(config) -> dict:
+    fields = {
+        k: v for k, v in config.to_dict().items() if k not in ("model_type", "architectures", "transformers_version")
+    }
+    for key in ("position_method", "repo_start_layer", "repo_hidden_size"):
+        fields.pop(key, None)
+    return fields
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_incremental_decoding_equals_recomputation(method):
+    model = RePoOlmo2ForCausalLM(tiny(position_method=method, num_hidden_layers=6)).eval()
+    _spread(model)
+    ids = torch.randint(2, 256, (2, 21))
+    with torch.no_grad():
+        generated = model.generate(ids, max_new_tokens=10, do_sample=False, min_new_tokens=10)
+        full = model(generated).logits
+        # Step-by-step decoding with an explicit cache gives the full-sequence logits.
+        out = model(generated[:, :21], use_cache=True)
+        past, steps = out.past_key_values, [out.logits]
+        for t in range(21, generated.shape[1]):
+            out = model(generated[:, t : t + 1], past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            steps.append(out.logits)
+    cached = torch.cat(steps, dim=1)
+    assert (cached - full).abs().max().item() <= 1e-4
+    # Greedy tokens equal argmax of the recomputed logits.
+    assert torch.equal(generated[:, 21:], full[:, 20:-1].argmax(-1))
+
+
+def test_save_and_auto_load_round_trip(tmp_path):
+    model = RePoOlmo2ForCausalLM(tiny(position_method="repo")).eval()
+    _spread(model)
+    model.save_pretrained(tmp_path)
+    config = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(config, RePoOlmo2Config) and config.position_method == "repo"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, RePoOlmo2ForCausalLM)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[key]), key
+    ids = torch.randint(0, 256, (2, 17))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+
+
+def test_vanilla_olmo2_checkpoint_loads_into_repo(tmp_path):
+    vanilla = Olmo2ForCausalLM(Olmo2Config(**_vanilla_fields(tiny()))).eval()
+    vanilla.save_pretrained(tmp_path)
+    model = RePoOlmo2ForCausalLM.from_pretrained(tmp_path, position_method="repo", repo_start_layer=1)
+    assert model.config.position_method == "repo" and model.config.repo_start_layer == 1
+    state = model.state_dict()
+    for key, value in vanilla.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    repo_weights = [v for k, v in state.items() if k.endswith(REPO_KEYS)]
+    assert len(repo_weights) == 3 * 3
+    for weight in repo_weights:  # fresh OLMo init: N(0, 0.02) truncated at 3 std
+        assert weight.abs().max() <= 0.06 + 1e-7
+        assert 0.012 < weight.std().item() < 0.025
+    # RoPE layers below the start layer are untouched: with p=1 the model is the vanilla one.
+    for attn in model.model.layers:
+        if hasattr(attn.self_attn, "final_map"):
+            attn.self_attn.position_policy.linear_mix = 1.0
+    ids = torch.randint(0, 256, (1, 15))
+    with torch.no_grad():
+        assert (model(ids).logits - vanilla(ids).logits).abs().max().item() <= 1e-5
+
+
+def _write_published(tmp_path, start_layer=2, mode="swigluex_multihead", misspelt=True):
+    """A directory in the published RePo layout: OLMo-2 config + pe_config, REPO weights under self_attn."""
+    config = tiny(num_hidden_layers=5)
+    d, d_p, heads = config.hidden_size, config.hidden_size // 8, config.num_attention_heads
+    vanilla = Olmo2ForCausalLM(Olmo2Config(**_vanilla_fields(config)))
+    state = {k: v.detach().clone().contiguous() for k, v in vanilla.state_dict().items()}
+    for i in range(start_layer, 5):
+        prefix = f"model.layers.{i}.self_attn."
+        state[prefix + "gate_map.weight"] = torch.randn(d_p, d) * 4 / d**0.5
+        state[prefix + "content_map.weight"] = torch.randn(d_p, d) * 4 / d**0.5
+        state[prefix + "final_map.weight"] = torch.randn(heads, d_p) / d_p**0.5
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    cfg = _vanilla_fields(config)
+    cfg.update(model_type="olmo2", architectures=["Olmo2ForCausalLM"])
+    key = "dynmaic_pe_start_layer" if misspelt else "dynamic_pe_start_layer"
+    cfg["pe_config"] = {"dynamic_pe_mode": mode, key: start_layer}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return state, config
+
+
+@pytest.mark.parametrize("misspelt", [True, False])
+def test_published_repo_layout_loads_and_matches_equations(tmp_path, misspelt):
+    state, config = _write_published(tmp_path, misspelt=misspelt)
+    model = RePoOlmo2ForCausalLM.from_pretrained(tmp_path).eval()
+    assert model.config.position_method == "repo" and model.config.repo_start_layer == 2
+    for key, value in state.items():
+        assert torch.equal(model.state_dict()[key], value), key
+    ids = torch.randint(0, 256, (2, 25))
+    with torch.no_grad():
+        expected = forward_logits(state, config, ids, layer_plan("repo", 5, 2))
+        assert (model(ids).logits - expected).abs().max().item() <= 1e-4
+
+
+def test_unknown_published_mode_is_a_clear_error(tmp_path):
+    _write_published(tmp_path, mode="swigluex_posdim")
+    with pytest.raises(ValueError, match="dynamic_pe_mode='swigluex_posdim' is not supported"):
+        RePoOlmo2ForCausalLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"position_method": "alibi"}, "unknown position_method 'alibi'"),
+        ({"position_method": "repo", "repo_start_layer": 4}, r"repo_start_layer must be an integer in \[0, 3\]"),
+        ({"position_method": "repo", "repo_start_layer": -1}, "repo_start_layer must be"),
+        ({"position_method": "repo", "repo_hidden_size": 0}, "repo_hidden_size"),
+        ({"position_method": "repo", "repo_hidden_size": 65}, "repo_hidden_size"),
+        ({"position_method": "repo", "repo_hidden_size": 8.5}, "repo_hidden_size"),
+    ],
+)
+def test_bad_position_config_fails_clearly(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**overrides)
+
+
+def test_dynamic_rope_refused_for_repo_layers():
+    dynamic = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    RePoOlmo2ForCausalLM(tiny(position_method="rope", rope_parameters=dynamic))  # untouched path: fine
+    with pytest.raises(ValueError, match="changes its frequencies with the input length"):
+        RePoOlmo2ForCausalLM(tiny(position_method="repo", rope_parameters=dynamic))

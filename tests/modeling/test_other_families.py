@@ -1,0 +1,87 @@
+"""The same policy hook on Llama- and Qwen2-style HF models (GQA included)."""
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from repo_train.modeling import (
+    NopePolicy,
+    RepoPolicy,
+    RopePolicy,
+    RotaryEncoding,
+    install_position_policies,
+    record_positions,
+)
+
+SMALL = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,  # GQA: two query heads per key/value head
+    max_position_embeddings=512,
+)
+
+
+def _build(family: str):
+    if family == "llama":
+        return LlamaForCausalLM(LlamaConfig(**SMALL)).eval()
+    return Qwen2ForCausalLM(Qwen2Config(**SMALL)).eval()
+
+
+def _repo(config):
+    return RepoPolicy(RotaryEncoding.from_config(config), config.hidden_size, 16, config.num_attention_heads)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_all_rope_policies_leave_the_model_unchanged(family):
+    model = _build(family)
+    untouched = copy.deepcopy(model)
+    install_position_policies(model, [RopePolicy() for _ in range(3)])
+    ids = torch.randint(0, 128, (2, 19))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, untouched(ids).logits)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_repo_forced_linear_equals_rope_under_gqa(family):
+    model = _build(family)
+    untouched = copy.deepcopy(model)
+    policies = [RopePolicy(), _repo(model.config), _repo(model.config)]
+    install_position_policies(model, policies)
+    for policy in policies[1:]:
+        policy.linear_mix = 1.0
+    ids = torch.randint(0, 128, (2, 19))
+    with torch.no_grad():
+        assert (model(ids).logits - untouched(ids).logits).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_repo_and_nope_on_gqa_decode_with_cache(family):
+    model = _build(family)
+    install_position_policies(model, [NopePolicy(), _repo(model.config), RopePolicy()])
+    with torch.no_grad():
+        for layer in model.model.layers[1:2]:
+            layer.self_attn.final_map.weight.normal_(0.0, 20.0)
+    ids = torch.randint(0, 128, (1, 12))
+    with torch.no_grad(), record_positions(model) as rec:
+        model(ids)
+    assert rec.positions[0] is None
+    assert rec.positions[1].shape == (1, 4, 12) and rec.positions[1].abs().max() > 0.5
+    assert torch.equal(rec.positions[2], torch.arange(12.0).expand(1, 4, 12))
+    with torch.no_grad():
+        generated = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
+        full = model(generated).logits
+    assert torch.equal(generated[:, 12:], full[:, 11:-1].argmax(-1))
+    # The REPO layer caches keys expanded to every query head (documented memory cost).
+    assert model.model.layers[1].self_attn.num_key_value_groups == 1
+    assert model.model.layers[2].self_attn.num_key_value_groups == 2
+
+
+def test_policy_count_must_match_layers():
+    model = _build("llama")
+    with pytest.raises(ValueError, match="got 2 position policies for a model with 3 layers"):
+        install_position_policies(model, [RopePolicy(), RopePolicy()])
