@@ -4,8 +4,8 @@
 #
 # torch goes in first, so that no dependency pulls a multi-GB CUDA build on a
 # CPU machine: an existing torch is kept; otherwise on a machine without
-# nvidia-smi the CPU wheel torch==2.13.0 is taken from a local wheel/index
-# when pip is configured with one (pip --no-index), else from PyTorch's CPU index.
+# nvidia-smi the CPU wheel torch==2.13.0 is taken from a local wheel that pip
+# can find without an index (find-links), else from PyTorch's CPU index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -20,9 +20,17 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     echo "[setup] CUDA machine: installing torch==$TORCH_VERSION from PyPI"
     $PIP install "torch==$TORCH_VERSION"
   else
-    echo "[setup] no CUDA: installing the CPU build of torch==$TORCH_VERSION"
-    $PIP install --no-index "torch==$TORCH_VERSION" 2>/dev/null \
-      || $PIP install "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+    # A CPU wheel pip can see without an index (find-links, e.g. a wheel cache on disk)?
+    WHEELS=$(mktemp -d)
+    if $PIP download --quiet --no-deps --no-index "torch==$TORCH_VERSION" -d "$WHEELS" 2>/dev/null \
+        && ls "$WHEELS"/torch-*+cpu-*.whl >/dev/null 2>&1; then
+      echo "[setup] no CUDA: installing the local CPU wheel $(basename "$WHEELS"/torch-*.whl)"
+      $PIP install "$WHEELS"/torch-*+cpu-*.whl
+    else
+      echo "[setup] no CUDA: installing the CPU build of torch==$TORCH_VERSION from PyTorch's CPU index"
+      $PIP install "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+    fi
+    rm -rf "$WHEELS"
   fi
 fi
 

@@ -1,0 +1,149 @@
+"""Answer metrics: one prediction string against the list of gold answers of an example.
+
+Every metric has the signature `metric(prediction, answers) -> float` (the best
+score over the gold answers), so a task or a harness config can name one from
+`METRICS` and swap it without other changes.
+
+Why not `evaluate.load("squad")` / `evaluate.load("rouge")`: those metrics are
+scripts hosted on the Hugging Face Hub, fetched at load time, so they fail on
+an offline machine (CI, a compute node without internet) and their code can
+change under a fixed version of this project. The SQuAD-style metrics below are
+a few lines each, and ROUGE calls the installed `rouge_score` package (the
+implementation `evaluate`'s ROUGE wraps) directly, so scores are reproducible
+offline.
+
+The normalisation is the one of the "Lost in the Middle" release (Liu et al.,
+TACL 2024), itself the SQuAD / DPR one; its "best subspan exact match" is the
+score of both lost-in-the-middle tasks.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+from rouge_score import rouge_scorer
+
+Metric = Callable[[str, Sequence[str]], float]
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop ASCII punctuation, drop the articles a/an/the (whole words), collapse whitespace.
+
+    Punctuation is deleted, not replaced by a space ("Eiffel-Tower" -> "eiffeltower"),
+    and the steps run in that order, as in the release, so scores stay comparable.
+    """
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _check_answers(answers: Sequence[str]) -> Sequence[str]:
+    """Reject a bare string: iterating it would score against single characters."""
+    if isinstance(answers, str):
+        raise TypeError(f"answers must be a list of strings, got the string {answers!r}; wrap it: [{answers!r}]")
+    if len(answers) == 0:
+        raise ValueError("answers is empty: an example needs at least one gold answer to be scored")
+    return answers
+
+
+def best_subspan_em(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when any normalized gold answer is a substring of the normalized prediction (the release's score).
+
+    As in the release, an answer that normalizes to "" (e.g. "The") matches every prediction.
+    """
+    pred = normalize_answer(prediction)
+    return float(any(normalize_answer(answer) in pred for answer in _check_answers(answers)))
+
+
+def exact_match(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when the normalized prediction equals a normalized gold answer."""
+    pred = normalize_answer(prediction)
+    return float(any(normalize_answer(answer) == pred for answer in _check_answers(answers)))
+
+
+def substring_match(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when a gold answer occurs verbatim (case-sensitive, no normalisation) in the prediction.
+
+    Stricter than `best_subspan_em`; useful for exact strings such as the UUIDs of KV retrieval.
+    """
+    return float(any(answer in prediction for answer in _check_answers(answers)))
+
+
+def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    if not pred_tokens or not gold_tokens:  # SQuAD convention: two empty answers agree
+        return float(pred_tokens == gold_tokens)
+    common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision = common / len(pred_tokens)
+    recall = common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(prediction: str, answers: Sequence[str]) -> float:
+    """SQuAD-style bag-of-tokens F1 on normalized whitespace tokens, the best over the gold answers."""
+    pred_tokens = normalize_answer(prediction).split()
+    return max(_f1(pred_tokens, normalize_answer(answer).split()) for answer in _check_answers(answers))
+
+
+@lru_cache(maxsize=4)
+def _rouge_scorer(use_stemmer: bool) -> rouge_scorer.RougeScorer:
+    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
+
+
+def rouge_scores(prediction: str, references: Sequence[str], use_stemmer: bool = False) -> dict[str, float]:
+    """ROUGE-1/2/L F-measures, each the best over the references (maximised per ROUGE type).
+
+    `rouge_score`'s default tokenizer lower-cases and keeps only [a-z0-9] runs, so
+    text without ASCII letters or digits scores 0 against everything.
+    """
+    scorer = _rouge_scorer(use_stemmer)
+    best = dict.fromkeys(ROUGE_TYPES, 0.0)
+    for reference in _check_answers(references):
+        scores = scorer.score(reference, prediction)  # rouge_score's order: (target, prediction)
+        for name in ROUGE_TYPES:
+            best[name] = max(best[name], scores[name].fmeasure)
+    return best
+
+
+def rouge_l(prediction: str, references: Sequence[str]) -> float:
+    """ROUGE-L F-measure alone, in the common `Metric` signature."""
+    return rouge_scores(prediction, references)["rougeL"]
+
+
+def accuracy(predictions: Sequence[str], answers: Sequence[Sequence[str]], metric: Metric = best_subspan_em) -> float:
+    """Mean of `metric` over paired predictions and answer lists (best-subspan EM by default)."""
+    if len(predictions) != len(answers):
+        raise ValueError(
+            f"accuracy got {len(predictions)} predictions but {len(answers)} answer lists; pass one answer list "
+            "per prediction, in the same order"
+        )
+    if len(predictions) == 0:
+        raise ValueError("accuracy of zero predictions is undefined; pass at least one prediction")
+    return sum(metric(p, a) for p, a in zip(predictions, answers, strict=True)) / len(predictions)
+
+
+METRICS: dict[str, Metric] = {
+    "best_subspan_em": best_subspan_em,
+    "exact_match": exact_match,
+    "substring_match": substring_match,
+    "token_f1": token_f1,
+    "rouge_l": rouge_l,
+}
+
+
+def get_metric(name: str) -> Metric:
+    """The metric registered under `name`, with an error listing the valid names."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}") from None

@@ -1,0 +1,52 @@
+"""Registry of evaluation tasks: a config or CLI names a task and its parameters, `build_task` makes it.
+
+`build_task` returns the configured `Task` (call `.build()` for its dataset and
+`.score()` for its metric) and turns typos into errors that list what is valid,
+instead of a dataclass `TypeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from evaluation.tasks.base import GRID_NAMES, Task, resolve_gold_positions
+from evaluation.tasks.kv_retrieval import KVRetrievalTask
+from evaluation.tasks.mdqa import MDQAReleaseTask, MDQATask
+
+TASKS: dict[str, type[Task]] = {
+    "mdqa": MDQATask,
+    "mdqa_release": MDQAReleaseTask,
+    "kv": KVRetrievalTask,
+}
+
+
+def build_task(name: str, **params: Any) -> Task:
+    """The task registered as `name`, configured with `params` (its dataclass fields)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; valid choices are {sorted(TASKS)}")
+    cls = TASKS[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown} for task {name!r}; valid parameters are {sorted(fields)}")
+    missing = sorted(
+        f.name
+        for f in fields.values()
+        if f.name not in params and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+    if missing:
+        raise ValueError(f"task {name!r} needs parameter(s) {missing}")
+    return cls(**params)
+
+
+__all__ = [
+    "GRID_NAMES",
+    "TASKS",
+    "KVRetrievalTask",
+    "MDQAReleaseTask",
+    "MDQATask",
+    "Task",
+    "build_task",
+    "resolve_gold_positions",
+]

@@ -1,0 +1,183 @@
+"""The `Task` interface shared by the long-context tasks, and the helpers they share.
+
+A task is a small config object (dataclass fields, validated on construction)
+whose `build()` returns a `datasets.Dataset` with one row per (example, gold
+position). Every task emits the same core columns, so a generation harness,
+a calibrator or a search can consume any task without knowing which it is:
+
+- `id` (str): stable row id, unique within a build; `example_id` (str) is shared by
+  the rows of one example at different positions (for paired comparisons);
+- `prompt` (str), `answers` (list[str]), `task` (str);
+- `gold_position` (int, 0-based) and `num_positions` (int): where the relevant item sits
+  among how many items;
+- `item_spans` (list of [start, end)): character offsets of each item (document line,
+  KV line) in `prompt`, newline excluded, in order, so `prompt[s:e]` is item i.
+
+Builds are deterministic: the same config (seed included) gives the same dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, ClassVar
+
+import datasets
+
+from evaluation.metrics import get_metric
+
+#: Named gold-position grids, as fractions of the last index (k - 1).
+GRIDS: dict[str, tuple[Fraction, ...]] = {
+    # CALIOPE's positions: start, 20%, middle, 80%, end.
+    "caliope": tuple(Fraction(x) for x in ("0", "1/5", "1/2", "4/5", "1")),
+    # LPES's positions: quartiles of the context.
+    "lpes": tuple(Fraction(x) for x in ("0", "1/4", "1/2", "3/4", "1")),
+}
+GRID_NAMES = (*GRIDS, "all")
+
+GoldPositions = str | int | Sequence[int]
+
+BASE_FEATURES: dict[str, Any] = {
+    "id": datasets.Value("string"),
+    "example_id": datasets.Value("string"),
+    "task": datasets.Value("string"),
+    "prompt": datasets.Value("string"),
+    "answers": datasets.List(datasets.Value("string")),
+    "gold_position": datasets.Value("int64"),
+    "num_positions": datasets.Value("int64"),
+    "item_spans": datasets.List(datasets.List(datasets.Value("int64"))),
+}
+
+
+def resolve_gold_positions(spec: GoldPositions, num_positions: int) -> list[int]:
+    """Turn a grid name, an int or a list of ints into sorted, distinct 0-based positions.
+
+    Named grids scale fractions by k - 1 with exact arithmetic and Python's `round`
+    (round half to even): caliope at k=20 is 0, 3.8, 9.5, 15.2, 19 -> [0, 4, 10, 15, 19];
+    lpes at k=20 is 0, 4.75, 9.5, 14.25, 19 -> [0, 5, 10, 14, 19]. Off-centre halves
+    round to even, which keeps those grids mirror-symmetric; only the exact middle of an
+    even k picks a side. Duplicates (small k) are dropped.
+    """
+    if num_positions < 1:
+        raise ValueError(f"the number of positions must be >= 1, got {num_positions}")
+    last = num_positions - 1
+    if isinstance(spec, str):
+        name = spec.lower()
+        if name == "all":
+            return list(range(num_positions))
+        if name not in GRIDS:
+            raise ValueError(
+                f"unknown gold-position grid {spec!r}; use one of {list(GRID_NAMES)} or a list of 0-based ints"
+            )
+        return sorted({round(fraction * last) for fraction in GRIDS[name]})
+    items = [spec] if isinstance(spec, int) else list(spec)
+    if not items or any(isinstance(p, bool) or not isinstance(p, int) for p in items):
+        raise ValueError(
+            f"gold_positions must be a grid name {list(GRID_NAMES)}, an int or a non-empty list of ints; got {spec!r}"
+        )
+    bad = [p for p in items if not 0 <= p <= last]
+    if bad:
+        raise ValueError(
+            f"gold position(s) {bad} outside [0, {last}] for {num_positions} items; positions are 0-based, "
+            f"so use 0..{last} (or a grid name such as 'all')"
+        )
+    return sorted(set(items))
+
+
+def example_rng(seed: int, *parts: object) -> random.Random:
+    """A `random.Random` seeded from (seed, parts) via SHA-256: independent per example, stable across runs."""
+    key = ":".join(str(x) for x in (seed, *parts)).encode()
+    return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:16], "big"))
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All objects of a JSON-lines file, gzipped when the name ends in .gz; blank lines skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"data file {str(path)!r} not found; pass the path of an existing .jsonl or .jsonl.gz file"
+        )
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        rows = []
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}); is this a JSON-lines file?") from err
+    return rows
+
+
+def join_items(header: str, items: Sequence[str], footer: str, separator: str = "\n") -> tuple[str, list[list[int]]]:
+    """`header + separator.join(items) + footer`, with the [start, end) span of each item in the result."""
+    spans: list[list[int]] = []
+    cursor = len(header)
+    for index, item in enumerate(items):
+        if index:
+            cursor += len(separator)
+        spans.append([cursor, cursor + len(item)])
+        cursor += len(item)
+    return header + separator.join(items) + footer, spans
+
+
+@dataclasses.dataclass(kw_only=True)
+class Task(ABC):
+    """Base of all tasks: config fields, validation on construction, `build()` and `score()`."""
+
+    name: ClassVar[str]
+    #: Name of the `evaluation.metrics` metric `score` uses.
+    metric_name: ClassVar[str] = "best_subspan_em"
+
+    num_examples: int | None = None
+    """Number of source examples to use (each gives one row per gold position); None = all."""
+    seed: int = 0
+    """Seed of every random choice of the build; the same seed gives the same dataset."""
+
+    def __post_init__(self) -> None:
+        if self.num_examples is not None and (isinstance(self.num_examples, bool) or self.num_examples < 1):
+            raise ValueError(f"num_examples must be >= 1 or None (all), got {self.num_examples!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an int, got {self.seed!r}")
+
+    @abstractmethod
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Yield the rows of the dataset (core columns plus `extra_features`), in a deterministic order."""
+
+    def extra_features(self) -> dict[str, Any]:
+        """Task-specific columns and their `datasets` types."""
+        return {}
+
+    def features(self) -> datasets.Features:
+        return datasets.Features({**BASE_FEATURES, **self.extra_features()})
+
+    def build(self) -> datasets.Dataset:
+        """The task's rows as a `datasets.Dataset` (deterministic for a given config)."""
+        return datasets.Dataset.from_list(list(self.rows()), features=self.features())
+
+    def score(self, prediction: str, answers: Sequence[str]) -> float:
+        """Score one generated answer against the gold answers with the task's metric."""
+        return get_metric(self.metric_name)(prediction, answers)
+
+    def _take(self, examples: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        """The first `num_examples` examples, or an error when the source has fewer."""
+        if self.num_examples is None:
+            return examples
+        if self.num_examples > len(examples):
+            raise ValueError(
+                f"num_examples={self.num_examples} but {what} has only {len(examples)} examples; "
+                f"lower num_examples or pass None to use all"
+            )
+        return examples[: self.num_examples]
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]

@@ -1,0 +1,160 @@
+"""Key-value retrieval of "Lost in the Middle" (Liu et al., TACL 2024).
+
+The context is a JSON object of random UUID pairs, one pair a line; the model
+must return the value of one key. With no natural language to lean on, it
+isolates how well each position of the context is retrieved. The gold pair is
+moved to each evaluated index while the other pairs keep their relative order,
+so positions are compared on the same pairs.
+
+Examples come from a release file (`kv-retrieval-{n}_keys.jsonl(.gz)`:
+`ordered_kv_records`, `key`, `value`) or are generated for any number of keys
+from the seed (UUID4 strings), so no download is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
+
+INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
+
+KVPair = tuple[str, str]
+
+
+def format_kv_lines(pairs: Sequence[KVPair]) -> list[str]:
+    """The release's JSON lines: '{' opens the first, ' ' the others; ',' ends all but the last, which ends '}'.
+
+    Keys and values are written as-is inside quotes (no JSON escaping), as in the release; UUIDs need none.
+    """
+    last = len(pairs) - 1
+    return [
+        f'{"{" if i == 0 else " "}"{key}": "{value}"{"}" if i == last else ","}' for i, (key, value) in enumerate(pairs)
+    ]
+
+
+def build_kv_prompt(pairs: Sequence[KVPair], key: str) -> tuple[str, list[list[int]]]:
+    """The release's KV-retrieval prompt (no trailing newline) and the span of each JSON line."""
+    if not pairs:
+        raise ValueError("a KV-retrieval prompt needs at least one key-value pair")
+    return join_items(INSTRUCTION, format_kv_lines(pairs), f'\n\nKey: "{key}"\nCorresponding value:')
+
+
+def move_pair(pairs: Sequence[KVPair], source: int, target: int) -> list[KVPair]:
+    """`pairs` with the pair at `source` moved to `target`; the others keep their relative order."""
+    rest = [pair for i, pair in enumerate(pairs) if i != source]
+    return [*rest[:target], pairs[source], *rest[target:]]
+
+
+def random_uuid4(rng: random.Random) -> str:
+    """A version-4 UUID string from `rng` (uuid.uuid4 reads the OS entropy pool, so it cannot be seeded)."""
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def generate_kv_pairs(num_keys: int, rng: random.Random) -> list[KVPair]:
+    """`num_keys` (key, value) pairs of UUID4 strings with distinct keys."""
+    pairs: list[KVPair] = []
+    keys: set[str] = set()
+    while len(pairs) < num_keys:
+        key = random_uuid4(rng)
+        if key not in keys:  # a collision of 122 random bits is astronomically rare, but keys must be unique
+            keys.add(key)
+            pairs.append((key, random_uuid4(rng)))
+    return pairs
+
+
+@dataclasses.dataclass(kw_only=True)
+class KVRetrievalTask(Task):
+    """KV retrieval from a release file or generated examples, the gold pair at chosen positions."""
+
+    name = "kv"
+
+    path: str | None = None
+    """Release .jsonl(.gz) (ordered_kv_records, key, value); None = generate examples from the seed."""
+    num_keys: int | None = None
+    """Pairs per example; required when generating, and if given with a file it must match the file."""
+    gold_positions: GoldPositions = "caliope"
+    """Gold pair indices: 'caliope', 'lpes', 'all', an int or a list of 0-based ints."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_keys is not None and (
+            isinstance(self.num_keys, bool) or not isinstance(self.num_keys, int) or self.num_keys < 1
+        ):
+            raise ValueError(f"num_keys must be an int >= 1, got {self.num_keys!r}; the release uses 75, 140, 300")
+        if self.path is None:
+            if self.num_keys is None:
+                raise ValueError("KV retrieval needs path= a kv-retrieval .jsonl(.gz) file, or num_keys= to generate")
+            if self.num_examples is None:
+                raise ValueError("generated KV retrieval needs num_examples= (how many examples to generate)")
+        elif not Path(self.path).is_file():
+            raise FileNotFoundError(
+                f"KV retrieval file {self.path!r} not found; pass path= a kv-retrieval-{{n}}_keys.jsonl(.gz) "
+                "file, or path=None with num_keys= to generate examples"
+            )
+        if self.num_keys is not None:
+            resolve_gold_positions(self.gold_positions, self.num_keys)  # fail now, not mid-build
+
+    def extra_features(self) -> dict[str, Any]:
+        return {
+            "key": datasets.Value("string"),
+            "value": datasets.Value("string"),
+            "source_index": datasets.Value("int64"),
+        }
+
+    def examples(self) -> list[tuple[list[KVPair], int]]:
+        """(pairs, index of the gold pair) per example, before the gold pair is moved."""
+        if self.path is None:
+            assert self.num_keys is not None and self.num_examples is not None  # checked in __post_init__
+            out = []
+            for index in range(self.num_examples):
+                rng = example_rng(self.seed, "kv", self.num_keys, index)
+                pairs = generate_kv_pairs(self.num_keys, rng)
+                out.append((pairs, rng.randrange(self.num_keys)))
+            return out
+        records = self._take(read_jsonl(self.path), repr(self.path))
+        return [self._parse(record, line) for line, record in enumerate(records)]
+
+    def _parse(self, record: Any, line: int) -> tuple[list[KVPair], int]:
+        where = f"{self.path}, example {line}"
+        if not isinstance(record, dict) or not {"ordered_kv_records", "key", "value"} <= record.keys():
+            raise ValueError(f"{where}: expected fields ordered_kv_records, key, value (a kv-retrieval release line)")
+        pairs = [(str(k), str(v)) for k, v in record["ordered_kv_records"]]
+        if self.num_keys is not None and len(pairs) != self.num_keys:
+            raise ValueError(
+                f"{where}: has {len(pairs)} pairs but num_keys={self.num_keys}; drop num_keys or pick the matching file"
+            )
+        gold = (str(record["key"]), str(record["value"]))
+        matches = [i for i, (key, _) in enumerate(pairs) if key == gold[0]]
+        if len(matches) != 1 or pairs[matches[0]] != gold:
+            raise ValueError(f"{where}: the key must occur exactly once in ordered_kv_records, with its value")
+        return pairs, matches[0]
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        generated = self.path is None
+        for index, (pairs, source) in enumerate(self.examples()):
+            n = len(pairs)
+            key, value = pairs[source]
+            example_id = f"kv-gen-n{n}-s{self.seed}-ex{index:05d}" if generated else f"kv-n{n}-ex{index:05d}"
+            for position in resolve_gold_positions(self.gold_positions, n):
+                prompt, spans = build_kv_prompt(move_pair(pairs, source, position), key)
+                yield {
+                    "id": f"{example_id}-pos{position:03d}",
+                    "example_id": example_id,
+                    "task": self.name,
+                    "prompt": prompt,
+                    "answers": [value],
+                    "gold_position": position,
+                    "num_positions": n,
+                    "item_spans": spans,
+                    "key": key,
+                    "value": value,
+                    "source_index": index,
+                }

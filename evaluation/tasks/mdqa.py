@@ -1,0 +1,234 @@
+"""Multi-document question answering (MDQA) of "Lost in the Middle" (Liu et al., TACL 2024).
+
+A NaturalQuestions-Open question comes with k documents, one of which (the
+gold passage) contains the answer; accuracy as a function of the gold
+document's position shows how well a model uses each part of its context.
+
+`MDQATask` builds prompts from an nq-open-oracle file (one gold passage per
+question): the k - 1 distractors are gold passages of *other* questions, drawn
+per question from the seed, and kept in the same order at every gold position
+so that positions are compared on identical contexts (a paired design). By
+default, passages containing the question's answer (as whole words, after
+normalisation) are skipped, since a distractor that answers the question would
+blur where the answer sits.
+`MDQAReleaseTask` reads the release's ready-made files
+(`nq-open-{k}_total_documents_gold_at_{i}.jsonl.gz`, retrieved distractors)
+into the same row schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from evaluation.metrics import normalize_answer
+from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
+
+INSTRUCTION = (
+    "Write a high-quality answer for the given question using only the provided search results "
+    "(some of which might be irrelevant).\n\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Passage:
+    """One Wikipedia passage as the release stores it."""
+
+    title: str
+    text: str
+
+
+def format_document(index: int, passage: Passage) -> str:
+    """The release's line for the document at 0-based `index` (numbered from 1 in the prompt)."""
+    return f"Document [{index + 1}](Title: {passage.title}) {passage.text}"
+
+
+def build_mdqa_prompt(question: str, documents: Sequence[Passage]) -> tuple[str, list[list[int]]]:
+    """The release's MDQA prompt (no trailing newline after "Answer:") and each document line's span."""
+    lines = [format_document(i, doc) for i, doc in enumerate(documents)]
+    return join_items(INSTRUCTION, lines, f"\n\nQuestion: {question}\nAnswer:")
+
+
+def _passage(ctx: Any, where: str) -> Passage:
+    if not isinstance(ctx, dict) or "title" not in ctx or "text" not in ctx:
+        raise ValueError(f"{where}: each entry of 'ctxs' needs 'title' and 'text'; is this an nq-open file?")
+    return Passage(str(ctx["title"]), str(ctx["text"]))
+
+
+def _question_fields(record: Any, where: str) -> tuple[str, list[str], list[Any]]:
+    missing = [key for key in ("question", "answers", "ctxs") if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing}; expected an nq-open line with question/answers/ctxs")
+    answers = record["answers"]
+    if isinstance(answers, str) or not answers:
+        raise ValueError(f"{where}: 'answers' must be a non-empty list of strings, got {answers!r}")
+    return str(record["question"]), [str(a) for a in answers], list(record["ctxs"])
+
+
+_MDQA_FEATURES: dict[str, Any] = {
+    "question": datasets.Value("string"),
+    "gold_title": datasets.Value("string"),
+    "doc_titles": datasets.List(datasets.Value("string")),
+    "source_index": datasets.Value("int64"),
+}
+
+
+@dataclasses.dataclass(kw_only=True)
+class MDQATask(Task):
+    """MDQA from an nq-open-oracle file, distractors = other questions' gold passages, gold at chosen positions."""
+
+    name = "mdqa"
+
+    path: str
+    """nq-open-oracle-style .jsonl(.gz): question, answers, ctxs = [gold passage]."""
+    num_documents: int = 20
+    """k, the total number of documents in each prompt (the gold one included)."""
+    gold_positions: GoldPositions = "caliope"
+    """Gold document indices: 'caliope', 'lpes', 'all', an int or a list of 0-based ints."""
+    exclude_answer_distractors: bool = True
+    """Skip distractors whose normalized title+text contains a gold answer as whole words (they would leak it)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        k = self.num_documents
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"num_documents (k) must be an int >= 1, got {k!r}; the papers use 10, 20, 30, 50, 100")
+        resolve_gold_positions(self.gold_positions, k)  # fail now, not after reading the file
+        if not Path(self.path).is_file():
+            raise FileNotFoundError(
+                f"MDQA data file {self.path!r} not found; pass path= an nq-open-oracle .jsonl(.gz) file "
+                "(e.g. nq-open-oracle.first2000.jsonl.gz of the Lost in the Middle release)"
+            )
+
+    def extra_features(self) -> dict[str, Any]:
+        return dict(_MDQA_FEATURES)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        records = read_jsonl(self.path)
+        questions: list[tuple[str, list[str], Passage]] = []
+        for line, record in enumerate(records):
+            where = f"{self.path}, example {line}"
+            question, answers, ctxs = _question_fields(record, where)
+            gold = [c for c in ctxs if isinstance(c, dict) and c.get("isgold")] or ctxs[:1]
+            if len(gold) != 1:
+                raise ValueError(f"{where}: expected one gold passage in 'ctxs', found {len(gold)}")
+            questions.append((question, answers, _passage(gold[0], where)))
+
+        pool = list(dict.fromkeys(passage for _, _, passage in questions))  # distinct passages, file order
+        normalized_pool = (
+            [f" {normalize_answer(f'{p.title} {p.text}')} " for p in pool] if self.exclude_answer_distractors else []
+        )
+        k = self.num_documents
+        positions = resolve_gold_positions(self.gold_positions, k)
+        if k - 1 > len(pool) - 1:
+            raise ValueError(
+                f"num_documents={k} needs {k - 1} distractor passages per question, but {self.path!r} has only "
+                f"{len(pool) - 1} distinct passages besides each question's own; lower num_documents or use a "
+                "file with more questions"
+            )
+
+        for line, (question, answers, gold) in enumerate(self._take(questions, repr(self.path))):
+            distractors = self._draw_distractors(line, gold, answers, pool, normalized_pool)
+            example_id = f"mdqa-k{k}-s{self.seed}-q{line:05d}"
+            for position in positions:
+                documents = [*distractors[:position], gold, *distractors[position:]]
+                prompt, spans = build_mdqa_prompt(question, documents)
+                yield {
+                    "id": f"{example_id}-pos{position:03d}",
+                    "example_id": example_id,
+                    "task": self.name,
+                    "prompt": prompt,
+                    "answers": answers,
+                    "gold_position": position,
+                    "num_positions": k,
+                    "item_spans": spans,
+                    "question": question,
+                    "gold_title": gold.title,
+                    "doc_titles": [doc.title for doc in documents],
+                    "source_index": line,
+                }
+
+    def _draw_distractors(
+        self, line: int, gold: Passage, answers: list[str], pool: list[Passage], normalized_pool: list[str]
+    ) -> list[Passage]:
+        """k - 1 distinct passages other than `gold`, in a seeded per-question order.
+
+        The order depends on (seed, question line) only, so a smaller k draws a prefix of a
+        larger k's distractors and `num_examples` does not change any question's context.
+        """
+        order = list(range(len(pool)))
+        example_rng(self.seed, "mdqa", line).shuffle(order)
+        # whole-word match on normalized text (the DPR "has answer" idea): a short answer such as "S"
+        # or "5" must not rule out every passage that merely contains the letter or digit
+        needles = [f" {a} " for a in (normalize_answer(x) for x in answers) if a]
+        chosen: list[Passage] = []
+        for index in order:
+            if len(chosen) == self.num_documents - 1:
+                break
+            if pool[index] == gold:
+                continue
+            if needles and normalized_pool and any(n in normalized_pool[index] for n in needles):
+                continue
+            chosen.append(pool[index])
+        if len(chosen) < self.num_documents - 1:
+            raise ValueError(
+                f"question {line} of {self.path!r}: only {len(chosen)} of the {self.num_documents - 1} distractors "
+                "needed do not contain its answer; lower num_documents, use a larger file, or pass "
+                "exclude_answer_distractors=False"
+            )
+        return chosen
+
+
+@dataclasses.dataclass(kw_only=True)
+class MDQAReleaseTask(Task):
+    """MDQA from a release file `nq-open-{k}_total_documents_gold_at_{i}.jsonl.gz` (all k documents given)."""
+
+    name = "mdqa_release"
+
+    path: str
+    """A release multi-document .jsonl(.gz): ctxs holds all k documents, `isgold` marks the gold one."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not Path(self.path).is_file():
+            raise FileNotFoundError(
+                f"MDQA release file {self.path!r} not found; pass path= a "
+                "nq-open-{k}_total_documents_gold_at_{i}.jsonl(.gz) file of the Lost in the Middle release"
+            )
+
+    def extra_features(self) -> dict[str, Any]:
+        return dict(_MDQA_FEATURES)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        records = read_jsonl(self.path)
+        for line, record in enumerate(self._take(records, repr(self.path))):
+            where = f"{self.path}, example {line}"
+            question, answers, ctxs = _question_fields(record, where)
+            documents = [_passage(ctx, where) for ctx in ctxs]
+            gold = [i for i, ctx in enumerate(ctxs) if ctx.get("isgold")]
+            if len(gold) != 1:
+                raise ValueError(
+                    f"{where}: expected exactly one document with isgold=true, found {len(gold)}; "
+                    "for nq-open-oracle files (one passage a question) use the 'mdqa' task"
+                )
+            k, position = len(documents), gold[0]
+            prompt, spans = build_mdqa_prompt(question, documents)
+            example_id = f"mdqa-release-k{k}-q{line:05d}"
+            yield {
+                "id": f"{example_id}-pos{position:03d}",
+                "example_id": example_id,
+                "task": "mdqa",
+                "prompt": prompt,
+                "answers": answers,
+                "gold_position": position,
+                "num_positions": k,
+                "item_spans": spans,
+                "question": question,
+                "gold_title": documents[position].title,
+                "doc_titles": [doc.title for doc in documents],
+                "source_index": line,
+            }

@@ -1,0 +1,128 @@
+"""Key-value retrieval: prompt format, gold moves, spans, release files, generator, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evaluation.tasks.kv_retrieval import KVRetrievalTask, build_kv_prompt, move_pair
+
+PAIRS = [("k-one", "v-one"), ("k-two", "v-two"), ("k-three", "v-three")]
+EXPECTED_3_PAIRS = (
+    "Extract the value corresponding to the specified key in the JSON object below.\n"
+    "\n"
+    "JSON data:\n"
+    '{"k-one": "v-one",\n'
+    ' "k-two": "v-two",\n'
+    ' "k-three": "v-three"}\n'
+    "\n"
+    'Key: "k-two"\n'
+    "Corresponding value:"
+)
+
+
+def read_fixture(path: str) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_prompt_format_byte_for_byte() -> None:
+    prompt, spans = build_kv_prompt(PAIRS, "k-two")
+    assert prompt == EXPECTED_3_PAIRS
+    assert [prompt[s:e] for s, e in spans] == ['{"k-one": "v-one",', ' "k-two": "v-two",', ' "k-three": "v-three"}']
+    single, _ = build_kv_prompt([("a", "b")], "a")
+    assert '\n{"a": "b"}\n\n' in single
+
+
+def test_move_pair_keeps_other_order() -> None:
+    pairs = [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]
+    assert move_pair(pairs, 2, 0) == [("c", "3"), ("a", "1"), ("b", "2"), ("d", "4")]
+    assert move_pair(pairs, 0, 3) == [("b", "2"), ("c", "3"), ("d", "4"), ("a", "1")]
+    assert move_pair(pairs, 1, 1) == pairs
+
+
+def test_release_file_gold_at_every_index(kv_path: str) -> None:
+    records = read_fixture(kv_path)
+    ds = KVRetrievalTask(path=kv_path, gold_positions="all", num_examples=2).build()
+    assert len(ds) == 2 * 75
+    for example in range(2):
+        record = records[example]
+        original = [tuple(p) for p in record["ordered_kv_records"]]
+        others = [p for p in original if p[0] != record["key"]]
+        rows = [r for r in ds if r["source_index"] == example]
+        assert [r["gold_position"] for r in rows] == list(range(75))
+        for row in rows:
+            assert row["answers"] == [record["value"]] and row["key"] == record["key"]
+            assert row["num_positions"] == 75 and row["task"] == "kv"
+            lines = [row["prompt"][s:e] for s, e in row["item_spans"]]
+            assert f'"{record["key"]}": "{record["value"]}"' in lines[row["gold_position"]]
+            parsed = [next(iter(json.loads("{" + line.strip(" {},") + "}").items())) for line in lines]
+            assert [p for i, p in enumerate(parsed) if i != row["gold_position"]] == others
+        # at the pair's original index the prompt is the release's unmodified example
+        at_source = rows[original.index((record["key"], record["value"]))]
+        assert at_source["prompt"] == build_kv_prompt(original, record["key"])[0]
+
+
+def test_item_spans_slice_kv_lines(kv_path: str) -> None:
+    for row in KVRetrievalTask(path=kv_path, gold_positions="lpes").build():
+        prompt, spans = row["prompt"], row["item_spans"]
+        block = prompt.split("JSON data:\n", 1)[1].split("\n\nKey: ", 1)[0]
+        assert block == "\n".join(prompt[s:e] for s, e in spans)
+        assert block.count("\n") == len(spans) - 1 == 74
+        assert prompt[spans[0][0]] == "{" and prompt[spans[-1][1] - 1] == "}"
+        assert all(prompt[s] == " " and prompt[e - 1] == "," for s, e in spans[1:-1])
+
+
+def test_generator_any_key_count() -> None:
+    task = KVRetrievalTask(num_keys=140, num_examples=3, gold_positions="lpes", seed=7)
+    ds = task.build()
+    assert [r["gold_position"] for r in ds] == [0, 35, 70, 104, 139] * 3  # 34.75, 69.5, 104.25
+    assert ds[0]["id"] == "kv-gen-n140-s7-ex00000-pos000"
+    for row in ds:
+        lines = [row["prompt"][s:e] for s, e in row["item_spans"]]
+        keys = [line.strip(" {},").split('": "')[0].strip('"') for line in lines]
+        assert len(set(keys)) == 140 and keys[row["gold_position"]] == row["key"]
+        assert uuid.UUID(row["key"]).version == 4 and uuid.UUID(row["value"]).version == 4
+        assert row["prompt"].endswith(f'\n\nKey: "{row["key"]}"\nCorresponding value:')
+        assert task.score(f"The value is {row['value']}.", row["answers"]) == 1.0
+
+
+def test_generator_determinism() -> None:
+    def build(seed: int):
+        return KVRetrievalTask(num_keys=9, num_examples=4, gold_positions="all", seed=seed).build()
+
+    first, again, other = build(0), build(0), build(1)
+    assert first.to_list() == again.to_list()
+    assert first["key"] != other["key"]
+    # other pairs identical across positions of one example
+    rows = [r for r in first if r["source_index"] == 0]
+    contexts = {
+        tuple(r["prompt"][s:e].strip(" {},") for i, (s, e) in enumerate(r["item_spans"]) if i != r["gold_position"])
+        for r in rows
+    }
+    assert len(contexts) == 1
+
+
+def test_bad_inputs(kv_path: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"needs path= .* or num_keys= to generate"):
+        KVRetrievalTask()
+    with pytest.raises(ValueError, match=r"generated KV retrieval needs num_examples="):
+        KVRetrievalTask(num_keys=10)
+    with pytest.raises(ValueError, match=r"num_keys must be an int >= 1, got 0"):
+        KVRetrievalTask(num_keys=0, num_examples=1)
+    with pytest.raises(ValueError, match=r"gold position\(s\) \[10\] outside \[0, 9\]"):
+        KVRetrievalTask(num_keys=10, num_examples=1, gold_positions=[10])
+    with pytest.raises(ValueError, match=r"gold position\(s\) \[75\] outside \[0, 74\]"):
+        KVRetrievalTask(path=kv_path, gold_positions=[75]).build()
+    with pytest.raises(ValueError, match=r"has 75 pairs but num_keys=140"):
+        KVRetrievalTask(path=kv_path, num_keys=140).build()
+    with pytest.raises(FileNotFoundError, match=r"KV retrieval file .* not found"):
+        KVRetrievalTask(path=str(tmp_path / "kv-retrieval-300_keys.jsonl.gz"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"ordered_kv_records": [["a", "1"]], "key": "b", "value": "2"}) + "\n")
+    with pytest.raises(ValueError, match=r"the key must occur exactly once"):
+        KVRetrievalTask(path=str(bad)).build()
