@@ -1,7 +1,8 @@
 """`python -m repo_train`: entry point of the training package.
 
-Subcommands grow with the project; today: `demo` (the built-in default of
-the main job). Training (`fit`) and checkpoint export arrive with issue 3.
+Subcommands: `demo` (the positional core on a tiny model), `fit` / `validate`
+(LightningCLI training; without a config the built-in tiny default), and
+`export` (a training checkpoint to an HF directory).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repo_train import demo
+from repo_train import demo, export
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,10 +24,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_arguments(demo_parser)
     demo_parser.set_defaults(run=demo.run)
+    sub.add_parser("fit", help="train (LightningCLI; `python -m repo_train fit --help` for its options)")
+    sub.add_parser("validate", help="validate a checkpoint (LightningCLI)")
+    export_parser = sub.add_parser("export", help="Lightning/DeepSpeed checkpoint -> HF directory")
+    export.add_arguments(export_parser)
+    export_parser.set_defaults(run=export.run)
     return parser
 
 
+LIGHTNING_SUBCOMMANDS = ("fit", "validate")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
+        from repo_train.training.cli import run  # imports Lightning only when training
+
+        try:
+            return run(argv)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"python -m repo_train {argv[0]}: error: {err}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

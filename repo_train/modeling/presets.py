@@ -24,9 +24,10 @@ def tiny(**overrides) -> RePoOlmo2Config:
         max_position_embeddings=2048,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         rms_norm_eps=1e-6,
-        eos_token_id=1,
+        # The ids of the built-in synthetic corpus (repo_train.data.synthetic).
         pad_token_id=0,
-        bos_token_id=None,
+        bos_token_id=1,
+        eos_token_id=2,
         tie_word_embeddings=False,
     )
     fields.update(overrides)

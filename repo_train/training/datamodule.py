@@ -1,0 +1,148 @@
+"""`RePoDataModule`: fixed-length token sequences, a global batch, exact resume.
+
+The global batch (sequences per optimizer step) is the unit the paper fixes
+(512 × 4096 tokens); gradient accumulation is *computed* from it, the micro
+batch and the number of processes, and set on the Trainer in `setup`. The
+sampler counts samples consumed by all ranks, and that count is stored in the
+checkpoint, so a resumed run reads exactly the sequences an uninterrupted one
+would have read next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, Sampler
+
+from repo_train.data import ResumableSampler, TokenSequenceDataset, build_data_source
+
+
+class RunSampler(Sampler[int]):
+    """The rest of a run as one stream: `length` indices, crossing data epochs.
+
+    Lightning then sees a single long epoch that ends at `max_steps`, so its
+    epoch bookkeeping cannot disagree with the data order on resume.
+    """
+
+    def __init__(self, sampler: ResumableSampler, length: int):
+        self.sampler = sampler
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self) -> Iterator[int]:
+        produced = 0
+        while produced < self.length:
+            for index in self.sampler:  # each pass runs to the end of one data epoch
+                yield index
+                produced += 1
+                if produced == self.length:
+                    return
+
+
+class RePoDataModule(pl.LightningDataModule):
+    def __init__(
+        self,
+        train: dict | None = None,
+        val: dict | None = None,
+        global_batch_size: int = 16,
+        micro_batch_size: int = 8,
+        num_workers: int = 0,
+    ):
+        """
+        Args:
+            train: data source, e.g. {"source": "synthetic", "seq_len": 128} or
+                {"source": "olmo_numpy", "paths": [...], "seq_len": 4096}; see repo_train.data.
+            val: optional validation source (same format).
+            global_batch_size: sequences per optimizer step, over all processes.
+            micro_batch_size: sequences per forward pass on one process.
+            num_workers: DataLoader worker processes.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.train_config = dict(train or {"source": "synthetic"})
+        self.val_config = dict(val) if val else None
+        self.train_dataset: TokenSequenceDataset | None = None
+        self.val_dataset: TokenSequenceDataset | None = None
+        self.sampler: ResumableSampler | None = None
+        self._consumed = 0
+
+    # ----------------------------------------------------------- batch math
+    @staticmethod
+    def accumulation(global_batch: int, micro_batch: int, world_size: int) -> int:
+        """Micro-batches per optimizer step per process; refuses a split that is not exact."""
+        if global_batch < 1 or micro_batch < 1:
+            raise ValueError(f"batch sizes must be >= 1 (global={global_batch}, micro={micro_batch})")
+        per_step = micro_batch * world_size
+        if global_batch % per_step:
+            raise ValueError(
+                f"global_batch_size={global_batch} is not divisible by micro_batch_size × processes = "
+                f"{micro_batch} × {world_size} = {per_step}; pick a micro batch (or process count) that divides it."
+            )
+        return global_batch // per_step
+
+    def setup(self, stage: str) -> None:
+        if self.train_dataset is None:
+            self.train_dataset = build_data_source(self.train_config)
+        if self.val_config and self.val_dataset is None:
+            self.val_dataset = build_data_source(self.val_config)
+        if self.trainer is None:
+            return
+        model = self.trainer.lightning_module
+        vocab = model.model.config.vocab_size if getattr(model, "model", None) is not None else None
+        if vocab is not None:
+            self.train_dataset.check_model_vocab_size(vocab)
+            if self.val_dataset is not None:
+                self.val_dataset.check_model_vocab_size(vocab)
+        max_positions = getattr(getattr(model, "model", None), "config", None)
+        if max_positions is not None and self.train_dataset.seq_len > max_positions.max_position_embeddings:
+            raise ValueError(
+                f"data seq_len={self.train_dataset.seq_len} exceeds the model's max_position_embeddings="
+                f"{max_positions.max_position_embeddings}; shorten seq_len or extend the context (e.g. YaRN)."
+            )
+        self.trainer.accumulate_grad_batches = self.accumulation(
+            self.hparams.global_batch_size, self.hparams.micro_batch_size, self.trainer.world_size
+        )
+
+    # ------------------------------------------------------------ loaders
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        self.sampler = self.train_dataset.sampler(rank=rank, world_size=world, start_index=self._consumed)
+        if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
+            remaining = max(0, trainer.max_steps - trainer.global_step) * self.hparams.global_batch_size // world
+        else:
+            remaining = len(self.sampler)
+        return DataLoader(
+            self.train_dataset,
+            batch_size=self.hparams.micro_batch_size,
+            sampler=RunSampler(self.sampler, remaining),
+            num_workers=self.hparams.num_workers,
+            drop_last=True,
+        )
+
+    def val_dataloader(self):
+        if self.val_dataset is None:
+            return []
+        return DataLoader(self.val_dataset, batch_size=self.hparams.micro_batch_size, shuffle=False)
+
+    # ------------------------------------------------------------- resume
+    def consumed_samples(self) -> int:
+        """Samples consumed by all ranks, counted from optimizer steps (exact with drop_last)."""
+        if self.trainer is None:
+            return self._consumed
+        return self.trainer.global_step * self.hparams.global_batch_size
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"consumed_samples": self.consumed_samples(), "train": self.train_config}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("train") not in (None, self.train_config):
+            raise ValueError(
+                "the checkpoint was trained on a different data config; resume with the same `data.train` "
+                f"(checkpoint: {state.get('train')}, now: {self.train_config})."
+            )
+        self._consumed = int(state["consumed_samples"])

@@ -1,0 +1,176 @@
+"""`RePoLightningModule`: OLMo-2 with any position method, trained as in the REPO paper.
+
+Loss = next-token cross-entropy + z-loss (1e-5); AdamW (0.9, 0.95), eps 1e-8,
+decoupled decay 0.1 except embeddings; linear decay to 0 without warm-up;
+gradient clipping is the Trainer's (`gradient_clip_val: 1.0`, passed to
+DeepSpeed's `gradient_clipping` too). The model is built in `configure_model`
+so strategies can place it; `init_from` continues from an HF OLMo-2 directory
+with fresh REPO weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import pytorch_lightning as pl
+import torch
+
+from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, repo_curriculum_mix
+from repo_train.modeling.presets import preset
+from repo_train.training.objective import lm_loss, shift_labels
+from repo_train.training.optim import build_adamw, linear_decay
+
+log = logging.getLogger(__name__)
+
+
+def resolve_attn_implementation(name: str) -> str:
+    """ "auto" = flash-attn 2 when it is installed and CUDA is present, else SDPA."""
+    if name != "auto":
+        return name
+    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+class RePoLightningModule(pl.LightningModule):
+    def __init__(
+        self,
+        init_from: str | None = None,
+        preset_name: str = "tiny",
+        position_method: str = "repo",
+        repo_start_layer: int | None = None,
+        repo_hidden_size: int | None = None,
+        config_overrides: dict | None = None,
+        lr: float = 3e-3,
+        weight_decay: float = 0.1,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        warmup_steps: int = 0,
+        z_loss_multiplier: float = 1e-5,
+        activation_checkpointing: bool = False,
+        attn_implementation: str = "auto",
+        repo_curriculum_start: float = 0.0,
+        repo_curriculum_steps: int = 0,
+    ):
+        """
+        Args:
+            init_from: HF directory to continue from (vanilla OLMo-2, this project's, or published RePo);
+                None = train from scratch with `preset_name`.
+            preset_name: model size when training from scratch: tiny, olmo2-1b, olmo2-7b.
+            position_method: rope, nope, r2n1, n2r1 or repo.
+            repo_start_layer: first REPO layer (default ⌊L/3⌋).
+            repo_hidden_size: d_p of REPO (default hidden_size // 8).
+            config_overrides: any other RePoOlmo2Config field, e.g. rope_parameters for YaRN.
+            lr: peak learning rate (REPO paper, 1B: 7.4487e-5).
+            weight_decay: decoupled AdamW decay, not applied to embeddings.
+            betas: AdamW betas.
+            eps: AdamW epsilon.
+            warmup_steps: linear warm-up steps before the linear decay (paper: 0).
+            z_loss_multiplier: weight of the z-loss (OLMo: 1e-5).
+            activation_checkpointing: recompute each decoder layer in backward to save memory.
+            attn_implementation: auto (flash-attn when installed on CUDA, else sdpa), sdpa, eager, flash_attention_2.
+            repo_curriculum_start: p0 of the curriculum z <- (1-p) z + p i (0 = off).
+            repo_curriculum_steps: steps over which p decays linearly to 0.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.model: RePoOlmo2ForCausalLM | None = None
+        self.stopped_on_nonfinite = False
+        self.last_train_loss: torch.Tensor | None = None  # unscaled by gradient accumulation
+
+    # ----------------------------------------------------------------- model
+    def model_config_fields(self) -> dict:
+        hp = self.hparams
+        fields = dict(hp.config_overrides or {})
+        fields["position_method"] = hp.position_method
+        if hp.repo_start_layer is not None:
+            fields["repo_start_layer"] = hp.repo_start_layer
+        if hp.repo_hidden_size is not None:
+            fields["repo_hidden_size"] = hp.repo_hidden_size
+        return fields
+
+    def configure_model(self) -> None:
+        if self.model is not None:
+            return
+        hp = self.hparams
+        attn = resolve_attn_implementation(hp.attn_implementation)
+        if hp.init_from:
+            model = RePoOlmo2ForCausalLM.from_pretrained(
+                hp.init_from, attn_implementation=attn, dtype=torch.float32, **self.model_config_fields()
+            )
+        else:
+            config = preset(hp.preset_name, **self.model_config_fields())
+            config._attn_implementation = attn
+            model = RePoOlmo2ForCausalLM(config)
+        if hp.activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+        self.model = model
+
+    # -------------------------------------------------------------- training
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+    def _losses(self, batch):
+        input_ids = batch["input_ids"]
+        labels = shift_labels(input_ids, self.model.config.pad_token_id)
+        return lm_loss(self(input_ids), labels, self.hparams.z_loss_multiplier)
+
+    def on_train_batch_start(self, batch, batch_idx):
+        hp = self.hparams
+        if hp.repo_curriculum_start > 0 and hp.repo_curriculum_steps > 0:
+            mix = repo_curriculum_mix(self.global_step, hp.repo_curriculum_start, hp.repo_curriculum_steps)
+            for policy in layer_policies(self.model):
+                if hasattr(policy, "linear_mix"):
+                    policy.linear_mix = mix
+            self.log("train/repo_linear_mix", mix)
+
+    def training_step(self, batch, batch_idx):
+        parts = self._losses(batch)
+        finite = torch.isfinite(parts.total).all()
+        if not self.trainer.strategy.reduce_boolean_decision(bool(finite), all=True):
+            self.stopped_on_nonfinite = True
+            self.trainer.should_stop = True
+            log.error(
+                "non-finite loss at step %d (loss=%s): stopping before the update; the last checkpoint is the "
+                "last good state. Lower the learning rate or check the data, then resume from it.",
+                self.global_step,
+                parts.total.item(),
+            )
+            return None
+        self.last_train_loss = parts.total.detach()
+        self.log("train/loss", self.last_train_loss, prog_bar=True)
+        self.log("train/ce", parts.ce)
+        self.log("train/z_loss", parts.z)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], prog_bar=True)
+        return parts.total
+
+    def validation_step(self, batch, batch_idx):
+        parts = self._losses(batch)
+        self.log("val/loss", parts.total, prog_bar=True, sync_dist=True)
+        self.log("val/ce", parts.ce, sync_dist=True)
+
+    def on_before_optimizer_step(self, optimizer):
+        if getattr(self.trainer.strategy, "strategy_name", "") in ("deepspeed", "deepspeed_cpu"):
+            return  # DeepSpeed owns (partitioned) gradients; the throughput callback logs its norm
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            self.log("train/grad_norm", norm)
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        total = self.trainer.max_steps
+        if total is None or total < 1:
+            raise ValueError("set trainer.max_steps (the linear decay reaches 0 there), e.g. --trainer.max_steps 23842")
+        optimizer = build_adamw(self.model, hp.lr, hp.weight_decay, tuple(hp.betas), hp.eps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_decay(total, hp.warmup_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ----------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["model_config"] = self.model.config.to_dict()
+
+    def on_load_checkpoint(self, checkpoint):
+        self.configure_model()

@@ -1,0 +1,75 @@
+"""A tiny training run, used by the tests in one process or under torchrun.
+
+    python tiny_run.py OUT.json --strategy ddp --devices 2 --steps 6 [--ckpt-every N] [--resume CKPT]
+
+Writes {"losses": [...per optimizer step...], "checkpoints": [...]} (rank 0).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from repo_train.training.callbacks import LossHistory
+from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.module import RePoLightningModule
+from repo_train.training.strategies import build_strategy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--method", default="repo")
+    parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--ckpt-every", type=int, default=0)
+    parser.add_argument("--ckpt-dir", default=None)
+    parser.add_argument("--resume", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+    module = RePoLightningModule(position_method=args.method, lr=args.lr, attn_implementation="sdpa")
+    data = RePoDataModule(
+        train={"source": "synthetic", "seq_len": args.seq_len, "num_samples": 512, "seed": 1},
+        global_batch_size=args.global_batch,
+        micro_batch_size=args.micro_batch,
+    )
+    history = LossHistory()
+    callbacks = [history]
+    if args.ckpt_every:
+        callbacks.append(
+            ModelCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=args.ckpt_every, save_top_k=-1, save_last=True)
+        )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        strategy=build_strategy(args.strategy),
+        max_steps=args.steps,
+        gradient_clip_val=1.0,
+        precision="32-true",
+        logger=False,
+        enable_checkpointing=bool(args.ckpt_every),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        callbacks=callbacks,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, data, ckpt_path=args.resume)
+    if trainer.global_rank == 0:
+        with open(args.out, "w") as handle:
+            json.dump({"losses": history.losses, "global_step": trainer.global_step}, handle)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
