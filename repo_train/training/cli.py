@@ -9,7 +9,6 @@ environment).
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -19,9 +18,7 @@ from repo_train.training import strategies  # noqa: F401  (registers the "deepsp
 from repo_train.training.callbacks import ThroughputMonitor
 from repo_train.training.checks import check_config_overrides, check_init_from, check_resume
 from repo_train.training.datamodule import RePoDataModule
-from repo_train.training.module import RePoLightningModule
-
-log = logging.getLogger(__name__)
+from repo_train.training.module import NonFiniteLossError, RePoLightningModule
 
 TINY_TRAINER_DEFAULTS = {
     "max_steps": 300,
@@ -60,16 +57,14 @@ class RePoCLI(LightningCLI):
             self.datamodule.hparams.global_batch_size, self.datamodule.hparams.micro_batch_size, trainer.world_size
         )
 
-    def after_fit(self) -> None:
-        if self.model.stopped_on_nonfinite:
-            checkpoints = [c for c in self.trainer.callbacks if isinstance(c, ModelCheckpoint)]
-            last = checkpoints[0].last_model_path if checkpoints else None
-            print(
-                f"training stopped: non-finite loss at step {self.trainer.global_step}; "
-                f"last good checkpoint: {last or 'none saved yet'}",
-                file=sys.stderr,
-            )
-            raise SystemExit(1)
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except NonFiniteLossError as err:
+            callback = self.trainer.checkpoint_callback
+            last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
+            print(f"{err}\nlast good checkpoint: {last or 'none saved yet'}", file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 def run(argv: list[str]) -> int:
@@ -83,3 +78,51 @@ def run(argv: list[str]) -> int:
         parser_kwargs={"prog": "python -m repo_train"},
     )
     return 0
+
+
+class _ParseOnlyCLI(RePoCLI):
+    """Parses and validates a config like `fit` would, without building the trainer or the model."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def check_config_file(path: str) -> dict:
+    """Parse a training YAML against the CLI and check what can be checked without GPUs or data.
+
+    Unknown keys and wrong types fail in the parser (as `fit` would); then the
+    model config is built (on the meta device) and the batch arithmetic done
+    for the configured devices × nodes. Returns a summary for printing.
+    """
+    from repo_train.modeling.accounting import config_parameter_report
+    from repo_train.modeling.presets import preset
+
+    cli = _ParseOnlyCLI(
+        RePoLightningModule, RePoDataModule, trainer_defaults=TINY_TRAINER_DEFAULTS, run=False, args=["--config", path]
+    )
+    config = cli.config
+    model, data, trainer = config.model, config.data, config.trainer
+    check_config_overrides(model.config_overrides)
+    fields = dict(model.config_overrides or {}, position_method=model.position_method)
+    if model.repo_start_layer is not None:
+        fields["repo_start_layer"] = model.repo_start_layer
+    if model.repo_hidden_size is not None:
+        fields["repo_hidden_size"] = model.repo_hidden_size
+    model_config = preset(model.preset_name, **fields)
+    devices = trainer.devices if isinstance(trainer.devices, int) else 1
+    world = devices * (trainer.num_nodes or 1)
+    accumulation = RePoDataModule.accumulation(data.global_batch_size, data.micro_batch_size, world)
+    seq_len = (data.train or {}).get("seq_len", 128)
+    if seq_len > model_config.max_position_embeddings:
+        raise ValueError(f"{path}: seq_len {seq_len} > max_position_embeddings {model_config.max_position_embeddings}")
+    return {
+        "model": model_config,
+        "parameters": config_parameter_report(model_config),
+        "world_size": world,
+        "accumulation": accumulation,
+        "tokens_per_step": data.global_batch_size * seq_len,
+        "max_steps": trainer.max_steps,
+        "lr": model.lr,
+        "seed": config.seed_everything,
+        "every_n_train_steps": config.checkpoint.every_n_train_steps,
+    }

@@ -91,17 +91,14 @@ class RePoDataModule(pl.LightningDataModule):
             self.val_dataset = build_data_source(self.val_config)
         if self.trainer is None:
             return
-        model = self.trainer.lightning_module
-        vocab = model.model.config.vocab_size if getattr(model, "model", None) is not None else None
-        if vocab is not None:
-            self.train_dataset.check_model_vocab_size(vocab)
-            if self.val_dataset is not None:
-                self.val_dataset.check_model_vocab_size(vocab)
-        max_positions = getattr(getattr(model, "model", None), "config", None)
-        if max_positions is not None and self.train_dataset.seq_len > max_positions.max_position_embeddings:
+        config = self.trainer.lightning_module.model_config()
+        self.train_dataset.check_model_vocab_size(config.vocab_size)
+        if self.val_dataset is not None:
+            self.val_dataset.check_model_vocab_size(config.vocab_size)
+        if self.train_dataset.seq_len > config.max_position_embeddings:
             raise ValueError(
                 f"data seq_len={self.train_dataset.seq_len} exceeds the model's max_position_embeddings="
-                f"{max_positions.max_position_embeddings}; shorten seq_len or extend the context (e.g. YaRN)."
+                f"{config.max_position_embeddings}; shorten seq_len or extend the context (e.g. YaRN)."
             )
         self.trainer.accumulate_grad_batches = self.accumulation(
             self.hparams.global_batch_size, self.hparams.micro_batch_size, self.trainer.world_size

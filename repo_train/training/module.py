@@ -11,17 +11,14 @@ with fresh REPO weights.
 from __future__ import annotations
 
 import importlib.util
-import logging
 
 import pytorch_lightning as pl
 import torch
 
-from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, repo_curriculum_mix
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies, repo_curriculum_mix
 from repo_train.modeling.presets import preset
 from repo_train.training.objective import lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay
-
-log = logging.getLogger(__name__)
 
 
 def resolve_attn_implementation(name: str) -> str:
@@ -31,6 +28,17 @@ def resolve_attn_implementation(name: str) -> str:
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     return "sdpa"
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN/inf; raised on every rank at once."""
+
+    def __init__(self, step: int, loss: float):
+        self.step = step
+        super().__init__(
+            f"non-finite loss ({loss}) at step {step}: training stopped before the update. Resume from the last "
+            "checkpoint with a lower learning rate, or check the data around this step."
+        )
 
 
 class RePoLightningModule(pl.LightningModule):
@@ -90,6 +98,15 @@ class RePoLightningModule(pl.LightningModule):
             fields["repo_hidden_size"] = hp.repo_hidden_size
         return fields
 
+    def model_config(self) -> RePoOlmo2Config:
+        """The config the model will have, without building weights (for checks before training)."""
+        if self.model is not None:
+            return self.model.config
+        hp = self.hparams
+        if hp.init_from:
+            return RePoOlmo2Config.from_pretrained(hp.init_from, **self.model_config_fields())
+        return preset(hp.preset_name, **self.model_config_fields())
+
     def configure_model(self) -> None:
         if self.model is not None:
             return
@@ -128,17 +145,12 @@ class RePoLightningModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         parts = self._losses(batch)
-        finite = torch.isfinite(parts.total).all()
-        if not self.trainer.strategy.reduce_boolean_decision(bool(finite), all=True):
+        finite = bool(torch.isfinite(parts.total).all())
+        if not self.trainer.strategy.reduce_boolean_decision(finite, all=True):
+            # Every rank agrees, so every rank stops here, before backward and the update: the
+            # weights and the last checkpoint are the last good state.
             self.stopped_on_nonfinite = True
-            self.trainer.should_stop = True
-            log.error(
-                "non-finite loss at step %d (loss=%s): stopping before the update; the last checkpoint is the "
-                "last good state. Lower the learning rate or check the data, then resume from it.",
-                self.global_step,
-                parts.total.item(),
-            )
-            return None
+            raise NonFiniteLossError(self.global_step, float(parts.total.detach()))
         self.last_train_loss = parts.total.detach()
         self.log("train/loss", self.last_train_loss, prog_bar=True)
         self.log("train/ce", parts.ce)

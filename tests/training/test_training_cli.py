@@ -1,0 +1,139 @@
+"""The training command line: shipped configs, the tiny default, torchrun + DeepSpeed, bad input."""
+
+import glob
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from repo_train.training.cli import check_config_file
+from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.module import NonFiniteLossError, RePoLightningModule
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted(glob.glob(str(ROOT / "configs" / "train" / "*.yaml")))
+
+
+def _cli(*args, cwd, torchrun_procs=0, timeout=600):
+    prefix = [sys.executable, "-m"]
+    if torchrun_procs:
+        prefix += ["torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun_procs}", "-m"]
+    return subprocess.run(
+        [*prefix, "repo_train", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, check=False
+    )
+
+
+def test_configs_are_shipped():
+    names = {Path(c).stem for c in CONFIGS}
+    expected = {f"olmo2-1b-stage2-{m}" for m in ("rope", "nope", "r2n1", "n2r1", "repo")}
+    assert expected | {"olmo2-7b-stage2-rope", "olmo2-7b-stage2-repo", "tiny-repo"} <= names
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: Path(c).stem)
+def test_every_shipped_config_parses_and_checks(config, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    summary = check_config_file(config)
+    name = Path(config).stem
+    if name.startswith("olmo2-"):
+        assert summary["max_steps"] == 23842 and summary["seed"] == 42
+        assert summary["tokens_per_step"] == 512 * 4096
+        assert summary["tokens_per_step"] * summary["max_steps"] == pytest.approx(50e9, rel=1e-4)
+        assert summary["every_n_train_steps"] == 1000
+        assert summary["accumulation"] == 32
+        assert summary["lr"] == pytest.approx(7.4487e-5)
+        model = summary["model"]
+        assert model.position_method == name.rsplit("-", 1)[1]
+        if name == "olmo2-1b-stage2-repo":
+            assert model.repo_start_layer == 5 and model.num_hidden_layers == 16
+        if name == "olmo2-7b-stage2-repo":
+            assert model.repo_start_layer == 10 and model.num_hidden_layers == 32
+
+
+def test_unknown_config_key_fails_before_training(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "configs/train/tiny-repo.yaml").read_text().replace("lr: 0.003", "learning_rate: 0.003"))
+    result = _cli("fit", "--config", str(bad), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "learning_rate" in result.stderr
+
+
+def test_tiny_default_trains_and_exports(tmp_path):
+    result = _cli(
+        "fit",
+        "--trainer.max_steps", "6",
+        "--trainer.default_root_dir", "run",
+        "--trainer.enable_progress_bar", "false",
+        "--checkpoint.every_n_train_steps", "3",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = next((tmp_path / "run").rglob("last.ckpt"))
+    result = _cli("export", "--checkpoint", str(last), "--out", "hf", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "hf" / "model.safetensors").is_file()
+
+
+def test_torchrun_deepspeed_cpu_config(tmp_path):
+    result = _cli(
+        "fit",
+        "--config", str(ROOT / "configs/train/tiny-repo-deepspeed-cpu.yaml"),
+        "--trainer.max_steps", "4",
+        "--trainer.default_root_dir", "run",
+        "--trainer.enable_progress_bar", "false",
+        "--data.train", '{"source": "synthetic", "seq_len": 32, "num_samples": 256}',
+        cwd=tmp_path,
+        torchrun_procs=2,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    shards = sorted(p.name for p in (tmp_path / "run").rglob("zero_pp_rank_*_optim_states.pt"))
+    assert len(shards) >= 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data.micro_batch_size", "3"], "not divisible by micro_batch_size"),
+        (["--data.train", '{"source": "olmo_numpy", "paths": ["nowhere/*.npy"]}'], "nowhere"),
+        (["--data.train", '{"source": "synthetic", "seq_len": 4096}'], "exceeds the model's max_position_embeddings"),
+        (["--model.config_overrides", '{"hidden_sise": 32}'], "unknown key"),
+        (["--model.init_from", "no/such/dir"], "not an HF model directory"),
+        (["--data.train", '{"source": "synthetic", "vocab_size": 512}'], "vocab"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, args, message):
+    result = _cli("fit", "--trainer.max_steps", "2", "--trainer.default_root_dir", "run", *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+class _NaNAtStep3(RePoLightningModule):
+    def _losses(self, batch):
+        parts = super()._losses(batch)
+        if self.global_step == 3:
+            parts.total = parts.total * float("nan")
+        return parts
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_state(tmp_path):
+    pl.seed_everything(0, verbose=False)
+    module = _NaNAtStep3(lr=3e-3, attn_implementation="sdpa")
+    data = RePoDataModule(
+        train={"source": "synthetic", "seq_len": 32, "num_samples": 256}, global_batch_size=8, micro_batch_size=8
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=10, logger=False, enable_progress_bar=False, use_distributed_sampler=False,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_last=True)],
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError, match="non-finite loss \\(nan\\) at step 3"):
+        trainer.fit(module, data)
+    assert module.stopped_on_nonfinite and trainer.global_step == 3
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+    saved = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=False)
+    assert saved["global_step"] == 3
+    for name, value in module.state_dict().items():
+        assert torch.equal(saved["state_dict"][name], value), name
