@@ -45,7 +45,9 @@ class _RotateByAngle(torch.autograd.Function):
     hand-written backward: the gradient w.r.t. the angles is
     `g2·out1 − g1·out2` and w.r.t. x a rotation by the opposite angle, which
     saves autograd's chain through cat/cos/sin. Learned positions (REPO) need
-    that angle gradient at every training step.
+    that angle gradient at every training step. Memory: it keeps the output
+    (which attention keeps anyway) and the angles (shared by q and k), and
+    recomputes cos/sin in backward instead of storing them.
     """
 
     @staticmethod
@@ -56,21 +58,24 @@ class _RotateByAngle(torch.autograd.Function):
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half], x[..., half:]
         out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
-        ctx.save_for_backward(out, cos, sin)
-        ctx.angle_shape = angles.shape
+        ctx.save_for_backward(out, angles)
+        ctx.scale = scale
         ctx.needs_angle_grad = ctx.needs_input_grad[1]
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        out, cos, sin = ctx.saved_tensors
+        out, angles = ctx.saved_tensors
+        cos, sin = angles.cos(), angles.sin()
+        if ctx.scale != 1.0:
+            cos, sin = cos * ctx.scale, sin * ctx.scale
         half = grad.shape[-1] // 2
         g1, g2 = grad[..., :half], grad[..., half:]
         grad_x = torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
         grad_angles = None
         if ctx.needs_angle_grad:
             o1, o2 = out[..., :half].float(), out[..., half:].float()
-            grad_angles = (g2.float() * o1 - g1.float() * o2).sum_to_size(ctx.angle_shape)
+            grad_angles = (g2.float() * o1 - g1.float() * o2).sum_to_size(angles.shape)
         return grad_x, grad_angles, None
 
 

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import pytorch_lightning as pl
 import torch
@@ -34,8 +35,9 @@ def main() -> None:
     parser.add_argument("--ckpt-every", type=int, default=0)
     parser.add_argument("--ckpt-dir", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     pl.seed_everything(0, verbose=False)
     module = RePoLightningModule(position_method=args.method, lr=args.lr, attn_implementation="sdpa")
     data = RePoDataModule(
@@ -64,10 +66,12 @@ def main() -> None:
         callbacks=callbacks,
         num_sanity_val_steps=0,
     )
+    start = time.perf_counter()
     trainer.fit(module, data, ckpt_path=args.resume)
+    seconds = time.perf_counter() - start
     if trainer.global_rank == 0:
         with open(args.out, "w") as handle:
-            json.dump({"losses": history.losses, "global_step": trainer.global_step}, handle)
+            json.dump({"losses": history.losses, "global_step": trainer.global_step, "fit_seconds": seconds}, handle)
 
 
 if __name__ == "__main__":

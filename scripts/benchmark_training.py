@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Training throughput of RoPE vs REPO through the real Lightning path, side by side, and DDP scaling.
+
+Runs the same tiny-but-not-trivial model with each position method on the same
+synthetic data for the same steps, alternating methods over several rounds,
+and prints median tokens/s and the REPO/RoPE ratio (target <= 1.05 in time,
+i.e. >= 0.95 in throughput). Then times 1 vs 2 DDP processes (torchrun) on the
+same global batch and prints the scaling.
+
+    python scripts/benchmark_training.py [--rounds 3] [--steps 8] [--seq-len 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.module import RePoLightningModule
+
+TINY_RUN = Path(__file__).resolve().parents[1] / "tests" / "training" / "tiny_run.py"
+SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 4,
+         "num_key_value_heads": 4, "vocab_size": 1024}  # fmt: skip
+
+
+def tokens_per_second(method: str, steps: int, seq_len: int, batch: int) -> float:
+    pl.seed_everything(0, verbose=False)
+    module = RePoLightningModule(position_method=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
+    data = RePoDataModule(
+        train={"source": "synthetic", "seq_len": seq_len, "num_samples": 256, "vocab_size": 1024},
+        global_batch_size=batch,
+        micro_batch_size=batch,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=steps + 2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, use_distributed_sampler=False, gradient_clip_val=1.0,
+        callbacks=[_Timer(skip=2)],
+    )  # fmt: skip
+    trainer.fit(module, data)
+    timer = trainer.callbacks[0]
+    return steps * batch * seq_len / timer.elapsed
+
+
+class _Timer(pl.Callback):
+    """Wall time of the optimizer steps after `skip` warm-up steps."""
+
+    def __init__(self, skip: int):
+        self.skip, self.start, self.elapsed = skip, None, 0.0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.skip:
+            self.start = time.perf_counter()
+        elif trainer.global_step > self.skip:
+            self.elapsed = time.perf_counter() - self.start
+
+
+def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
+    """Seconds inside `trainer.fit` (process start-up excluded) for one global batch of 8 × 512 tokens per step."""
+    out = workdir / f"ddp{nproc}.json"
+    prefix = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                  f"--nproc_per_node={nproc}"]  # fmt: skip
+    args = [str(TINY_RUN), str(out), "--steps", str(steps), "--seq-len", "512", "--global-batch", "8",
+            "--micro-batch", str(8 // nproc), "--threads", "1"]  # fmt: skip
+    if nproc > 1:
+        args += ["--strategy", "ddp", "--devices", str(nproc)]
+    subprocess.run([*prefix, *args], check=True, capture_output=True, cwd=workdir)
+    return json.loads(out.read_text())["fit_seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--skip-ddp", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    results: dict[str, list[float]] = {"rope": [], "repo": []}
+    for _ in range(args.rounds):
+        for method, values in results.items():
+            values.append(tokens_per_second(method, args.steps, args.seq_len, args.batch))
+    print(f"shape {SHAPE}, seq_len {args.seq_len}, batch {args.batch}, {args.steps} timed steps × {args.rounds} rounds")
+    for method, values in results.items():
+        print(f"  {method:5s} tokens/s: median {statistics.median(values):8.0f}  (all: {[round(v) for v in values]})")
+    ratios = [rope / repo for rope, repo in zip(results["rope"], results["repo"])]
+    print(
+        f"  step-time ratio REPO/RoPE: median {statistics.median(ratios):.3f} (per round {[round(r, 3) for r in ratios]})"
+    )
+    if args.skip_ddp:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        one = ddp_seconds(1, 20, Path(tmp))
+        two = ddp_seconds(2, 20, Path(tmp))
+    print(
+        f"  DDP on this machine, 20 steps of 8 × 256 tokens (process start-up included): 1 process {one:.1f}s, "
+        f"2 processes {two:.1f}s, speed-up {one / two:.2f}x"
+    )
+    print(json.dumps({"repo_over_rope_time": statistics.median(ratios), "ddp_speedup": one / two}))
+
+
+if __name__ == "__main__":
+    main()
