@@ -34,14 +34,14 @@ def tiny(**overrides) -> RePoOlmo2Config:
     return RePoOlmo2Config(**fields)
 
 
-def olmo2_1b(**overrides) -> RePoOlmo2Config:
-    """OLMo-2 1B: d=2048, 16 layers, 16 heads (MHA), FFN 8192; REPO from layer 5 by default."""
+def _olmo2(hidden: int, ffn: int, layers: int, heads: int, overrides: dict) -> RePoOlmo2Config:
+    """An OLMo-2 shape with the dolma2 tokenizer, 4,096 context and RoPE base 500,000 (MHA)."""
     fields = dict(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=16,
-        num_key_value_heads=16,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         max_position_embeddings=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         rms_norm_eps=1e-6,
@@ -50,24 +50,16 @@ def olmo2_1b(**overrides) -> RePoOlmo2Config:
     )
     fields.update(overrides)
     return RePoOlmo2Config(**fields)
+
+
+def olmo2_1b(**overrides) -> RePoOlmo2Config:
+    """OLMo-2 1B: d=2048, 16 layers, 16 heads, FFN 8192; REPO from layer 5 by default."""
+    return _olmo2(2048, 8192, 16, 16, overrides)
 
 
 def olmo2_7b(**overrides) -> RePoOlmo2Config:
-    """OLMo-2 7B: d=4096, 32 layers, 32 heads (MHA), FFN 11008; REPO from layer 10 by default."""
-    fields = dict(
-        hidden_size=4096,
-        intermediate_size=11008,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=32,
-        max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        **_DOLMA2_TOKENS,
-    )
-    fields.update(overrides)
-    return RePoOlmo2Config(**fields)
+    """OLMo-2 7B: d=4096, 32 layers, 32 heads, FFN 11008; REPO from layer 10 by default."""
+    return _olmo2(4096, 11008, 32, 32, overrides)
 
 
 PRESETS = {"tiny": tiny, "olmo2-1b": olmo2_1b, "olmo2-7b": olmo2_7b}
