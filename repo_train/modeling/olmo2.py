@@ -69,12 +69,37 @@ class RePoOlmo2ForCausalLM(RePoOlmo2PreTrainedModel, Olmo2ForCausalLM):
     def position_policies(self):
         return layer_policies(self)
 
-    def forward(self, *args, output_positions: bool = False, **kwargs) -> RePoCausalLMOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        output_positions: bool = False,
+        **kwargs,
+    ) -> RePoCausalLMOutput:
+        """`Olmo2ForCausalLM.forward` (same explicit arguments, so `generate` sees `position_ids` and
+        `logits_to_keep`), plus `output_positions`: return each layer's positions `[B, H, S]`."""
+        inputs = dict(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
         if not output_positions:
-            out = Olmo2ForCausalLM.forward(self, *args, **kwargs)
-            return out if not isinstance(out, CausalLMOutputWithPast) else RePoCausalLMOutput(**out)
+            out = Olmo2ForCausalLM.forward(self, **inputs)
+            return RePoCausalLMOutput(**out) if isinstance(out, CausalLMOutputWithPast) else out
         with record_positions(self) as recorder:
-            out = Olmo2ForCausalLM.forward(self, *args, **kwargs)
+            out = Olmo2ForCausalLM.forward(self, **inputs)
         if not isinstance(out, CausalLMOutputWithPast):
-            return out + (tuple(recorder.positions),)
+            return (*out, tuple(recorder.positions))
         return RePoCausalLMOutput(**out, positions=tuple(recorder.positions))

@@ -153,3 +153,23 @@ def test_dynamic_rope_refused_for_repo_layers():
     RePoOlmo2ForCausalLM(tiny(position_method="rope", rope_parameters=dynamic))  # untouched path: fine
     with pytest.raises(ValueError, match="changes its frequencies with the input length"):
         RePoOlmo2ForCausalLM(tiny(position_method="repo", rope_parameters=dynamic))
+
+
+def test_generate_with_left_padding_uses_cumsum_positions():
+    """`generate` must see `position_ids`/`logits_to_keep` in forward's signature: a left-padded row's
+    first real token then sits at position 0 (HF's cumsum rule) and decodes like the prompt alone."""
+    from repo_train.modeling import record_positions
+
+    model = RePoOlmo2ForCausalLM(tiny(position_method="repo")).eval()
+    _spread(model)
+    short, long = torch.randint(3, 256, (1, 9)), torch.randint(3, 256, (1, 14))
+    batch = torch.full((2, 14), model.config.pad_token_id)
+    batch[0, 5:], batch[1] = short[0], long[0]
+    mask = (torch.arange(14) >= torch.tensor([[5], [0]])).long()
+    with torch.no_grad(), record_positions(model) as rec:
+        together = model.generate(batch, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    prefill_rope = rec.positions[0]  # layer 0 (RoPE) of the prefill call
+    assert prefill_rope[0, 0, 5].item() == 0.0 and prefill_rope[1, 0, 0].item() == 0.0
+    with torch.no_grad():
+        alone = model.generate(short, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    assert torch.equal(together[0, 14:], alone[0, 9:])
