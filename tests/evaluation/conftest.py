@@ -1,4 +1,4 @@
-"""Paths of the committed Lost in the Middle subsets (see tests/fixtures/lost_in_the_middle/README.md)."""
+"""Paths of the committed Lost in the Middle subsets (see tests/fixtures/lost_in_the_middle/README.md), tiny models."""
 
 from __future__ import annotations
 
@@ -19,3 +19,29 @@ def nq_oracle_path() -> str:
 def kv_path() -> str:
     """First 12 examples of kv-retrieval-75_keys.jsonl.gz."""
     return str(FIXTURES / "kv-retrieval-75_keys.first12.jsonl.gz")
+
+
+def spread_logits(model, factor: float = 5.0):
+    """Scale a random model's matrices so greedy choices have margins far above float noise (no near-ties)."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.mul_(factor)
+    return model
+
+
+@pytest.fixture
+def tiny_lm():
+    """The harness's built-in tiny OLMo-2 (random, logits spread) and its byte tokenizer."""
+    from evaluation.models import tiny_default
+
+    model, tokenizer = tiny_default(seed=0)
+    return spread_logits(model), tokenizer
+
+
+@pytest.fixture
+def spread():
+    """`spread(model)`: see `spread_logits`."""
+    return spread_logits

@@ -1,0 +1,146 @@
+"""Loading the model under evaluation: a local HF directory, or the built-in tiny default.
+
+`load_model` accepts any RoPE causal LM directory transformers can read
+offline (OLMo-2, Llama, Qwen2, Mistral) and this project's `repo_olmo2`
+checkpoints (registered by `import repo_train`). Published RePo directories
+say `model_type: olmo2` with a `pe_config`; they are routed to
+`RePoOlmo2ForCausalLM`, since the plain Auto class would drop the REPO weights.
+
+`tiny_default` builds, with no files at all, a random 4-layer OLMo-2 and a
+byte-level tokenizer, so the whole pipeline runs end to end (its answers are
+noise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders
+from tokenizers import models as tok_models
+from tokenizers.pre_tokenizers import ByteLevel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
+
+TINY_DEFAULT_NAME = "tiny-default"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Special tokens of the byte tokenizer, ids 0 and 1 (the ids `presets.tiny` uses); byte b is id b + 2.
+BYTE_SPECIALS = ("<pad>", "<eos>")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (the ByteLevel pre-tokenizer's alphabet)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer built offline: one token per UTF-8 byte (id = byte + 2), `<pad>`=0, `<eos>`=1.
+
+    A BPE model without merges over the 256-byte alphabet, so offsets map every
+    token back to its characters (what the harness uses for item spans).
+    """
+    table = _bytes_to_unicode()
+    assert set(table.values()) == set(ByteLevel.alphabet())
+    vocab = {name: i for i, name in enumerate(BYTE_SPECIALS)}
+    vocab.update({table[b]: b + len(BYTE_SPECIALS) for b in range(256)})
+    backend = Tokenizer(tok_models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(list(BYTE_SPECIALS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", padding_side="left", model_max_length=10**9
+    )
+
+
+def tiny_default(seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The built-in default: a random `presets.tiny` OLMo-2 sized to the byte tokenizer (same weights per seed)."""
+    tokenizer = byte_tokenizer()
+    config = tiny(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = RePoOlmo2ForCausalLM(config).eval()
+    model.name_or_path = f"{TINY_DEFAULT_NAME}(seed={seed})"
+    _prepare(model, tokenizer)
+    return model, tokenizer
+
+
+def _prepare(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Left padding, a pad token (eos when missing) and a generation config that agrees with them."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token; set one of them before evaluating")
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if model.generation_config.eos_token_id is None and tokenizer.eos_token_id is not None:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+
+
+def _check_directory(path: Path) -> dict:
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory {str(path)!r} not found; pass --model a local HF model directory")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(
+            f"{str(path)!r} has no config.json; pass the directory written by model.save_pretrained(...)"
+        )
+    if not any((path / name).is_file() for name in _TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{str(path)!r} has no tokenizer (none of {list(_TOKENIZER_FILES)}); save one there with "
+            "tokenizer.save_pretrained(DIR)"
+        )
+    try:
+        return json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config_file} is not valid JSON ({err.msg})") from err
+
+
+def load_model(
+    path: str | Path, dtype: str = "float32", attn_implementation: str = "sdpa"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Model (eval mode) and tokenizer (left padding, pad token set) from a local HF directory, offline."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(_DTYPES)}")
+    path = Path(path)
+    raw_config = _check_directory(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    kwargs = dict(local_files_only=True, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
+    if raw_config.get("model_type") == "olmo2" and raw_config.get("pe_config") is not None:
+        model = RePoOlmo2ForCausalLM.from_pretrained(path, **kwargs)  # published RePo layout
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model.eval()
+    _prepare(model, tokenizer)
+    return model, tokenizer
+
+
+def model_identity(model: PreTrainedModel) -> dict[str, str]:
+    """Name/path of a model and a hash of its config: what the results say they were measured on."""
+    config = model.config.to_dict()
+    for volatile in ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "_attn_implementation_autoset"):
+        config.pop(volatile, None)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    name = str(getattr(model, "name_or_path", "") or model.config.name_or_path or type(model).__name__)
+    return {"name": name, "class": type(model).__name__, "config_sha256": digest}

@@ -1,0 +1,312 @@
+"""Run a grid of tasks × method stacks: per-example records as produced, resumable, then a summary.
+
+Order and resumption: each task's prompts are tokenised once, length-checked
+and split into batches by one deterministic plan; every method stack walks the
+same plan. On a restart, ids already in `records.jsonl` for that (task, method)
+are skipped, and a batch with missing ids is regenerated *whole* (batch
+companions change padding, hence floating-point sums), writing only the
+missing records. So an interrupted-and-resumed run writes the same bytes as an
+uninterrupted one.
+
+Tokenised prompts are cached in memory, keyed by (tokenizer fingerprint,
+task name + parameters): every method stack of a grid, and every later call
+in the same process (a search scoring many candidates), reuses them; a new
+process tokenises again, which is cheap next to generation.
+
+`OUT/run.json` records what the records depend on (model, task parameters,
+decoding); resuming into a directory made with other settings is refused
+rather than mixed. Methods and tasks may be added to an existing directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import closing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import datasets
+from tqdm.auto import tqdm
+
+from evaluation.generation import (
+    DecodeSettings,
+    TokenizedPrompt,
+    collate,
+    fit_to_length,
+    generate_batch,
+    plan_batches,
+    prompt_limit,
+    tokenize_prompts,
+)
+from evaluation.methods import MethodStack
+from evaluation.models import load_model, model_identity, tiny_default
+from evaluation.results import (
+    FORMAT_VERSION,
+    RECORDS_FILE,
+    SUMMARY_FILE,
+    RecordWriter,
+    build_summary,
+    read_records,
+    write_json_atomic,
+)
+from evaluation.tasks import Task, build_task
+
+MANIFEST_FILE = "run.json"
+
+#: Per task: (max_new_tokens, stop strings). As in the Lost in the Middle release, an answer is its first line.
+TASK_GENERATION: dict[str, tuple[int, tuple[str, ...]]] = {
+    "mdqa": (100, ("\n",)),
+    "mdqa_release": (100, ("\n",)),
+    "kv": (100, ("\n",)),
+}
+_ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers", "item_spans")
+#: What methods may see of a row (`GenerationBatch.rows`): never the answer or where it is.
+_PUBLIC_COLUMNS = ("id", "example_id", "num_positions")
+
+
+class RunInterrupted(RuntimeError):
+    """The run stopped early on purpose (`max_records`); rerunning the same command resumes it."""
+
+
+@dataclass
+class RunConfig:
+    """One evaluation run: where, which model, which tasks (with `build_task` parameters) and methods."""
+
+    out: str
+    """Output directory (records.jsonl, summary.json, run.json, plots, report.md)."""
+    tasks: dict[str, dict[str, Any]]
+    """Task name -> parameters of `evaluation.tasks.build_task`."""
+    methods: list[str] = field(default_factory=lambda: ["baseline"])
+    """Method stack specs, e.g. 'baseline', 'pi:scale=2', 'a+b:k=v'."""
+    model: str | None = None
+    """Local HF model directory; None = the built-in tiny default."""
+    seed: int = 0
+    """Seed of the tiny default's random weights."""
+    batch_size: int = 8
+    max_new_tokens: int | None = None
+    """None = the task's default (see TASK_GENERATION)."""
+    max_length: int | None = None
+    """Prompt + new tokens budget; None = the model's max_position_embeddings."""
+    truncate: str | None = None
+    """None (too long = error), 'left' or 'middle'."""
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    bootstrap_resamples: int = 1000
+
+    def settings(self, task: str) -> DecodeSettings:
+        max_new, stops = TASK_GENERATION.get(task, (32, ("\n",)))
+        return DecodeSettings(
+            max_new_tokens=self.max_new_tokens or max_new,
+            stop_strings=stops,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+            truncate=self.truncate,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        """Inverse of `to_dict` (e.g. from a JSON/YAML config); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown RunConfig key(s) {unknown}; valid keys are {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass
+class PreparedTask:
+    """A task ready to run: its rows, fitted token prompts and the batch plan every method follows."""
+
+    name: str
+    task: Task
+    rows: list[dict[str, Any]]
+    prompts: list[TokenizedPrompt]
+    settings: DecodeSettings
+    plan: list[list[int]]
+
+
+_DATASETS: dict[str, datasets.Dataset] = {}
+_TOKENS_CACHE: dict[tuple[str, str], list[TokenizedPrompt]] = {}
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of the tokenizer's full definition (fast tokenizers) or its name and size."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else f"{tokenizer.name_or_path}:{len(tokenizer)}"
+    text += f"|{type(tokenizer).__name__}|{tokenizer.bos_token}|{tokenizer.eos_token}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, settings: DecodeSettings) -> PreparedTask:
+    """Build, tokenise (cached in memory by tokenizer and task parameters), length-check and plan one task."""
+    task = build_task(name, **params)
+    key = json.dumps({"task": name, **params}, sort_keys=True, default=str)
+    if key not in _DATASETS:
+        _DATASETS[key] = task.build()
+    dataset = _DATASETS[key]
+    if len(dataset) == 0:
+        raise ValueError(f"task {name!r} built no rows with {dict(params)}; check num_examples and the data file")
+    rows = dataset.select_columns(list(_ROW_COLUMNS)).to_list()
+    token_key = (tokenizer_fingerprint(tokenizer), key)
+    if token_key not in _TOKENS_CACHE:
+        spans = [row["item_spans"] for row in rows]
+        _TOKENS_CACHE[token_key] = tokenize_prompts(tokenizer, dataset["prompt"], spans)
+    fitted = fit_to_length(_TOKENS_CACHE[token_key], prompt_limit(model, settings), settings.truncate)
+    plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
+    return PreparedTask(name, task, rows, fitted, settings, plan)
+
+
+def run_stack(
+    model,
+    tokenizer,
+    prepared: PreparedTask,
+    stack: MethodStack,
+    done: Mapping[str, Any] | set[str] = frozenset(),
+    progress: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Records of one method stack on one prepared task, in plan order, skipping ids in `done`."""
+    todo = [batch for batch in prepared.plan if any(prepared.rows[i]["id"] not in done for i in batch)]
+    if not todo:
+        return
+    label = stack.label
+    with stack.attached(model, tokenizer):
+        bar = tqdm(todo, desc=f"{prepared.name} / {label}", unit="batch", disable=not progress)
+        for indices in bar:
+            rows = [prepared.rows[i] for i in indices]
+            public = [{key: row[key] for key in _PUBLIC_COLUMNS} for row in rows]  # no answers, no gold position
+            batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device, public)
+            outputs = generate_batch(model, tokenizer, batch, prepared.settings, stack)
+            for row, output in zip(rows, outputs):
+                if row["id"] in done:
+                    continue
+                yield {
+                    "id": row["id"],
+                    "example_id": row["example_id"],
+                    "task": prepared.name,
+                    "method": label,
+                    "gold_position": row["gold_position"],
+                    "num_positions": row["num_positions"],
+                    "prediction": output.text,
+                    "answers": row["answers"],
+                    "score": prepared.task.score(output.text, row["answers"]),
+                    "prompt_tokens": output.prompt_tokens,
+                    "truncated": output.truncated,
+                    "stop_reason": output.stop_reason,
+                }
+
+
+def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
+    tasks = {}
+    for name, params in config.tasks.items():
+        settings = config.settings(name)
+        tasks[name] = {
+            "params": dict(params),
+            "max_new_tokens": settings.max_new_tokens,
+            "stop_strings": list(settings.stop_strings),
+        }
+    decode = {"batch_size": config.batch_size, "max_length": config.max_length, "truncate": config.truncate}
+    return {"format_version": FORMAT_VERSION, "model": dict(identity), "decode": decode, "tasks": tasks}
+
+
+def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    """Refuse to add records made under other settings to an existing run directory; else record the settings."""
+    path = out / MANIFEST_FILE
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        fresh = json.loads(json.dumps(manifest, default=str))
+        differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
+        differs += [
+            f"tasks.{name}"
+            for name, spec in fresh["tasks"].items()
+            if name in old.get("tasks", {}) and old["tasks"][name] != spec
+        ]
+        if differs:
+            raise ValueError(
+                f"{out} holds results of a run with other settings (differs in {', '.join(differs)}); "
+                "use another --out directory, or delete this one to start over"
+            )
+        manifest = {**fresh, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
+    write_json_atomic(path, manifest)
+
+
+def run(
+    config: RunConfig,
+    model=None,
+    tokenizer=None,
+    max_records: int | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate every (task, method stack), append records, write summary.json and return the summary.
+
+    `max_records` stops (raising `RunInterrupted`) after that many new records;
+    `on_record` sees each record once it is on disk. A given model/tokenizer
+    is used as is (`config.model` is then only a label).
+    """
+    stacks = [MethodStack.parse(spec) for spec in config.methods]  # fail on a bad spec before loading anything
+    labels = [stack.label for stack in stacks]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"the same method stack is listed twice: {labels}")
+    if model is None and config.model:
+        model, tokenizer = load_model(Path(config.model).resolve(), config.dtype, config.attn_implementation)
+    elif model is None:
+        model, tokenizer = tiny_default(config.seed)
+    identity = model_identity(model)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_manifest(out, _manifest(config, identity))
+    prepared = [
+        prepare_task(name, params, model, tokenizer, config.settings(name)) for name, params in config.tasks.items()
+    ]
+    existing = read_records(out / RECORDS_FILE, repair=True)
+    done: dict[tuple[str, str], set[str]] = {}
+    for record in existing:
+        done.setdefault((record["task"], record["method"]), set()).add(record["id"])
+    written = 0
+    with closing(RecordWriter(out / RECORDS_FILE)) as writer:
+        for task in prepared:
+            for stack in stacks:
+                already = done.setdefault((task.name, stack.label), set())
+                # closing(): an exception here must detach the methods now, not when the generator is collected
+                with closing(run_stack(model, tokenizer, task, stack, already, progress)) as records:
+                    for record in records:
+                        writer.write(record)
+                        already.add(record["id"])
+                        written += 1
+                        if on_record is not None:
+                            on_record(record)
+                        if max_records is not None and written >= max_records:
+                            raise RunInterrupted(
+                                f"stopped after {written} new records (max_records); rerun the same command to resume"
+                            )
+    summary = _summarize(config, identity, labels, prepared)
+    write_json_atomic(out / SUMMARY_FILE, summary)
+    return summary
+
+
+def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Sequence[PreparedTask]) -> dict:
+    manifest = _manifest(config, identity)
+    ids = {task.name: {row["id"] for row in task.rows} for task in prepared}
+    records = [
+        r
+        for r in read_records(Path(config.out) / RECORDS_FILE)
+        if r["task"] in ids and r["id"] in ids[r["task"]] and r["method"] in labels
+    ]
+    tasks = {
+        task.name: {**manifest["tasks"][task.name], "metric": task.task.metric_name, "rows": len(task.rows)}
+        for task in prepared
+    }
+    return build_summary(
+        records,
+        model={**identity, "path": config.model},
+        tasks=tasks,
+        methods=labels,
+        extra={"decode": manifest["decode"]},
+        n_resamples=config.bootstrap_resamples,
+    )

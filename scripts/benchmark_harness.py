@@ -1,0 +1,155 @@
+#!/usr/bin/env python
+"""The harness's generation loop vs `model.generate`, and the speed-up of batching, side by side in one run.
+
+Builds a random model (byte tokenizer) and prompts of mixed lengths, then
+alternates (ours, generate, ours, generate, ...) over the same batches so both
+see the same machine state; prints tokens/s, the per-round time ratio and its
+median (target: within 10%), and checks that both produce the same tokens.
+Then times our loop with batch size 1 against batch size 8.
+
+    python scripts/benchmark_harness.py --prompts 16 --new-tokens 32 --hidden 256 --layers 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import Olmo2Config, Olmo2ForCausalLM
+
+# The checkout's packages, also when an older editable install does not list `evaluation` yet.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
+from evaluation.models import byte_tokenizer
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
+
+
+def build_model(family: str, vocab: int, hidden: int, layers: int, heads: int):
+    shape = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+    )
+    if family == "repo_olmo2":
+        return RePoOlmo2ForCausalLM(tiny(**shape)).eval()
+    config = Olmo2Config(**shape, max_position_embeddings=4096, pad_token_id=0, eos_token_id=1)
+    return Olmo2ForCausalLM(config).eval()
+
+
+def make_prompts(count: int, low: int, high: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = [
+        "the",
+        "of",
+        "and",
+        "document",
+        "question",
+        "answer",
+        "title",
+        "passage",
+        "river",
+        "city",
+        "year",
+        "king",
+        "war",
+        "music",
+        "film",
+    ]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(low, high) // 6)) for _ in range(count)]
+
+
+def ours(model, tokenizer, batches, settings) -> tuple[float, list[list[int]]]:
+    start = time.perf_counter()
+    tokens = []
+    for batch in batches:
+        tokens += [o.token_ids for o in generate_batch(model, tokenizer, batch, settings)]
+    return time.perf_counter() - start, tokens
+
+
+@torch.no_grad()
+def hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
+    start = time.perf_counter()
+    tokens = []
+    for batch in batches:
+        out = model.generate(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,  # explicit: RePoOlmo2's forward(**kwargs) hides that it takes them
+            max_new_tokens=new_tokens,
+            do_sample=False,
+        )
+        width = batch.input_ids.shape[1]
+        for row in out[:, width:].tolist():
+            tokens.append(row[: row.index(1)] if 1 in row else row)  # ours drops the EOS and what follows
+    return time.perf_counter() - start, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=["olmo2", "repo_olmo2"], default="olmo2")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--min-chars", type=int, default=200)
+    parser.add_argument("--max-chars", type=int, default=800)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5, help="timed A/B pairs (after 1 warm-up pair)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    tokenizer = byte_tokenizer()
+    model = build_model(args.family, len(tokenizer), args.hidden, args.layers, args.heads)
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 1
+    prompts = tokenize_prompts(tokenizer, make_prompts(args.prompts, args.min_chars, args.max_chars, seed=0))
+    settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=8)
+
+    def batches(size: int):
+        plan = plan_batches([len(p.input_ids) for p in prompts], size)
+        return [collate([prompts[i] for i in indices], tokenizer.pad_token_id) for indices in plan]
+
+    batched = batches(8)
+    print(
+        f"{args.family}: d={args.hidden}, {args.layers} layers, {args.prompts} prompts of "
+        f"{min(len(p.input_ids) for p in prompts)}-{max(len(p.input_ids) for p in prompts)} tokens, "
+        f"{args.new_tokens} new tokens, batch 8, {args.threads} threads"
+    )
+    ours(model, tokenizer, batched, settings), hf(model, batched, args.new_tokens)  # warm-up
+    ratios, same = [], True
+    for round_ in range(args.rounds):
+        t_ours, tok_ours = ours(model, tokenizer, batched, settings)
+        t_hf, tok_hf = hf(model, batched, args.new_tokens)
+        same &= tok_ours == tok_hf
+        generated = sum(len(t) for t in tok_ours)
+        ratios.append(t_ours / t_hf)
+        print(
+            f"round {round_}: ours {t_ours:.3f}s ({generated / t_ours:.0f} tok/s), "
+            f"generate {t_hf:.3f}s ({generated / t_hf:.0f} tok/s), ratio {t_ours / t_hf:.3f}"
+        )
+    print(f"ours / generate time: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})")
+    print(f"same tokens as generate: {same}")
+
+    single = batches(1)
+    speedups = []
+    for round_ in range(args.rounds):
+        t1 = ours(model, tokenizer, single, settings)[0]
+        t8 = ours(model, tokenizer, batched, settings)[0]
+        speedups.append(t1 / t8)
+        print(f"round {round_}: batch 1 {t1:.3f}s, batch 8 {t8:.3f}s, speed-up {t1 / t8:.2f}x")
+    print(f"batching speed-up (batch 1 time / batch 8 time): median {statistics.median(speedups):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
