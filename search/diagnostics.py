@@ -1,0 +1,32 @@
+"""Diagnostics of a per-layer scale vector: how smooth it is across layers.
+
+The paper measures the smoothness S of the scaling factors across layers
+(its Eq. 14) to argue that curve-constrained scales beat free per-layer ones.
+I could not recall the exact form of Eq. 14, so `smoothness` is NOT the
+paper's formula: it is the mean absolute second difference
+
+    S = 1 / (L − 2) · Σ_{h=1}^{L−2} |s_{h+1} − 2 s_h + s_{h−1}|,
+
+0 for any straight line, larger for rougher vectors (lower is smoother).
+Replace it with Eq. 14 once checked against the paper.
+
+The paper's representational structure deviation D (Eq. 12–13) is not
+implemented here: its definition could not be checked, and it needs hidden
+states of the model, which belongs to the evaluation harness anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def smoothness(scales: Sequence[float]) -> float:
+    """Mean absolute second difference of the scales over layers (lower = smoother; see module docstring)."""
+    values = np.asarray(scales, dtype=np.float64)
+    if values.ndim != 1 or len(values) < 3:
+        raise ValueError(f"smoothness needs >= 3 per-layer scales, got shape {values.shape}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("smoothness needs finite scales")
+    return float(np.mean(np.abs(np.diff(values, n=2))))

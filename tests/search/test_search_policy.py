@@ -1,0 +1,112 @@
+"""LPES policy: positions / s per layer (Eq. 2) on OLMo-2 and Llama; s = 1 leaves the model untouched."""
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from repo_train.modeling import (
+    NopePolicy,
+    RePoOlmo2ForCausalLM,
+    RopePolicy,
+    install_position_policies,
+    layer_policies,
+    record_positions,
+)
+from repo_train.modeling.presets import tiny
+from search.policy import LayerScaledRopePolicy, apply_scales, restore_policies, scaled_model
+
+LLAMA = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+)
+
+
+def _olmo():
+    return RePoOlmo2ForCausalLM(tiny()).eval()
+
+
+def _llama(**rope):
+    config = LlamaConfig(**LLAMA, **({"rope_parameters": rope} if rope else {}))
+    return LlamaForCausalLM(config).eval()
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+@pytest.mark.parametrize("build", [_olmo, _llama], ids=["olmo2", "llama"])
+def test_scale_one_is_bit_identical_to_the_untouched_model(build):
+    model = build()
+    untouched = copy.deepcopy(model)
+    ids = torch.randint(0, 128, (2, 23))
+    layers = model.config.num_hidden_layers
+    previous = apply_scales(model, [1.0] * layers)
+    assert all(isinstance(p, LayerScaledRopePolicy) and p.scale == 1.0 for p in layer_policies(model))
+    assert torch.equal(_logits(model, ids), _logits(untouched, ids))
+    assert all(type(p) is RopePolicy for p in previous)
+
+
+def test_scales_divide_the_positions_of_each_layer():
+    model = _olmo()
+    scales = [1.0, 2.0, 0.5, 1.7]
+    apply_scales(model, scales)
+    with torch.no_grad(), record_positions(model) as rec:
+        model(torch.randint(0, 128, (2, 9)))
+    for positions, scale in zip(rec.positions, scales):
+        assert positions.shape == (2, 4, 9)
+        assert torch.equal(positions, (torch.arange(9.0) / scale).expand(2, 4, 9))
+    assert torch.equal(rec.positions[1], torch.arange(9.0).expand(2, 4, 9) / 2)  # scale 2 halves them
+
+
+def test_uniform_scale_equals_hf_linear_rope_scaling():
+    """An independent reference: HF's `linear` rope type divides the frequencies by the factor instead."""
+    scaled = _llama()
+    reference = _llama(rope_type="linear", factor=2.0, rope_theta=10000.0)
+    reference.load_state_dict(scaled.state_dict())
+    apply_scales(scaled, [2.0, 2.0, 2.0])
+    ids = torch.randint(0, 128, (1, 40))
+    assert (_logits(scaled, ids) - _logits(reference, ids)).abs().max().item() <= 1e-5
+
+
+def test_restore_and_context_manager_give_back_the_model():
+    model = _llama()
+    untouched = copy.deepcopy(model)
+    ids = torch.randint(0, 128, (1, 30))
+    previous = apply_scales(model, [1.3, 2.0, 1.1])
+    assert not torch.allclose(_logits(model, ids), _logits(untouched, ids))
+    restore_policies(model, previous)
+    assert torch.equal(_logits(model, ids), _logits(untouched, ids))
+    with scaled_model(model, [2.0, 2.0, 2.0]):
+        assert not torch.allclose(_logits(model, ids), _logits(untouched, ids))
+    assert torch.equal(_logits(model, ids), _logits(untouched, ids))
+    # Scales replace an earlier LPES scale rather than multiplying it.
+    apply_scales(model, [4.0, 4.0, 4.0])
+    apply_scales(model, [1.0, 1.0, 1.0])
+    assert torch.equal(_logits(model, ids), _logits(untouched, ids))
+
+
+def test_nope_layers_are_kept_and_other_policies_refused():
+    model = _llama()
+    install_position_policies(model, [NopePolicy(), RopePolicy(), RopePolicy()])
+    apply_scales(model, [2.0, 2.0, 2.0])
+    policies = layer_policies(model)
+    assert isinstance(policies[0], NopePolicy) and isinstance(policies[1], LayerScaledRopePolicy)
+    repo = RePoOlmo2ForCausalLM(tiny(position_method="repo")).eval()
+    with pytest.raises(ValueError, match="layer 1 uses the 'repo' policy"):
+        apply_scales(repo, [1.0] * 4)
+
+
+def test_clear_errors():
+    model = _llama()
+    with pytest.raises(ValueError, match="got 2 scales for a model with 3 layers"):
+        apply_scales(model, [1.0, 1.0])
+    with pytest.raises(ValueError, match="finite number > 0"):
+        apply_scales(model, [1.0, 0.0, 1.0])
