@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from repo_train.modeling import PositionPolicy, RopePolicy, install_position_policies, layer_policies
+from repo_train.modeling import PositionPolicy, install_position_policies
+from repo_train.modeling.scaling import current_policies
 
 
 @dataclass
@@ -275,16 +276,6 @@ class MethodStack:
         for method in self.methods:
             logits = method.process_logits(step, logits, state)
         return logits
-
-
-def current_policies(model) -> list[PositionPolicy]:
-    """The model's per-layer policies; a model without any gets all-`RopePolicy()` (exactly the untouched model)."""
-    try:
-        return layer_policies(model)
-    except AttributeError:
-        policies: list[PositionPolicy] = [RopePolicy() for _ in range(model.config.num_hidden_layers)]
-        install_position_policies(model, policies)
-        return policies
 
 
 @dataclass

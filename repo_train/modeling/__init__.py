@@ -13,6 +13,7 @@ from repo_train.modeling.olmo2 import RePoCausalLMOutput, RePoOlmo2ForCausalLM, 
 from repo_train.modeling.policy import POSITION_POLICIES, NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.repo_policy import RepoPolicy, repo_curriculum_mix
 from repo_train.modeling.rope import RotaryEncoding
+from repo_train.modeling.scaling import ScaledRopePolicy, current_policies, scaled_policies
 
 __all__ = [
     "LAYER_PLANS",
@@ -28,11 +29,14 @@ __all__ = [
     "RopePolicy",
     "RotaryEncoding",
     "Rotation",
+    "ScaledRopePolicy",
     "attention_modules",
     "build_policies",
+    "current_policies",
     "install_position_policies",
     "layer_plan",
     "layer_policies",
     "record_positions",
     "repo_curriculum_mix",
+    "scaled_policies",
 ]
