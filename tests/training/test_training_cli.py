@@ -137,3 +137,17 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_state(tmp_path):
     assert saved["global_step"] == 3
     for name, value in module.state_dict().items():
         assert torch.equal(saved["state_dict"][name], value), name
+
+
+def test_shipped_deepspeed_config_is_zero2_with_explicit_clipping():
+    from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG, build_strategy, load_deepspeed_config
+
+    config = load_deepspeed_config(DEFAULT_ZERO2_CONFIG)
+    assert config["zero_optimization"]["stage"] == 2
+    assert config["gradient_clipping"] == 1.0  # set explicitly, not left to DeepSpeed's default
+    strategy = build_strategy("deepspeed")
+    assert strategy.config["zero_optimization"]["stage"] == 2
+    with pytest.raises(ValueError, match="unknown strategy 'fsdp3'"):
+        build_strategy("fsdp3")
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_deepspeed_config("configs/deepspeed/none.json")
