@@ -18,6 +18,7 @@ num_heads / num_kv_heads for that layer) and runs as multi-head attention.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -89,9 +90,9 @@ class PolicyAttentionMixin:
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
 
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)
-        if attention_interface is None:
-            from transformers.integrations.sdpa_attention import sdpa_attention_forward as attention_interface
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, _eager_attention_of(type(self))
+        )
         sliding_window = getattr(self, "sliding_window", None)
         if sliding_window is not None:
             kwargs["sliding_window"] = sliding_window
@@ -107,6 +108,20 @@ class PolicyAttentionMixin:
         )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
         return self.o_proj(attn_output), attn_weights
+
+
+def _eager_attention_of(cls: type):
+    """The `eager_attention_forward` of the HF modeling file the attention class comes from.
+
+    "eager" is not in HF's attention registry: each modeling file defines its
+    own (identical in shape) function, which the HF class passes as default.
+    """
+    for base in cls.__mro__:
+        module = sys.modules.get(base.__module__)
+        function = getattr(module, "eager_attention_forward", None)
+        if function is not None:
+            return function
+    raise TypeError(f"{cls.__name__}: no eager_attention_forward found in its transformers modeling file")
 
 
 _POLICY_CLASSES: dict[type, type] = {}

@@ -47,6 +47,10 @@ def test_all_rope_matches_hf_olmo2(attn):
         for kwargs in ({}, {"attention_mask": mask}):
             diff = (model(ids, **kwargs).logits - ref(ids, **kwargs).logits).abs().max().item()
             assert diff <= 1e-5, diff
+        if attn == "eager":  # the eager path really runs eager: full attention weights come back
+            ours, theirs = model(ids, output_attentions=True), ref(ids, output_attentions=True)
+            assert len(ours.attentions) == 4 and ours.attentions[0].shape == (3, 4, 37, 37)
+            assert (ours.attentions[-1] - theirs.attentions[-1]).abs().max().item() <= 1e-6
 
 
 def test_all_rope_matches_hf_with_yarn():
