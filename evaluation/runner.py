@@ -16,6 +16,12 @@ process tokenises again, which is cheap next to generation.
 `OUT/run.json` records what the records depend on (model, task parameters,
 decoding); resuming into a directory made with other settings is refused
 rather than mixed. Methods and tasks may be added to an existing directory.
+
+Decoding defaults come from `TASK_GENERATION`, else from the task's own
+`generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
+choice) generate nothing: each row's options are scored by `evaluation.loglik`
+and the task picks one; only methods acting through attach/detach (position
+policies) apply there.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from evaluation.generation import (
     prompt_limit,
     tokenize_prompts,
 )
-from evaluation.methods import MethodStack
+from evaluation.loglik import continuation_scores
+from evaluation.methods import Method, MethodStack
 from evaluation.models import load_model, model_identity, tiny_default
 from evaluation.results import (
     FORMAT_VERSION,
@@ -63,6 +70,10 @@ TASK_GENERATION: dict[str, tuple[int, tuple[str, ...]]] = {
     "kv": (100, ("\n",)),
 }
 _ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers", "item_spans")
+#: Extra columns of tasks scored by log-likelihood (`scoring = "loglikelihood"`): the context and its options.
+_LOGLIK_COLUMNS = ("prompt", "choices")
+#: Method hooks that act on generation steps, which log-likelihood scoring does not run.
+_GENERATION_HOOKS = ("start", "finish", "prefill_position_ids", "process_logits")
 #: What methods may see of a row (`GenerationBatch.rows`): never the answer or where it is.
 _PUBLIC_COLUMNS = ("id", "example_id", "num_positions")
 
@@ -97,7 +108,7 @@ class RunConfig:
     bootstrap_resamples: int = 1000
 
     def settings(self, task: str) -> DecodeSettings:
-        max_new, stops = TASK_GENERATION.get(task, (32, ("\n",)))
+        max_new, stops = task_generation(task, self.tasks.get(task, {}))
         return DecodeSettings(
             max_new_tokens=self.max_new_tokens or max_new,
             stop_strings=stops,
@@ -117,6 +128,19 @@ class RunConfig:
         if unknown:
             raise ValueError(f"unknown RunConfig key(s) {unknown}; valid keys are {sorted(known)}")
         return cls(**data)
+
+
+def task_generation(name: str, params: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
+    """(max_new_tokens, stop strings) of a task: TASK_GENERATION, else the task's `generation_defaults()`."""
+    if name in TASK_GENERATION:
+        return TASK_GENERATION[name]
+    defaults = getattr(build_task(name, **params), "generation_defaults", None)
+    return defaults() if defaults is not None else (32, ("\n",))
+
+
+def scores_by_loglikelihood(task: Task) -> bool:
+    """True for tasks that declare `scoring = "loglikelihood"` (their rows carry `choices`)."""
+    return getattr(task, "scoring", "generation") == "loglikelihood"
 
 
 @dataclass
@@ -152,7 +176,8 @@ def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, setting
     dataset = _DATASETS[key]
     if len(dataset) == 0:
         raise ValueError(f"task {name!r} built no rows with {dict(params)}; check num_examples and the data file")
-    rows = dataset.select_columns(list(_ROW_COLUMNS)).to_list()
+    columns = list(_ROW_COLUMNS) + (list(_LOGLIK_COLUMNS) if scores_by_loglikelihood(task) else [])
+    rows = dataset.select_columns(columns).to_list()
     token_key = (tokenizer_fingerprint(tokenizer), key)
     if token_key not in _TOKENS_CACHE:
         spans = [row["item_spans"] for row in rows]
@@ -173,6 +198,9 @@ def run_stack(
     """Records of one method stack on one prepared task, in plan order, skipping ids in `done`."""
     todo = [batch for batch in prepared.plan if any(prepared.rows[i]["id"] not in done for i in batch)]
     if not todo:
+        return
+    if scores_by_loglikelihood(prepared.task):
+        yield from _loglikelihood_records(model, tokenizer, prepared, stack, todo, done, progress)
         return
     label = stack.label
     with stack.attached(model, tokenizer):
@@ -198,6 +226,52 @@ def run_stack(
                     "prompt_tokens": output.prompt_tokens,
                     "truncated": output.truncated,
                     "stop_reason": output.stop_reason,
+                }
+
+
+def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: MethodStack, todo, done, progress):
+    """Records of a log-likelihood task: each row's options scored in one batch, the task picks one.
+
+    Only methods that act through attach/detach (position policies) apply here; a method with
+    generation hooks would silently do nothing, so it is refused.
+    """
+    for method in stack.methods:
+        hooks = [h for h in _GENERATION_HOOKS if getattr(type(method), h) is not getattr(Method, h)]
+        if hooks:
+            raise ValueError(
+                f"method {method.spec()!r} acts through {hooks}, which log-likelihood scoring "
+                f"({prepared.name!r}) does not run; evaluate it on generation tasks only"
+            )
+    label, task = stack.label, prepared.task
+    use_cache = bool(getattr(task, "use_kv_cache", False))
+    with stack.attached(model, tokenizer):
+        bar = tqdm(todo, desc=f"{prepared.name} / {label}", unit="batch", disable=not progress)
+        for indices in bar:
+            for i in indices:
+                row, tokens = prepared.rows[i], prepared.prompts[i]
+                if row["id"] in done:
+                    continue
+                if tokens.truncated:
+                    raise ValueError(
+                        f"{prepared.name}: row {row['id']} is longer than the length budget, and log-likelihood "
+                        "scoring does not truncate; raise --max-length or drop --truncate for this task"
+                    )
+                scores = continuation_scores(model, tokenizer, row["prompt"], row["choices"], use_cache)
+                choice = row["choices"][task.choose(scores, row["choices"])]
+                yield {
+                    "id": row["id"],
+                    "example_id": row["example_id"],
+                    "task": prepared.name,
+                    "method": label,
+                    "gold_position": row["gold_position"],
+                    "num_positions": row["num_positions"],
+                    "prediction": choice,
+                    "answers": row["answers"],
+                    "score": task.score(choice, row["answers"]),
+                    "prompt_tokens": len(tokens.input_ids),
+                    "truncated": False,
+                    "stop_reason": "loglikelihood",
+                    "loglikelihoods": [total for total, _ in scores],
                 }
 
 

@@ -5,7 +5,14 @@ A new method is a `Method` subclass decorated with `@register_method` in a
 module imported here; the harness needs no change.
 """
 
-from evaluation.methods import pi  # noqa: F401  (registers 'pi')
+from evaluation.methods import (
+    caliope,  # noqa: F401  (registers 'caliope')
+    found_in_middle,  # noqa: F401  (registers 'fim')
+    lpes,  # noqa: F401  (registers 'lpes')
+    pcd,  # noqa: F401  (registers 'pcd')
+    pi,  # noqa: F401  (registers 'pi')
+    scaling_baselines,  # noqa: F401  (registers 'ms_poe', 'attention_buckets')
+)
 from evaluation.methods.base import (
     METHODS,
     Baseline,

@@ -10,14 +10,36 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from evaluation.tasks.babi import BabiTask
 from evaluation.tasks.base import GRID_NAMES, Task, resolve_gold_positions
 from evaluation.tasks.kv_retrieval import KVRetrievalTask
+from evaluation.tasks.longbench import LongBenchTask
 from evaluation.tasks.mdqa import MDQAReleaseTask, MDQATask
+from evaluation.tasks.multiple_choice import MultipleChoiceTask
+from evaluation.tasks.reversal import ReversalTask
+from evaluation.tasks.ruler import (
+    RulerMultiKeyTask,
+    RulerMultiQueryTask,
+    RulerMultiValueTask,
+    RulerNIAHTask,
+    RulerVariableTrackingTask,
+)
+from evaluation.tasks.scrolls import ScrollsTask
 
 TASKS: dict[str, type[Task]] = {
     "mdqa": MDQATask,
     "mdqa_release": MDQAReleaseTask,
     "kv": KVRetrievalTask,
+    "ruler_niah_single": RulerNIAHTask,
+    "ruler_niah_multikey": RulerMultiKeyTask,
+    "ruler_niah_multivalue": RulerMultiValueTask,
+    "ruler_niah_multiquery": RulerMultiQueryTask,
+    "ruler_vt": RulerVariableTrackingTask,
+    "babi_qa2": BabiTask,
+    "reversal": ReversalTask,
+    "longbench": LongBenchTask,
+    "scrolls": ScrollsTask,
+    "multiple_choice": MultipleChoiceTask,
 }
 
 
@@ -43,9 +65,19 @@ def build_task(name: str, **params: Any) -> Task:
 __all__ = [
     "GRID_NAMES",
     "TASKS",
+    "BabiTask",
     "KVRetrievalTask",
+    "LongBenchTask",
     "MDQAReleaseTask",
     "MDQATask",
+    "MultipleChoiceTask",
+    "ReversalTask",
+    "RulerMultiKeyTask",
+    "RulerMultiQueryTask",
+    "RulerMultiValueTask",
+    "RulerNIAHTask",
+    "RulerVariableTrackingTask",
+    "ScrollsTask",
     "Task",
     "build_task",
     "resolve_gold_positions",

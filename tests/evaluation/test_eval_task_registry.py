@@ -11,7 +11,9 @@ CORE = {"id", "example_id", "task", "prompt", "answers", "gold_position", "num_p
 
 def test_registry_names() -> None:
     assert TASKS["mdqa"] is MDQATask and TASKS["kv"] is KVRetrievalTask
-    assert set(TASKS) == {"mdqa", "mdqa_release", "kv"}
+    ruler = {f"ruler_niah_{v}" for v in ("single", "multikey", "multivalue", "multiquery")} | {"ruler_vt"}
+    others = {"babi_qa2", "reversal", "longbench", "scrolls", "multiple_choice"}
+    assert set(TASKS) == {"mdqa", "mdqa_release", "kv"} | ruler | others
 
 
 def test_build_task_returns_configured_task(nq_oracle_path: str, kv_path: str) -> None:
@@ -27,7 +29,7 @@ def test_build_task_returns_configured_task(nq_oracle_path: str, kv_path: str) -
 
 
 def test_build_task_errors(nq_oracle_path: str) -> None:
-    with pytest.raises(ValueError, match=r"unknown task 'qa'; valid choices are \['kv', 'mdqa', 'mdqa_release'\]"):
+    with pytest.raises(ValueError, match=r"unknown task 'qa'; valid choices are \['babi_qa2', 'kv', 'longbench', "):
         build_task("qa")
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['k'\] for task 'mdqa'; valid parameters are"):
         build_task("mdqa", path=nq_oracle_path, k=10)

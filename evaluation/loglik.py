@@ -1,0 +1,119 @@
+"""Log-likelihood of continuations given a context: how multiple-choice tasks are scored (no generation).
+
+`loglikelihood(model, tokenizer, context, options)` returns, per option,
+Σ_j log p(option token j | context, option tokens < j). All options of one
+question go through the model as one batch:
+
+- `use_cache=False`: one forward over the right-padded batch `context + option_i`;
+- `use_cache=True`: one forward over the context, its KV cache repeated per
+  option, then one forward over the padded options (the context is encoded
+  once, which pays off when it is long and the options are many).
+
+Both give the same numbers up to float rounding (a test checks it, and checks
+both against a manual sum of log-softmax).
+
+Tokenisation follows lm-evaluation-harness: trailing whitespace of the context
+moves to the front of each option (so " Paris" is scored as one word), the
+context is encoded with special tokens (BOS when the tokenizer adds one) and
+each option without. An empty context is replaced by the BOS (else EOS) token,
+so that the first option token has something to be predicted from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+def encode_pair(tokenizer, context: str, continuations: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+    """Token ids of the context and of each continuation (lm-eval's whitespace rule)."""
+    if isinstance(continuations, str) or not continuations:
+        raise ValueError(f"continuations must be a non-empty list of strings, got {continuations!r}")
+    stripped = context.rstrip()
+    moved = context[len(stripped) :]
+    context_ids = list(tokenizer(stripped, add_special_tokens=True)["input_ids"])
+    if not context_ids:
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        if start is None:
+            raise ValueError("empty context and a tokenizer without BOS/EOS: give the options a context to follow")
+        context_ids = [start]
+    options = []
+    for text in continuations:
+        ids = list(tokenizer(moved + text, add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise ValueError(f"continuation {text!r} has no tokens; every option needs at least one token")
+        options.append(ids)
+    return context_ids, options
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and their mask."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def _pad_id(model, tokenizer) -> int:
+    for candidate in (tokenizer.pad_token_id, model.generation_config.pad_token_id, tokenizer.eos_token_id, 0):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+@torch.no_grad()
+def continuation_scores(
+    model, tokenizer, context: str, continuations: Sequence[str], use_cache: bool = False
+) -> list[tuple[float, int]]:
+    """(sum of log-probabilities, number of tokens) of each continuation after `context`."""
+    context_ids, options = encode_pair(tokenizer, context, continuations)
+    device, n_ctx = model.device, len(context_ids)
+    pad = _pad_id(model, tokenizer)
+    if not use_cache:
+        ids, mask = _pad([context_ids + o for o in options], pad)
+        positions = torch.arange(ids.shape[1]).expand_as(ids)
+        logits = model(
+            input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), use_cache=False
+        )
+        logprobs = torch.log_softmax(logits.logits.float(), dim=-1)
+        out = []
+        for row, option in enumerate(options):
+            steps = torch.arange(n_ctx - 1, n_ctx - 1 + len(option), device=device)
+            out.append((float(logprobs[row, steps, torch.tensor(option, device=device)].sum()), len(option)))
+        return out
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    prefix = torch.tensor([context_ids], device=device)
+    first = model(
+        input_ids=prefix, position_ids=torch.arange(n_ctx, device=device)[None], past_key_values=cache, use_cache=True
+    )
+    first_logprobs = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
+    cache.batch_repeat_interleave(len(options))
+    ids, mask = _pad(options, pad)
+    full_mask = torch.cat([torch.ones(len(options), n_ctx, dtype=torch.long), mask], dim=1)
+    positions = (n_ctx + torch.arange(ids.shape[1])).expand_as(ids)
+    rest = model(
+        input_ids=ids.to(device),
+        attention_mask=full_mask.to(device),
+        position_ids=positions.to(device),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    logprobs = torch.log_softmax(rest.logits.float(), dim=-1)
+    out = []
+    for row, option in enumerate(options):
+        total = first_logprobs[option[0]]
+        if len(option) > 1:
+            steps = torch.arange(len(option) - 1, device=device)
+            total = total + logprobs[row, steps, torch.tensor(option[1:], device=device)].sum()
+        out.append((float(total), len(option)))
+    return out
+
+
+def loglikelihood(model, tokenizer, context: str, continuations: Sequence[str], use_cache: bool = False) -> list[float]:
+    """Σ log p of each continuation's tokens after `context`, one batched forward per option set."""
+    return [total for total, _ in continuation_scores(model, tokenizer, context, continuations, use_cache)]

@@ -1,0 +1,298 @@
+"""The model-scored LPES fitness: the evaluation harness generates, the task's metric scores, Eq. 7 combines.
+
+Search sets. The search set is built ONCE from one harness task (MDQA or KV
+retrieval) with the relevant item at three indices of k:
+
+    begin = 0,   middle = ⌊(k − 1) / 2⌋,   end = k − 1,
+
+so every source example appears in all three subsets on an otherwise identical
+context (a paired design; the task grids such as 'lpes' have five positions,
+the fitness needs exactly three). `num_examples` source examples give
+3 · num_examples prompts. They are built, tokenised and length-checked once
+by `evaluation.runner.prepare_task` (which also caches the tokens in memory)
+and split into batches by its plan.
+
+Scoring. For each candidate scale vector the model gets the scales
+(`search.policy.scaled_model`: layer h sees positions / s_h), the harness
+generates greedily over the prepared batches (`evaluation.runner.run_stack`),
+each answer is scored with the task's metric, and
+
+    Acc_s = mean score over subset s,   F = λ_B Acc_B + λ_M Acc_M + λ_E Acc_E   (Eq. 7).
+
+Distributed. Under torchrun (torch.distributed initialised; gloo on CPU, nccl
+on GPU) rank r generates the batches r, r + W, r + 2W, … of the plan, so
+every prompt is generated in exactly the batch (same padding companions) it
+has in a one-process run. Each rank writes its rows' scores into a
+[candidates × rows] matrix of zeros and the matrix is all-reduced (sum): every
+entry has one non-zero contributor, so the sum is exact, every rank holds
+the same matrix, and the per-subset means are computed from it in one fixed
+order. Hence the fitness is bit-identical on every rank and equal to a
+one-process run, for any world size.
+
+Held-out evaluation (`evaluate_held_out`) builds a second set from other
+source examples (skipping the search's, and/or another seed) and scores the
+baseline (all scales 1), PI at the mean scale, and the found scales.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
+from evaluation.generation import DecodeSettings, plan_batches
+from evaluation.methods import MethodStack
+from evaluation.runner import TASK_GENERATION, PreparedTask, prepare_task, run_stack
+from repo_train.modeling.scaling import current_policies, scaled_policies
+from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
+from search.policy import scaled_model
+from search.scale_file import config_sha256
+
+#: The task parameter holding k, per search task.
+ITEM_PARAMETER = {"mdqa": "num_documents", "kv": "num_keys"}
+_SET_HERE = ("gold_positions", "num_examples", "seed")
+_WEIGHT_SAMPLES = 1024
+
+
+def subset_positions(num_items: int) -> dict[str, int]:
+    """Gold index of each subset: begin 0, middle ⌊(k − 1)/2⌋, end k − 1 (k >= 3, so all distinct)."""
+    if num_items < 3:
+        raise ValueError(f"the begin/middle/end subsets need k >= 3 items, got k = {num_items}")
+    return {"begin": 0, "middle": (num_items - 1) // 2, "end": num_items - 1}
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A hash of every tensor's name, shape, dtype and 1,024 evenly strided values: cheap, device-independent."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // _WEIGHT_SAMPLES)][:_WEIGHT_SAMPLES].contiguous().cpu()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(sample.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def model_fingerprint(model: torch.nn.Module) -> dict[str, str]:
+    """What a fitness value depends on in the model: its config and its weights."""
+    return {"config_sha256": config_sha256(model.config), "weights": weights_fingerprint(model)}
+
+
+# ---------------------------------------------------------------- torch.distributed
+
+
+def init_distributed() -> bool:
+    """Join the torchrun process group (gloo on CPU, nccl on GPU) if launched by torchrun; True if this call did."""
+    if not dist.is_available() or dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
+    return True
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) outside torch.distributed."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def barrier() -> None:
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
+def _reduce_device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------- the fitness
+
+
+class HarnessFitness:
+    """`Fitness` scored by the evaluation harness on a begin/middle/end search set (see the module docstring).
+
+    `task` is "mdqa" or "kv"; `task_params` are the task's `build_task`
+    parameters except gold_positions / num_examples / seed, which this class
+    sets (k = `num_documents` for MDQA, `num_keys` for KV, both required).
+    `example_offset` skips that many source examples first (held-out sets).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task: str,
+        task_params: Mapping[str, Any] | None = None,
+        *,
+        num_examples: int = 200,
+        example_offset: int = 0,
+        seed: int = 0,
+        weights: SubsetWeights | None = None,
+        settings: DecodeSettings | None = None,
+        progress: bool = False,
+    ):
+        if task not in ITEM_PARAMETER:
+            raise ValueError(f"the LPES fitness scores tasks {sorted(ITEM_PARAMETER)}, not {task!r}")
+        params = dict(task_params or {})
+        clash = [key for key in _SET_HERE if key in params]
+        if clash:
+            raise ValueError(f"task_params must not set {clash}: pass num_examples= / seed= to HarnessFitness")
+        key = ITEM_PARAMETER[task]
+        if key not in params:
+            raise ValueError(f"task {task!r} needs task_params[{key!r}] = k, the number of items")
+        num_items = params[key]
+        if isinstance(num_items, bool) or not isinstance(num_items, int):
+            raise TypeError(f"task_params[{key!r}] must be an int (k), got {num_items!r}")
+        if num_examples < 1 or example_offset < 0:
+            raise ValueError(f"need num_examples >= 1 and example_offset >= 0, got {num_examples}, {example_offset}")
+        self.model, self.tokenizer, self.task = model, tokenizer, task
+        self.weights = weights or SubsetWeights()
+        self.settings = settings or DecodeSettings(stop_strings=TASK_GENERATION[task][1])
+        self.progress = progress
+        self.positions = subset_positions(num_items)
+        params.update(
+            num_examples=example_offset + num_examples, seed=seed, gold_positions=sorted(self.positions.values())
+        )
+        self.task_params = params
+        self.prepared = _drop_examples(prepare_task(task, params, model, tokenizer, self.settings), example_offset)
+        self.rank, self.world_size = rank_and_world()
+        self.local = dataclasses.replace(self.prepared, plan=self.prepared.plan[self.rank :: self.world_size])
+        self.row_index = {row["id"]: i for i, row in enumerate(self.prepared.rows)}
+        subset_of = {position: name for name, position in self.positions.items()}
+        self.subset_rows = {name: [] for name in SUBSETS}
+        for i, row in enumerate(self.prepared.rows):
+            self.subset_rows[subset_of[row["gold_position"]]].append(i)
+        self.example_ids = sorted({row["example_id"] for row in self.prepared.rows})
+        self.num_layers = len(current_policies(model))
+        scaled_policies(model, [1.0] * self.num_layers, method="LPES")  # a REPO model fails here, not mid-search
+        self.data_sha256 = self._data_hash()
+        self.context = context_key(
+            model=model_fingerprint(model),
+            data=self.data_sha256,
+            decode=dataclasses.asdict(self.settings),
+            weights=self.weights.as_dict(),
+            scorer=type(self).__qualname__,
+        )
+
+    def _data_hash(self) -> str:
+        """sha256 of the search set as the model sees it: ids, gold positions, answers, prompt token ids."""
+        digest = hashlib.sha256()
+        for row, prompt in zip(self.prepared.rows, self.prepared.prompts):
+            item = [row["id"], row["gold_position"], row["answers"], list(prompt.input_ids)]
+            digest.update(json.dumps(item).encode() + b"\n")
+        return digest.hexdigest()
+
+    def score_record(self, record: Mapping[str, Any]) -> float:
+        """The score of one generated answer: the task's metric, as the harness computed it."""
+        return float(record["score"])
+
+    def row_scores(self, scales: list[list[float]]) -> torch.Tensor:
+        """[candidates × rows] scores, identical on every rank (rows in `prepared.rows` order)."""
+        local = torch.zeros(len(scales), len(self.prepared.rows), dtype=torch.float64)
+        stack = MethodStack([])
+        candidates = tqdm(scales, desc="candidates", unit="cand", disable=not self.progress or self.rank != 0)
+        for c, candidate in enumerate(candidates):
+            with scaled_model(self.model, candidate):
+                for record in run_stack(self.model, self.tokenizer, self.local, stack):
+                    local[c, self.row_index[record["id"]]] = self.score_record(record)
+        if self.world_size > 1:
+            shared = local.to(_reduce_device())
+            dist.all_reduce(shared, op=dist.ReduceOp.SUM)  # one non-zero contributor per entry: exact
+            local = shared.cpu()
+        return local
+
+    def evaluate(self, scales: list[list[float]]) -> list[FitnessResult]:
+        """Per-subset accuracy and the Eq. 7 overall of each candidate scale vector."""
+        scores = self.row_scores(scales)
+        results = []
+        for row in scores:
+            per_subset = {name: float(row[idx].sum()) / len(idx) for name, idx in self.subset_rows.items()}
+            results.append(FitnessResult(self.weights.combine(per_subset), per_subset))
+        return results
+
+    def describe(self) -> dict[str, Any]:
+        """The search set in a few JSON-able fields (for the scale file and the log)."""
+        return {
+            "task": self.task,
+            "params": {k: v for k, v in self.task_params.items() if k != "num_examples"},
+            "num_examples": len(self.example_ids),
+            "positions": dict(self.positions),
+            "rows": len(self.prepared.rows),
+            "max_new_tokens": self.settings.max_new_tokens,
+            "data_sha256": self.data_sha256,
+        }
+
+
+def _drop_examples(prepared: PreparedTask, offset: int) -> PreparedTask:
+    """The prepared task without the rows of its first `offset` source examples (same tokens, new plan)."""
+    if offset == 0:
+        return prepared
+    order = list(dict.fromkeys(row["example_id"] for row in prepared.rows))
+    skipped = set(order[:offset])
+    keep = [i for i, row in enumerate(prepared.rows) if row["example_id"] not in skipped]
+    prompts = [prepared.prompts[i] for i in keep]
+    plan = plan_batches([len(p.input_ids) for p in prompts], prepared.settings.batch_size)
+    return dataclasses.replace(prepared, rows=[prepared.rows[i] for i in keep], prompts=prompts, plan=plan)
+
+
+def evaluate_held_out(
+    model,
+    tokenizer,
+    task: str,
+    task_params: Mapping[str, Any],
+    scales: Sequence[float],
+    *,
+    num_examples: int = 200,
+    example_offset: int = 0,
+    seed: int = 0,
+    weights: SubsetWeights | None = None,
+    settings: DecodeSettings | None = None,
+    exclude_example_ids: Sequence[str] = (),
+    fitness_cls: type[HarnessFitness] = HarnessFitness,
+) -> dict[str, Any]:
+    """Score baseline (all 1), PI at the mean scale, and `scales` on examples the search did not use.
+
+    `exclude_example_ids` are the search set's example ids; an overlap is an
+    error (raise `example_offset` or change `seed`).
+    """
+    fitness = fitness_cls(
+        model,
+        tokenizer,
+        task,
+        task_params,
+        num_examples=num_examples,
+        example_offset=example_offset,
+        seed=seed,
+        weights=weights,
+        settings=settings,
+    )
+    overlap = sorted(set(fitness.example_ids) & set(exclude_example_ids))
+    if overlap:
+        raise ValueError(
+            f"held-out examples overlap the search set ({len(overlap)}, e.g. {overlap[0]}): "
+            "raise the held-out offset or use another held-out seed"
+        )
+    mean = float(np.mean(scales))
+    baseline, pi, lpes = fitness.evaluate([[1.0] * len(scales), [mean] * len(scales), [float(s) for s in scales]])
+    return {
+        "num_examples": num_examples,
+        "example_offset": example_offset,
+        "seed": seed,
+        "data_sha256": fitness.data_sha256,
+        "baseline": baseline.to_json(),
+        "pi_mean": {"scale": mean, **pi.to_json()},
+        "lpes": lpes.to_json(),
+    }

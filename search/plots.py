@@ -1,0 +1,77 @@
+"""The two pictures of a search: the scale curve over layers, and fitness over generations (matplotlib, Agg).
+
+Both are written through a temporary file and `os.replace`, like every other
+output, so a reader never sees half a PNG.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def _save(fig, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_curve(path: str | os.PathLike, scale_file: Mapping[str, Any], title: str = "") -> Path:
+    """Per-layer scales s_h (markers), their mean (= PI's single scale) and the control points with their polygon."""
+    scales = list(scale_file["scales"])
+    points = scale_file.get("control_points") or []
+    curve = scale_file.get("curve", {}).get("type", "none")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    layers = range(len(scales))
+    ax.plot(layers, scales, "o-", color="tab:blue", label=f"s_h ({curve} curve)" if points else "s_h (per layer)")
+    mean = sum(scales) / len(scales)
+    ax.axhline(mean, color="grey", linestyle=":", label=f"mean {mean:.3g} (pi:scale)")
+    if points:
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        ax.plot(xs, ys, "s--", color="tab:red", alpha=0.7, label="control points")
+    low, high = min(scales + [p[1] for p in points]), max(scales + [p[1] for p in points])
+    ax.set_ylim(min(0.9, low - 0.05), max(2.1, high + 0.05))
+    ax.set_xlabel("layer h")
+    ax.set_ylabel("scale s_h (positions / s_h)")
+    ax.set_title(title or "LPES scales")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return _save(fig, path)
+
+
+def plot_fitness(path: str | os.PathLike, log: Sequence[Mapping[str, Any]], title: str = "") -> Path:
+    """Best-so-far and population mean fitness per generation, and the best individual's subset accuracies."""
+    generations = [line["generation"] for line in log]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(generations, [line["best"] for line in log], "o-", color="black", label="best (Eq. 7)")
+    ax.plot(generations, [line["mean"] for line in log], ".--", color="grey", label="population mean")
+    for subset, color in (("begin", "tab:green"), ("middle", "tab:red"), ("end", "tab:blue")):
+        values = [line.get("best_per_subset", {}).get(subset) for line in log]
+        if all(v is not None for v in values):
+            ax.plot(generations, values, ":", color=color, alpha=0.8, label=f"best: {subset}")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("fitness / accuracy")
+    ax.set_title(title or "LPES search")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if generations:
+        ax.set_xticks(generations if len(generations) <= 25 else generations[:: max(1, len(generations) // 10)])
+    return _save(fig, path)

@@ -1,0 +1,198 @@
+"""`python -m search`: a real search end to end on the tiny model, resume after a crash, 2 processes == 1, configs.
+
+Run as a script (`torchrun ... test_search_cli.py OUT`) this file is the worker of the 2-process test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from search.cli import main, output_paths, run_search
+from search.config import ConfigError, SearchConfig, load_config
+from search.harness_fitness import HarnessFitness
+from search.scale_file import load_scale_file
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs" / "search"
+TINY = str(CONFIGS / "tiny.yaml")
+TIME_FIELDS = ("time_s", "fitness_s")
+
+
+class HashScored(HarnessFitness):
+    """Scores an answer by a hash of (row id, answer): varied fitness values, so selection really happens.
+
+    The tiny random model never answers right (task metric 0 everywhere); this stand-in metric still
+    depends on every generated token. `crash_after` simulates a crash after that many `evaluate` calls.
+    """
+
+    crash_after: int | None = None
+    calls = 0
+
+    def score_record(self, record):
+        return float(hashlib.sha256(f"{record['id']}|{record['prediction']}".encode()).digest()[0] % 2)
+
+    def evaluate(self, scales):
+        if HashScored.crash_after is not None and HashScored.calls >= HashScored.crash_after:
+            raise RuntimeError("simulated crash")
+        HashScored.calls += 1
+        return super().evaluate(scales)
+
+
+def _comparable(paths: dict[str, Path]) -> tuple:
+    """Everything a search writes that must be reproducible (wall times and file timestamps excluded)."""
+    scale = json.loads(paths["scale"].read_text())
+    scale["search"].pop("wall_time_s")
+    log = [{k: v for k, v in line.items() if k not in TIME_FIELDS} for line in map(json.loads, paths["log"].open())]
+    return scale, log, paths["state"].read_bytes()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread (as torchrun workers have): faster on a shared 2-core machine, and the same numerics."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted hash-scored tiny search in this process."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    HashScored.crash_after, HashScored.calls = None, 0
+    out = tmp_path_factory.mktemp("reference") / "tiny.json"
+    summary = run_search(load_config(TINY), out, fitness_cls=HashScored)
+    torch.set_num_threads(threads)
+    return summary, output_paths(out), HashScored.calls
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--resume" in out and "configs/search/lpes.yaml" in out
+    assert main([]) == 0
+
+
+def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
+    out = tmp_path / "scales" / "tiny.json"
+    assert main(["run", "--config", TINY, "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "generation 2/2" in printed and "best fitness 0.0000" in printed and "held-out (4 examples" in printed
+    paths = output_paths(out)
+    scale = load_scale_file(out, expected_num_layers=4)
+    assert scale.curve == {"type": "bezier", "degree": 2} and len(scale.control_points) == 3
+    assert scale.search["generations"] == 2 and scale.search["task"]["positions"] == {"begin": 0, "middle": 1, "end": 3}
+    assert set(scale.search["held_out"]) >= {"baseline", "pi_mean", "lpes"}
+    log = [json.loads(line) for line in paths["log"].open()]
+    assert [line["generation"] for line in log] == [0, 1, 2]
+    assert all(line["diversity"] is not None and line["time_s"] > 0 for line in log)
+    assert sum(line["evaluated"] for line in log) == scale.search["evaluations"]
+    for key in ("curve", "fitness"):
+        assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(paths["state"].read_text())["generation"] == 2
+
+    assert main(["show", str(out), "--num-layers", "4"]) == 0
+    shown = capsys.readouterr().out
+    assert "valid (format_version 1)" in shown and f"lpes:scale_file={out}" in shown and "pi:scale=" in shown
+
+
+def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, reference):
+    _, reference_paths, reference_calls = reference
+    assert reference_calls == 4  # generations 0, 1, 2 and the held-out check
+    out = tmp_path / "tiny.json"
+    HashScored.crash_after, HashScored.calls = 2, 0
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_search(load_config(TINY), out, fitness_cls=HashScored)
+    paths = output_paths(out)
+    assert json.loads(paths["state"].read_text())["generation"] == 1 and not out.exists()
+    assert len(paths["log"].read_text().splitlines()) == 2
+
+    assert main(["run", "--config", TINY, "--out", str(out)]) == 2  # no --resume: refused, state kept
+
+    HashScored.crash_after, HashScored.calls = None, 0
+    run_search(load_config(TINY), out, resume=True, fitness_cls=HashScored)
+    assert HashScored.calls == 2  # generation 2 and the held-out check only
+    assert _comparable(paths) == _comparable(reference_paths)
+
+
+def test_two_processes_equal_one(tmp_path, reference):
+    summary, reference_paths, _ = reference
+    assert len({line["best"] for line in map(json.loads, reference_paths["log"].open())} | {0.0}) > 1  # non-trivial
+    out = tmp_path / "tiny.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__, str(out)]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _comparable(output_paths(out)) == _comparable(reference_paths)
+    assert load_scale_file(out).fitness == summary["fitness"]
+
+
+@pytest.mark.parametrize(
+    ("config_text", "argv", "message"),
+    [
+        ("ga: {popultion: 3}", [], "unknown key 'ga.popultion' in ga; valid keys are"),
+        ("task: {num_items: many}", [], "task.num_items must be int, got 'many'"),
+        ("ga: {population: 7}", [], "change the counts so they add up"),
+        ("task: {name: qa}", [], "task.name must be one of"),
+        ("- a list", [], "top level must be a mapping"),
+        ("", ["--model", "/no/such/model"], "is not a directory"),
+        ("", ["--data-dir", "/no/such/dir"], "is not a directory"),
+        ("model: {num_layers: 32}", [], "config is for a 32-layer model, but the model has 4 layers"),
+    ],
+)
+def test_user_mistakes_are_one_line_and_exit_2(tmp_path, capsys, config_text, argv, message):
+    config = tmp_path / "c.yaml"
+    config.write_text(config_text)
+    code = main(["run", "--config", str(config), "--out", str(tmp_path / "s.json"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_other_mistakes(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--out", str(tmp_path / "s.json"), "--generations", "many"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err == (
+        "python -m search run: error: argument --generations: expected an integer >= 0, got 'many'\n"
+    )
+    assert main(["run", "--out", str(tmp_path / "s.txt")]) == 2
+    assert "must name a .json scale file" in capsys.readouterr().err
+    assert main(["show", str(tmp_path / "missing.json")]) == 2
+    assert "no scale file at" in capsys.readouterr().err
+    assert main(["run", "--config", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "s.json")]) == 2
+    assert "no search config at" in capsys.readouterr().err
+
+
+def test_every_shipped_config_loads():
+    shipped = {path.name: load_config(path) for path in sorted(CONFIGS.glob("*.yaml"))}
+    assert set(shipped) == {"lpes.yaml", "lpes-vicuna-mdqa10.yaml", "lpes-qwen-kv50.yaml", "tiny.yaml"}
+    assert shipped["lpes.yaml"] == SearchConfig()  # the file spells out the paper defaults
+    assert shipped["tiny.yaml"] == SearchConfig.tiny()
+    paper = shipped["lpes.yaml"]
+    assert (paper.ga.population, paper.ga.parents, paper.ga.generations) == (32, 12, 20)
+    assert paper.weights.as_dict() == {"begin": 0.2, "middle": 0.3, "end": 0.5}
+    assert (paper.space.curve, paper.space.num_points, paper.task.num_examples) == ("bezier", 4, 200)
+    vicuna, qwen = shipped["lpes-vicuna-mdqa10.yaml"], shipped["lpes-qwen-kv50.yaml"]
+    assert (vicuna.model.num_layers, vicuna.task.name, vicuna.task.num_items) == (32, "mdqa", 10)
+    assert (qwen.model.num_layers, qwen.task.name, qwen.task.num_items) == (28, "kv", 50)
+    for config in shipped.values():
+        assert config.space.build(config.model.num_layers or 4).initial()
+        assert SearchConfig.from_dict(config.to_dict()) == config  # YAML/JSON round trip
+    with pytest.raises(ConfigError, match="weights"):
+        SearchConfig.from_dict({"weights": {"begin": 0.5, "middle": 0.5, "end": 0.5}})
+
+
+if __name__ == "__main__":  # the torchrun worker of test_two_processes_equal_one
+    torch.set_num_threads(1)
+    run_search(load_config(TINY), sys.argv[1], fitness_cls=HashScored)
