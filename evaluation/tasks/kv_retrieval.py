@@ -58,15 +58,24 @@ def random_uuid4(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
-def generate_kv_pairs(num_keys: int, rng: random.Random) -> list[KVPair]:
-    """`num_keys` (key, value) pairs of UUID4 strings with distinct keys."""
+def generate_kv_pairs(num_keys: int, rng: random.Random, key_chars: int | None = None) -> list[KVPair]:
+    """`num_keys` (key, value) pairs of UUID4 strings with distinct keys.
+
+    With `key_chars`, keys and values are the first `key_chars` hex digits of
+    a UUID4 instead: short strings a small model trained here can handle.
+    """
+
+    def draw() -> str:
+        text = random_uuid4(rng)
+        return text if key_chars is None else text.replace("-", "")[:key_chars]
+
     pairs: list[KVPair] = []
     keys: set[str] = set()
     while len(pairs) < num_keys:
-        key = random_uuid4(rng)
-        if key not in keys:  # a collision of 122 random bits is astronomically rare, but keys must be unique
+        key = draw()
+        if key not in keys:  # keys must be unique (short keys can collide)
             keys.add(key)
-            pairs.append((key, random_uuid4(rng)))
+            pairs.append((key, draw()))
     return pairs
 
 
@@ -82,9 +91,18 @@ class KVRetrievalTask(Task):
     """Pairs per example; required when generating, and if given with a file it must match the file."""
     gold_positions: GoldPositions = "caliope"
     """Gold pair indices: 'caliope', 'lpes', 'all', an int or a list of 0-based ints."""
+    key_chars: int | None = None
+    """Generated examples only: keys and values of this many hex digits instead of full UUIDs (small models)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.key_chars is not None:
+            if isinstance(self.key_chars, bool) or not isinstance(self.key_chars, int) or not 1 <= self.key_chars <= 32:
+                raise ValueError(f"key_chars must be an int in [1, 32], got {self.key_chars!r}")
+            if self.path is not None:
+                raise ValueError("key_chars shortens generated keys; it cannot apply to a release file (drop one)")
+            if self.num_keys is not None and self.num_keys > 16**self.key_chars // 2:
+                raise ValueError(f"{self.num_keys} distinct keys need more than key_chars={self.key_chars} hex digits")
         if self.num_keys is not None and (
             isinstance(self.num_keys, bool) or not isinstance(self.num_keys, int) or self.num_keys < 1
         ):
@@ -116,7 +134,7 @@ class KVRetrievalTask(Task):
             out = []
             for index in range(self.num_examples):
                 rng = example_rng(self.seed, "kv", self.num_keys, index)
-                pairs = generate_kv_pairs(self.num_keys, rng)
+                pairs = generate_kv_pairs(self.num_keys, rng, self.key_chars)
                 out.append((pairs, rng.randrange(self.num_keys)))
             return out
         records = self._take(read_jsonl(self.path), repr(self.path))
@@ -142,7 +160,8 @@ class KVRetrievalTask(Task):
         for index, (pairs, source) in enumerate(self.examples()):
             n = len(pairs)
             key, value = pairs[source]
-            example_id = f"kv-gen-n{n}-s{self.seed}-ex{index:05d}" if generated else f"kv-n{n}-ex{index:05d}"
+            short = f"-c{self.key_chars}" if self.key_chars else ""
+            example_id = f"kv-gen-n{n}{short}-s{self.seed}-ex{index:05d}" if generated else f"kv-n{n}-ex{index:05d}"
             for position in resolve_gold_positions(self.gold_positions, n):
                 prompt, spans = build_kv_prompt(move_pair(pairs, source, position), key)
                 yield {

@@ -126,3 +126,19 @@ def test_bad_inputs(kv_path: str, tmp_path: Path) -> None:
     bad.write_text(json.dumps({"ordered_kv_records": [["a", "1"]], "key": "b", "value": "2"}) + "\n")
     with pytest.raises(ValueError, match=r"the key must occur exactly once"):
         KVRetrievalTask(path=str(bad)).build()
+
+
+def test_short_generated_keys() -> None:
+    from evaluation.tasks import build_task
+
+    task = build_task("kv", num_keys=6, num_examples=3, key_chars=4, gold_positions="all", seed=3)
+    rows = list(task.rows())
+    assert len(rows) == 18
+    for row in rows:
+        assert len(row["key"]) == 4 and len(row["value"]) == 4
+        assert all(c in "0123456789abcdef" for c in row["key"] + row["value"])
+        assert f'Key: "{row["key"]}"' in row["prompt"]
+    with pytest.raises(ValueError, match="key_chars must be an int in"):
+        build_task("kv", num_keys=6, num_examples=1, key_chars=0)
+    with pytest.raises(ValueError, match="need more than key_chars=1"):
+        build_task("kv", num_keys=9, num_examples=1, key_chars=1)
