@@ -150,7 +150,12 @@ def task_parameters(task) -> dict[str, Any]:
             )
         return {"path": str(matches[0].resolve()), "num_documents": task.num_items}
     matches = sorted(data_dir.glob(f"kv-retrieval-{task.num_items}_keys.jsonl*")) if data_dir else []
-    return {"path": str(matches[0].resolve()) if matches else None, "num_keys": task.num_items}
+    params = {"path": str(matches[0].resolve()) if matches else None, "num_keys": task.num_items}
+    if task.key_chars is not None:
+        if params["path"] is not None:
+            raise ValueError("task.key_chars shortens generated keys; it cannot apply to a release file")
+        params["key_chars"] = task.key_chars
+    return params
 
 
 def load_search_model(model_config):

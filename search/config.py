@@ -78,6 +78,8 @@ class TaskConfig:
     """Prompt + new tokens budget; None = the model's max_position_embeddings."""
     truncate: str | None = None
     """None (a too-long prompt is an error), 'left' or 'middle'."""
+    key_chars: int | None = None
+    """kv generated examples only: keys/values of this many hex digits (small models); None = full UUIDs."""
 
 
 @dataclass(frozen=True)

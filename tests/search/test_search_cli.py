@@ -196,3 +196,16 @@ def test_every_shipped_config_loads():
 if __name__ == "__main__":  # the torchrun worker of test_two_processes_equal_one
     torch.set_num_threads(1)
     run_search(load_config(TINY), sys.argv[1], fitness_cls=HashScored)
+
+
+def test_short_kv_keys_reach_the_task(tmp_path):
+    import dataclasses
+
+    from search.cli import task_parameters
+    from search.config import TaskConfig
+
+    task = dataclasses.replace(TaskConfig(), name="kv", num_items=6, key_chars=4)
+    assert task_parameters(task) == {"path": None, "num_keys": 6, "key_chars": 4}
+    (tmp_path / "kv-retrieval-6_keys.jsonl").write_text("")
+    with pytest.raises(ValueError, match="cannot apply to a release file"):
+        task_parameters(dataclasses.replace(task, data_dir=str(tmp_path)))
