@@ -167,10 +167,23 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _takes_tokenizer(name: str) -> bool:
+    """True for tasks with a `tokenizer` field (RULER, bAbI, LongBench's length filter)."""
+    from evaluation.tasks import TASKS
+
+    task_class = TASKS.get(name)
+    return task_class is not None and any(f.name == "tokenizer" for f in fields(task_class))
+
+
 def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, settings: DecodeSettings) -> PreparedTask:
     """Build, tokenise (cached in memory by tokenizer and task parameters), length-check and plan one task."""
-    task = build_task(name, **params)
-    key = json.dumps({"task": name, **params}, sort_keys=True, default=str)
+    build_params = dict(params)
+    injected = _takes_tokenizer(name) and params.get("tokenizer") is None
+    if injected:  # tasks that measure lengths in tokens use the evaluated model's own tokenizer
+        build_params["tokenizer"] = tokenizer
+    task = build_task(name, **build_params)
+    key_parts = {"task": name, **params, "tokenizer": tokenizer_fingerprint(tokenizer) if injected else None}
+    key = json.dumps(key_parts, sort_keys=True, default=str)
     if key not in _DATASETS:
         _DATASETS[key] = task.build()
     dataset = _DATASETS[key]

@@ -185,3 +185,14 @@ def test_methods_see_document_token_spans_and_no_answers(tiny_lm, nq_oracle_path
         documents = [tokenizer.decode(batch.input_ids[index, s:e]) for s, e in batch.item_token_spans[index]]
         assert documents == [row["prompt"][s:e] for s, e in row["item_spans"]]
         assert f"(Title: {row['gold_title']})" in documents[row["gold_position"]]
+
+
+def test_length_measuring_tasks_get_the_models_tokenizer():
+    """RULER needs no tokenizer parameter in the harness: the evaluated model's own is used."""
+    from evaluation.models import tiny_default
+
+    model, tokenizer = tiny_default()
+    settings = DecodeSettings(max_new_tokens=4, stop_strings=("\n",))
+    prepared = prepare_task("ruler_niah_single", {"num_examples": 1, "target_length": 600}, model, tokenizer, settings)
+    lengths = [len(p.input_ids) for p in prepared.prompts]
+    assert lengths and all(500 <= n <= 610 for n in lengths), lengths
