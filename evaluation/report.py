@@ -35,9 +35,14 @@ def _curves(task: str, runs: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple
     curves = []
     for model_label, summary in runs:
         for method, result in summary["results"].get(task, {}).items():
-            label = method if len(runs) == 1 else f"{model_label} / {method}"
+            label = method if len(runs) == 1 else f"{Path(model_label).name or model_label} / {method}"
             curves.append((label, result))
     return curves
+
+
+def _short(label: str, width: int = 60) -> str:
+    """A legend entry of at most `width` characters (the report's table has the full spec)."""
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def plot_task(task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> None:
@@ -55,7 +60,7 @@ def plot_task(task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path)
         xs = [p for p, _ in points]
         ys = [v["accuracy"] for _, v in points]
         errors = [[y - v["low"] for y, (_, v) in zip(ys, points)], [v["high"] - y for y, (_, v) in zip(ys, points)]]
-        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=label)
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=_short(label))
         num_positions = max(num_positions, int(result["num_positions"]))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"position of the relevant item (0-based, of {num_positions})")
@@ -63,12 +68,12 @@ def plot_task(task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{task}: accuracy by position (95% bootstrap CI)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+    # Below the axes: method specs are long, and a legend inside would hide the curves.
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
         os.replace(tmp, path)
     finally:
         plt.close(fig)
