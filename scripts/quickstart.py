@@ -55,7 +55,9 @@ class Runner:
     def __init__(self, out: Path):
         self.out = out
         self.script = out / "commands.sh"
-        self.script.write_text("#!/usr/bin/env bash\n# The commands this quickstart ran, in order.\nset -euo pipefail\n")
+        self.script.write_text(
+            "#!/usr/bin/env bash\n# The commands this quickstart ran, in order.\nset -euo pipefail\n"
+        )
         self.timings: list[tuple[str, float]] = []
 
     def __call__(self, title: str, *args: str) -> None:
@@ -230,17 +232,21 @@ def write_report(out, args, run, eval_dirs, scale_file, positions_plot, seconds)
     text = [
         "# repo-train quickstart report",
         "",
-        f"Built in {seconds / 60:.1f} min on this machine. Tiny OLMo-2 models (d={args.hidden}, 4 layers) trained "
-        f"{args.steps} steps on KV retrieval text ({args.num_keys} pairs of {args.key_chars}-hex-digit keys, byte "
-        "tokenizer), then evaluated with the gold pair at every position. These are smoke-scale models: read the "
-        "numbers as a check that every piece runs, not as evidence for or against a method.",
+        (
+            f"Built in {seconds / 60:.1f} min on this machine. Tiny OLMo-2 models (d={args.hidden}, 4 layers) trained "
+            f"{args.steps} steps on KV retrieval text ({args.num_keys} pairs of {args.key_chars}-hex-digit keys, byte "
+            "tokenizer), then evaluated with the gold pair at every position. These are smoke-scale models: read the "
+            "numbers as a check that every piece runs, not as evidence for or against a method."
+        ),
         "",
         "## Results (accuracy by gold position: see the plots)",
         "",
         f"- RoPE model, every method: [report]({(eval_dirs['rope'] / 'report.md').relative_to(out)})",
         f"- REPO model, baseline: [report]({(eval_dirs['repo'] / 'report.md').relative_to(out)})",
-        f"- LPES scale file: `{scale_file.relative_to(out)}`; curve and fitness plots next to it "
-        f"(`{stem.name}.curve.png`, `{stem.name}.fitness.png`)",
+        (
+            f"- LPES scale file: `{scale_file.relative_to(out)}`; curve and fitness plots next to it "
+            f"(`{stem.name}.curve.png`, `{stem.name}.fitness.png`)"
+        ),
         f"- REPO positions per head: `{positions_plot.relative_to(out)}`",
         "- Checkpoints: `runs/<method>/` (Lightning), `models/<method>/` (HF, with tokenizer)",
         "",
