@@ -222,6 +222,20 @@ def main() -> None:
     print(f"\nreport: {out / 'README.md'}")
 
 
+def results_table(eval_dirs: dict[str, Path]) -> list[str]:
+    """Overall accuracy, CI, U-shape ρ and worst position per (model, method), from each summary.json."""
+    lines = ["| model | method | n | accuracy [95% CI] | ρ | worst position (acc) |", "|---|---|---|---|---|---|"]
+    for model, directory in eval_dirs.items():
+        for method, r in json.loads((directory / "summary.json").read_text())["results"]["kv"].items():
+            rho = "n/a" if r["rho"] is None else f"{r['rho']:.1f}"
+            low, high = r["accuracy_ci"]
+            lines.append(
+                f"| {model} | `{method}` | {r['n']} | {r['accuracy']:.3f} [{low:.3f}, {high:.3f}] | {rho} "
+                f"| {r['worst_position']} ({r['worst_accuracy']:.3f}) |"
+            )
+    return lines
+
+
 def _num_layers(scale_file: Path) -> int:
     return int(json.loads(scale_file.read_text())["num_layers"])
 
@@ -240,6 +254,8 @@ def write_report(out, args, run, eval_dirs, scale_file, positions_plot, seconds)
         ),
         "",
         "## Results (accuracy by gold position: see the plots)",
+        "",
+        *results_table(eval_dirs),
         "",
         f"- RoPE model, every method: [report]({(eval_dirs['rope'] / 'report.md').relative_to(out)})",
         f"- REPO model, baseline: [report]({(eval_dirs['repo'] / 'report.md').relative_to(out)})",

@@ -19,6 +19,7 @@ def test_quickstart_runs_the_whole_loop(tmp_path):
     report = (out / "README.md").read_text()
     for piece in ("eval/rope/report.md", "eval/repo/report.md", "scales/rope-kv.json", "commands.sh"):
         assert piece in report
+    assert "| rope | `baseline` |" in report and "| repo | `baseline` |" in report
     assert (out / "repo_positions_last_layer.png").is_file()
     assert (out / "eval" / "rope" / "accuracy_by_position_kv.png").is_file()
     summary = json.loads((out / "eval" / "rope" / "summary.json").read_text())
