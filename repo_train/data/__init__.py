@@ -218,7 +218,13 @@ class ResumableSampler(Sampler[int]):
 
 
 # The sources import the helpers above, hence these imports come after them.
-from repo_train.data.config import DataConfig, OlmoNumpyDataConfig, SyntheticDataConfig, TextDataConfig
+from repo_train.data.config import (
+    DataConfig,
+    OlmoNumpyDataConfig,
+    PromptCompletionDataConfig,
+    SyntheticDataConfig,
+    TextDataConfig,
+)
 from repo_train.data.olmo_numpy import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
@@ -241,7 +247,7 @@ def register_data_source(config_cls: type[DataConfig]) -> type[DataConfig]:
     return config_cls
 
 
-for _cls in (SyntheticDataConfig, OlmoNumpyDataConfig, TextDataConfig):
+for _cls in (SyntheticDataConfig, OlmoNumpyDataConfig, TextDataConfig, PromptCompletionDataConfig):
     register_data_source(_cls)
 
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from transformers import PreTrainedTokenizerBase
 
 from repo_train.data.olmo_numpy import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE, OlmoNumpyDataset
+from repo_train.data.prompt_completion import PromptCompletionDataset
 from repo_train.data.synthetic import SyntheticDataset
 from repo_train.data.text import TextDataset
 
@@ -142,4 +143,33 @@ class TextDataConfig(_DictRoundTrip):
         return TextDataset(paths, tokenizer=tokenizer if tokenizer is not None else name, **options)
 
 
-DataConfig = SyntheticDataConfig | OlmoNumpyDataConfig | TextDataConfig
+@dataclass
+class PromptCompletionDataConfig(_DictRoundTrip):
+    """Prompt / completion JSONL, one example a sequence, loss on the completion only."""
+
+    source: ClassVar[str] = "prompt_completion"
+
+    tokenizer: str = ""
+    """Tokenizer directory."""
+    paths: list[str] = field(default_factory=list)
+    """Local .jsonl files or globs, one {"prompt", "completion"} object a line."""
+    seq_len: int = 1024
+    """Tokens per sequence (examples are right-padded; a longer one is an error)."""
+    prompt_field: str = "prompt"
+    """Field holding the prompt."""
+    completion_field: str = "completion"
+    """Field holding the completion (the only tokens with a loss, plus EOS)."""
+    vocab_size: int | None = None
+    """Expected vocabulary size (e.g. the model's); None takes the tokenizer's."""
+    seed: int = 0
+    """Seeds the epoch order."""
+
+    def build(self) -> PromptCompletionDataset:
+        options = asdict(self)
+        paths, name = options.pop("paths"), options.pop("tokenizer")
+        if not name:
+            raise ValueError("the prompt_completion data source needs a tokenizer: set 'tokenizer' to a directory.")
+        return PromptCompletionDataset(paths, tokenizer=name, **options)
+
+
+DataConfig = SyntheticDataConfig | OlmoNumpyDataConfig | TextDataConfig | PromptCompletionDataConfig

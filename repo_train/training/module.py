@@ -17,7 +17,7 @@ import torch
 
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies, repo_curriculum_mix
 from repo_train.modeling.presets import preset
-from repo_train.training.objective import lm_loss, shift_labels
+from repo_train.training.objective import IGNORE_INDEX, lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay
 
 
@@ -131,7 +131,11 @@ class RePoLightningModule(pl.LightningModule):
 
     def _losses(self, batch):
         input_ids = batch["input_ids"]
-        labels = shift_labels(input_ids, self.model.config.pad_token_id)
+        if "labels" in batch:  # the data chose which tokens carry a loss (e.g. completions only)
+            labels = torch.full_like(input_ids, IGNORE_INDEX)
+            labels[:, :-1] = batch["labels"][:, 1:]
+        else:
+            labels = shift_labels(input_ids, self.model.config.pad_token_id)
         return lm_loss(self(input_ids), labels, self.hparams.z_loss_multiplier)
 
     def on_train_batch_start(self, batch, batch_idx):

@@ -1,0 +1,89 @@
+"""Prompt / completion pairs, one per sequence, with the loss on the completion only.
+
+For supervised tasks (retrieval, reversal) where the prompt is mostly a fixed
+template and random content: training on every token spends the gradient on
+what cannot be learned, so here the labels are -100 on the prompt and the
+padding. Each example is prompt + completion + EOS, right-padded to `seq_len`;
+an example longer than `seq_len` is an error, never silently cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from repo_train.data import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
+from repo_train.data.text import load_tokenizer, tokenizer_vocab_size
+
+IGNORE_INDEX = -100
+
+
+class PromptCompletionDataset(TokenSequenceDataset):
+    """`{"prompt", "completion"}` JSONL lines -> `input_ids` and `labels` (completion tokens only)."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        tokenizer: str | Path | PreTrainedTokenizerBase,
+        seq_len: int,
+        prompt_field: str = "prompt",
+        completion_field: str = "completion",
+        vocab_size: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        check_seq_len(seq_len)
+        check_seed(seed)
+        self.tokenizer = load_tokenizer(tokenizer)
+        if self.tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token, which ends each completion: set tokenizer.eos_token.")
+        self.seq_len, self.seed = seq_len, seed
+        size = tokenizer_vocab_size(self.tokenizer)
+        if vocab_size is not None and size > vocab_size:
+            raise ValueError(f"the tokenizer has ids up to {size - 1} but vocab_size={vocab_size}: use the model's own")
+        self.vocab_size = size if vocab_size is None else vocab_size
+        self.eos_token_id = int(self.tokenizer.eos_token_id)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = self.eos_token_id if pad is None else int(pad)
+        self.input_ids, self.labels = self._encode(expand_paths(paths), prompt_field, completion_field)
+
+    def _encode(self, files: list[Path], prompt_field: str, completion_field: str):
+        input_ids, labels = [], []
+        for path in files:
+            for line_number, line in enumerate(path.read_text().splitlines(), 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{line_number}"
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{where} is not valid JSON ({err.msg})") from None
+                if not isinstance(record, dict) or prompt_field not in record or completion_field not in record:
+                    raise ValueError(f"{where}: expected fields {prompt_field!r} and {completion_field!r}")
+                prompt = self.tokenizer(record[prompt_field], add_special_tokens=False)["input_ids"]
+                answer = self.tokenizer(record[completion_field], add_special_tokens=False)["input_ids"]
+                ids = prompt + answer + [self.eos_token_id]
+                if len(ids) > self.seq_len:
+                    raise ValueError(f"{where} has {len(ids)} tokens, more than seq_len={self.seq_len}: raise seq_len")
+                padding = self.seq_len - len(ids)
+                input_ids.append(ids + [self.pad_token_id] * padding)
+                labels.append([IGNORE_INDEX] * len(prompt) + answer + [self.eos_token_id] + [IGNORE_INDEX] * padding)
+        if not input_ids:
+            raise ValueError(f"no prompt/completion examples in {[str(f) for f in files]}")
+        return np.asarray(input_ids, dtype=np.int64), np.asarray(labels, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def _sequence(self, index: int) -> torch.Tensor:
+        return torch.from_numpy(self.input_ids[index])
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        item = super().__getitem__(index)
+        item["labels"] = torch.from_numpy(self.labels[int(index) % len(self)])
+        return item
