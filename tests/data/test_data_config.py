@@ -45,7 +45,7 @@ def test_from_dict_rejects_unknown_keys_and_other_sources():
 
 
 def test_registry_builds_from_a_dict_or_a_config():
-    assert set(DATA_SOURCES) == {"synthetic", "olmo_numpy", "text"}
+    assert set(DATA_SOURCES) == {"synthetic", "olmo_numpy", "text", "prompt_completion"}
     built = build_data_source({"source": "synthetic", "num_samples": 3, "seq_len": 10, "seed": 2})
     assert isinstance(built, SyntheticDataset) and len(built) == 3 and built.seq_len == 10
     direct = SyntheticDataset(num_samples=3, seq_len=10, seed=2)
