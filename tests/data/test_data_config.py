@@ -52,7 +52,10 @@ def test_registry_builds_from_a_dict_or_a_config():
     assert torch.equal(built[2]["input_ids"], direct[2]["input_ids"])
     assert build_data_source(SyntheticDataConfig(num_samples=2)).num_samples == 2
     np.testing.assert_array_equal(built.order(1), direct.order(1))
-    with pytest.raises(ValueError, match=r"unknown data source 'wiki'.*one of \['olmo_numpy', 'synthetic', 'text'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown data source 'wiki'.*one of \['olmo_numpy', 'prompt_completion', 'synthetic', 'text'\]",
+    ):
         build_data_source({"source": "wiki"})
 
 
