@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import pytest
 import torch
+from method_helpers import PROMPTS, tokens
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from evaluation.generation import DecodeSettings, collate, generate, generate_batch, tokenize_prompts
@@ -24,12 +25,7 @@ from evaluation.models import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions
 from repo_train.modeling.presets import tiny
 
-PROMPTS = ["The first prompt, a little longer than the others.", "Second one", "third prompt here"]
 SETTINGS = DecodeSettings(max_new_tokens=8, batch_size=3)
-
-
-def tokens(outputs):
-    return [o.token_ids for o in outputs]
 
 
 def test_spec_parsing_types_and_canonical_labels():

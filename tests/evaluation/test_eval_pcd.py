@@ -8,8 +8,9 @@ from typing import ClassVar
 
 import pytest
 import torch
+from method_helpers import batch_of, tokens
 
-from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
+from evaluation.generation import DecodeSettings, generate_batch
 from evaluation.methods import Method, MethodStack, build_method
 from evaluation.methods.pcd import (
     SideDecoder,
@@ -23,16 +24,7 @@ from evaluation.methods.pcd import (
 from repo_train.modeling import RePoOlmo2ForCausalLM, RotaryEncoding, current_policies, layer_policies
 from repo_train.modeling.presets import tiny
 
-PROMPTS = ["The first prompt, a little longer than the others.", "Second one", "third prompt here"]
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)
-
-
-def tokens(outputs):
-    return [o.token_ids for o in outputs]
-
-
-def batch_of(tokenizer, prompts=PROMPTS):
-    return collate(tokenize_prompts(tokenizer, prompts), tokenizer.pad_token_id)
 
 
 @pytest.mark.parametrize(("alpha", "ratio"), [(0.2, 1e-4), (0.5, 0.01)])

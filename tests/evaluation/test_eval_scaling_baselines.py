@@ -8,9 +8,10 @@ from typing import ClassVar
 
 import pytest
 import torch
+from method_helpers import batch_of, tokens
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
+from evaluation.generation import DecodeSettings, generate_batch
 from evaluation.methods import Method, MethodStack, build_method
 from evaluation.methods.pcd import swapped_policies
 from evaluation.methods.scaling_baselines import (
@@ -24,16 +25,7 @@ from evaluation.models import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions
 from repo_train.modeling.presets import tiny
 
-PROMPTS = ["The first prompt, a little longer than the others.", "Second one", "third prompt here"]
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)
-
-
-def tokens(outputs):
-    return [o.token_ids for o in outputs]
-
-
-def batch_of(tokenizer, prompts=PROMPTS):
-    return collate(tokenize_prompts(tokenizer, prompts), tokenizer.pad_token_id)
 
 
 @dataclass
