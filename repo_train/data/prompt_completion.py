@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from repo_train.data import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
-from repo_train.data.text import load_tokenizer, tokenizer_vocab_size
+from repo_train.data.text import adopt_tokenizer
 
 IGNORE_INDEX = -100
 
@@ -39,17 +39,8 @@ class PromptCompletionDataset(TokenSequenceDataset):
     ) -> None:
         check_seq_len(seq_len)
         check_seed(seed)
-        self.tokenizer = load_tokenizer(tokenizer)
-        if self.tokenizer.eos_token_id is None:
-            raise ValueError("the tokenizer has no EOS token, which ends each completion: set tokenizer.eos_token.")
+        adopt_tokenizer(self, tokenizer, vocab_size, eos_role="ends each completion")
         self.seq_len, self.seed = seq_len, seed
-        size = tokenizer_vocab_size(self.tokenizer)
-        if vocab_size is not None and size > vocab_size:
-            raise ValueError(f"the tokenizer has ids up to {size - 1} but vocab_size={vocab_size}: use the model's own")
-        self.vocab_size = size if vocab_size is None else vocab_size
-        self.eos_token_id = int(self.tokenizer.eos_token_id)
-        pad = self.tokenizer.pad_token_id
-        self.pad_token_id = self.eos_token_id if pad is None else int(pad)
         self.input_ids, self.labels = self._encode(expand_paths(paths), prompt_field, completion_field)
 
     def _encode(self, files: list[Path], prompt_field: str, completion_field: str):

@@ -47,6 +47,32 @@ def tokenizer_vocab_size(tokenizer: PreTrainedTokenizerBase) -> int:
     return max(len(tokenizer), max(tokenizer.get_vocab().values(), default=-1) + 1)
 
 
+def adopt_tokenizer(
+    dataset: TokenSequenceDataset,
+    tokenizer: str | Path | PreTrainedTokenizerBase,
+    vocab_size: int | None,
+    eos_role: str,
+) -> None:
+    """Set `tokenizer`, `vocab_size`, `eos_token_id` and `pad_token_id` of a tokenising data source.
+
+    `vocab_size` (e.g. the model's) must cover every id the tokenizer emits; the
+    pad id falls back to EOS. `eos_role` says in the error what EOS is needed for.
+    """
+    dataset.tokenizer = load_tokenizer(tokenizer)
+    if dataset.tokenizer.eos_token_id is None:
+        raise ValueError(f"the tokenizer has no EOS token, which {eos_role}: set tokenizer.eos_token.")
+    size = tokenizer_vocab_size(dataset.tokenizer)
+    if vocab_size is not None and size > vocab_size:
+        raise ValueError(
+            f"the tokenizer has ids up to {size - 1} but vocab_size={vocab_size}: use the model's own "
+            f"tokenizer, or set vocab_size >= {size}."
+        )
+    dataset.vocab_size = size if vocab_size is None else vocab_size
+    dataset.eos_token_id = int(dataset.tokenizer.eos_token_id)
+    pad = dataset.tokenizer.pad_token_id
+    dataset.pad_token_id = dataset.eos_token_id if pad is None else int(pad)
+
+
 def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerBase, field: str, eos: int) -> dict:
     texts = [text for text in batch[field] if text is not None and text.strip()]
     ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
@@ -74,21 +100,9 @@ class TextDataset(TokenSequenceDataset):
     ) -> None:
         check_seq_len(seq_len)
         check_seed(seed)
-        self.tokenizer = load_tokenizer(tokenizer)
-        if self.tokenizer.eos_token_id is None:
-            raise ValueError("the tokenizer has no EOS token, which separates documents: set tokenizer.eos_token.")
-        size = tokenizer_vocab_size(self.tokenizer)
-        if vocab_size is not None and size > vocab_size:
-            raise ValueError(
-                f"the tokenizer has ids up to {size - 1} but vocab_size={vocab_size}: use the model's own "
-                f"tokenizer, or set vocab_size >= {size}."
-            )
+        adopt_tokenizer(self, tokenizer, vocab_size, eos_role="separates documents")
         self.seq_len = seq_len
         self.seed = seed
-        self.vocab_size = size if vocab_size is None else vocab_size
-        self.eos_token_id = int(self.tokenizer.eos_token_id)
-        pad = self.tokenizer.pad_token_id
-        self.pad_token_id = self.eos_token_id if pad is None else int(pad)
 
         raw = self._load(paths, hub_dataset, hub_config, split, txt_sample_by, cache_dir)
         if text_field not in raw.column_names:
