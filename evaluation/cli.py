@@ -15,6 +15,7 @@ from typing import Any
 
 from evaluation.methods import METHODS, MethodStack, parse_value
 from evaluation.tasks import GRID_NAMES, TASKS
+from repo_train.argtypes import positive_int
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
@@ -42,16 +43,6 @@ exit codes: 0 done, 2 usage error, 3 stopped early by --max-records (rerun to re
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _gold_positions(text: str) -> str | list[int]:
     if text in GRID_NAMES:
         return text
@@ -74,25 +65,25 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="a method (stack) to evaluate; repeat for several (default: baseline)",
     )
     parser.add_argument("--out", required=True, help="output directory (resumes if it holds an earlier run)")
-    parser.add_argument("--num-examples", type=_positive_int, help="source examples per task (default: all)")
-    parser.add_argument("--num-documents", type=_positive_int, help="documents per MDQA prompt (default 20)")
-    parser.add_argument("--num-keys", type=_positive_int, help="KV pairs per prompt (default 75)")
+    parser.add_argument("--num-examples", type=positive_int, help="source examples per task (default: all)")
+    parser.add_argument("--num-documents", type=positive_int, help="documents per MDQA prompt (default 20)")
+    parser.add_argument("--num-keys", type=positive_int, help="KV pairs per prompt (default 75)")
     parser.add_argument(
         "--gold-positions",
         type=_gold_positions,
         default="caliope",
         help="caliope|lpes|all or comma-separated 0-based ints (default caliope)",
     )
-    parser.add_argument("--batch-size", type=_positive_int, default=8, help="prompts per forward (default 8)")
-    parser.add_argument("--max-new-tokens", type=_positive_int, help="default: per task (100)")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="prompts per forward (default 8)")
+    parser.add_argument("--max-new-tokens", type=positive_int, help="default: per task (100)")
     parser.add_argument("--seed", type=int, default=0, help="seed of distractors / generated keys / tiny weights")
     parser.add_argument("--data-dir", help="folder with the Lost in the Middle files (see below)")
-    parser.add_argument("--max-length", type=_positive_int, help="prompt + new tokens budget (default: model's)")
+    parser.add_argument("--max-length", type=positive_int, help="prompt + new tokens budget (default: model's)")
     parser.add_argument("--truncate", choices=["middle", "left"], help="truncate too-long prompts (default: error)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--attn-implementation", default="sdpa", help="sdpa, eager or flash_attention_2")
     parser.add_argument("--task-param", action="append", default=[], metavar="TASK:key=value")
-    parser.add_argument("--max-records", type=_positive_int, help="stop after N new records (resume by rerunning)")
+    parser.add_argument("--max-records", type=positive_int, help="stop after N new records (resume by rerunning)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--no-report", action="store_true", help="skip plots and report.md")
 

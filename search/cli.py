@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repo_train.argtypes import non_negative_int, positive_int
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
 EXIT_USAGE = 2
@@ -36,26 +38,6 @@ data: mdqa reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release
 distributed: python -m torch.distributed.run --nproc_per_node=N -m search run ...  (scripts/run_search.sh)
 resume: rerun the same command with --resume; it continues NAME.state.json (or starts if there is none).
 """
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,15 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="YAML search config (see below)")
     run.add_argument("--out", required=True, help="scale file to write, e.g. scales/NAME.json")
     run.add_argument("--resume", action="store_true", help="continue NAME.state.json if it exists")
-    run.add_argument("--num-examples", type=_positive_int, help="source examples per subset (config: task)")
-    run.add_argument("--num-items", type=_positive_int, help="documents (mdqa) or KV pairs (kv) per prompt")
-    run.add_argument("--generations", type=_non_negative_int, help="breeding rounds after generation 0")
+    run.add_argument("--num-examples", type=positive_int, help="source examples per subset (config: task)")
+    run.add_argument("--num-items", type=positive_int, help="documents (mdqa) or KV pairs (kv) per prompt")
+    run.add_argument("--generations", type=non_negative_int, help="breeding rounds after generation 0")
     run.add_argument("--seed", type=int, help="seed of the GA")
     run.add_argument("--data-dir", help="folder with the Lost in the Middle files")
     run.add_argument("--no-progress", action="store_true", help="no progress bar over candidates")
     show = sub.add_parser("show", help="validate a scale file and print it")
     show.add_argument("scale_file", metavar="SCALE_FILE")
-    show.add_argument("--num-layers", type=_positive_int, help="also check it against a model with this many layers")
+    show.add_argument("--num-layers", type=positive_int, help="also check it against a model with this many layers")
     return parser
 
 
