@@ -226,20 +226,27 @@ def run_stack(
             for row, output in zip(rows, outputs):
                 if row["id"] in done:
                     continue
-                yield {
-                    "id": row["id"],
-                    "example_id": row["example_id"],
-                    "task": prepared.name,
-                    "method": label,
-                    "gold_position": row["gold_position"],
-                    "num_positions": row["num_positions"],
-                    "prediction": output.text,
-                    "answers": row["answers"],
-                    "score": prepared.task.score(output.text, row["answers"]),
-                    "prompt_tokens": output.prompt_tokens,
-                    "truncated": output.truncated,
-                    "stop_reason": output.stop_reason,
-                }
+                yield _record(prepared, label, row, output.text, output.prompt_tokens, output.truncated,
+                              output.stop_reason)  # fmt: skip
+
+
+def _record(prepared: PreparedTask, method: str, row, prediction: str, prompt_tokens: int, truncated: bool,
+            stop_reason: str) -> dict[str, Any]:  # fmt: skip
+    """One line of records.jsonl: the row's identity, the prediction and its score."""
+    return {
+        "id": row["id"],
+        "example_id": row["example_id"],
+        "task": prepared.name,
+        "method": method,
+        "gold_position": row["gold_position"],
+        "num_positions": row["num_positions"],
+        "prediction": prediction,
+        "answers": row["answers"],
+        "score": prepared.task.score(prediction, row["answers"]),
+        "prompt_tokens": prompt_tokens,
+        "truncated": truncated,
+        "stop_reason": stop_reason,
+    }
 
 
 def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: MethodStack, todo, done, progress):
@@ -271,21 +278,8 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                     )
                 scores = continuation_scores(model, tokenizer, row["prompt"], row["choices"], use_cache)
                 choice = row["choices"][task.choose(scores, row["choices"])]
-                yield {
-                    "id": row["id"],
-                    "example_id": row["example_id"],
-                    "task": prepared.name,
-                    "method": label,
-                    "gold_position": row["gold_position"],
-                    "num_positions": row["num_positions"],
-                    "prediction": choice,
-                    "answers": row["answers"],
-                    "score": task.score(choice, row["answers"]),
-                    "prompt_tokens": len(tokens.input_ids),
-                    "truncated": False,
-                    "stop_reason": "loglikelihood",
-                    "loglikelihoods": [total for total, _ in scores],
-                }
+                record = _record(prepared, label, row, choice, len(tokens.input_ids), False, "loglikelihood")
+                yield {**record, "loglikelihoods": [total for total, _ in scores]}
 
 
 def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
