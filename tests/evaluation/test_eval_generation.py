@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from method_helpers import gqa_llama
 
 from evaluation.generation import (
     DecodeSettings,
@@ -39,18 +39,7 @@ def hf_greedy(model, tokenizer, prompts, max_new_tokens, **extra):
 
 def test_equals_generate_on_vanilla_llama(spread):
     tokenizer = byte_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    model = spread(LlamaForCausalLM(config).eval())
+    model = spread(gqa_llama(tokenizer, max_position_embeddings=512))
     expected, _ = hf_greedy(model, tokenizer, PROMPTS, 12)
     ours = generate(model, tokenizer, PROMPTS, DecodeSettings(max_new_tokens=12, batch_size=4))
     assert [o.token_ids for o in ours] == expected

@@ -8,8 +8,7 @@ from typing import ClassVar
 
 import pytest
 import torch
-from method_helpers import PROMPTS, tokens
-from transformers import LlamaConfig, LlamaForCausalLM
+from method_helpers import PROMPTS, gqa_llama, tokens
 
 from evaluation.generation import DecodeSettings, collate, generate, generate_batch, tokenize_prompts
 from evaluation.methods import (
@@ -191,18 +190,7 @@ def test_pi_scale_two_divides_positions_in_every_layer_and_changes_outputs(tiny_
 
 def test_pi_on_a_model_without_policies_leaves_it_untouched_after_detach(spread):
     tokenizer = byte_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    model = spread(LlamaForCausalLM(config).eval())
+    model = spread(gqa_llama(tokenizer))
     untouched = tokens(generate(copy.deepcopy(model), tokenizer, PROMPTS, SETTINGS))
     stack = MethodStack.parse("pi:scale=1.5")
     with stack.attached(model, tokenizer):

@@ -8,8 +8,7 @@ from typing import ClassVar
 
 import pytest
 import torch
-from method_helpers import batch_of, tokens
-from transformers import LlamaConfig, LlamaForCausalLM
+from method_helpers import batch_of, gqa_llama, tokens
 
 from evaluation.generation import DecodeSettings, generate_batch
 from evaluation.methods import Method, MethodStack, build_method
@@ -77,18 +76,7 @@ def test_mspoe_with_all_ratios_one_equals_the_baseline_exactly(tiny_lm, order):
 
 def test_mspoe_on_a_gqa_llama_with_ratios_one_equals_its_baseline(spread):
     tokenizer = byte_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    model = spread(LlamaForCausalLM(config).eval())
+    model = spread(gqa_llama(tokenizer, num_hidden_layers=3))
     base_tokens, base_logits = run(model, tokenizer)
     ms_tokens, ms_logits = run(model, tokenizer, "ms_poe:min_ratio=1,max_ratio=1")  # keys expanded per query head
     assert ms_tokens == base_tokens
