@@ -16,10 +16,11 @@ from typing import Any
 from evaluation.methods import METHODS, MethodStack, parse_value
 from evaluation.tasks import GRID_NAMES, TASKS
 from repo_train.argtypes import positive_int
+from repo_train.cli_errors import report_user_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 3
+EXIT_INTERRUPTED = 3
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
 #: Defaults for real models (the Lost in the Middle settings).
@@ -205,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        return _run(args) if args.command == "run" else _report(args)
-    except (ValueError, OSError) as err:  # user mistakes: one clear line, no traceback
-        print(f"python -m evaluation {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    action = _run if args.command == "run" else _report
+    # user mistakes: one clear line, no traceback
+    return report_user_errors(f"python -m evaluation {args.command}", lambda: action(args), (ValueError, OSError))

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from repo_train import demo, export
+from repo_train.cli_errors import report_user_errors
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate")
+#: User mistakes: one clear line, no traceback.
+USER_ERRORS = (ValueError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,18 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
         from repo_train.training.cli import run  # imports Lightning only when training
 
-        try:
-            return run(argv)
-        except (ValueError, FileNotFoundError) as err:
-            print(f"python -m repo_train {argv[0]}: error: {err}", file=sys.stderr)
-            return 2
+        return report_user_errors(f"python -m repo_train {argv[0]}", lambda: run(argv), USER_ERRORS)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        return args.run(args)
-    except (ValueError, FileNotFoundError) as err:  # user mistakes: one clear line, no traceback
-        print(f"python -m repo_train {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    return report_user_errors(f"python -m repo_train {args.command}", lambda: args.run(args), USER_ERRORS)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from repo_train.argtypes import non_negative_int, positive_int
+from repo_train.cli_errors import EXIT_USAGE, report_user_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
-EXIT_USAGE = 2
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -71,6 +71,24 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="validate a scale file and print it")
     show.add_argument("scale_file", metavar="SCALE_FILE")
     show.add_argument("--num-layers", type=positive_int, help="also check it against a model with this many layers")
+    diagnose = sub.add_parser(
+        "diagnose",
+        help="structure deviation D and smoothness S of a scale file and its variants (search/structure.py)",
+        description="D per layer and S of the searched scales and of uniform / noisy / shuffled / random variants, "
+        "on the search set of the config's task; writes OUT/structure.json and OUT/structure.png.",
+    )
+    diagnose.add_argument("--scale-file", required=True, help="scale file written by `python -m search run`")
+    diagnose.add_argument("--out", required=True, help="directory for structure.json and structure.png")
+    diagnose.add_argument("--model", help="local HF model directory (default: the built-in tiny random model)")
+    diagnose.add_argument("--config", help="YAML search config: its model and task sections (default as for run)")
+    diagnose.add_argument("--task", choices=["mdqa", "kv"], help="task of the prompts (default: the config's)")
+    diagnose.add_argument("--num-examples", type=positive_int, help="source examples, 3 prompts each (config: task)")
+    diagnose.add_argument("--num-items", type=positive_int, help="documents (mdqa) or KV pairs (kv) per prompt")
+    diagnose.add_argument("--data-dir", help="folder with the Lost in the Middle files")
+    diagnose.add_argument(
+        "--seed", type=int, default=0, dest="variant_seed", metavar="SEED", help="seed of noisy/shuffled/random"
+    )
+    diagnose.set_defaults(generations=None, seed=None)  # the `run` options resolve_config reads
     return parser
 
 
@@ -346,14 +364,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        if args.command == "show":
-            return show(args.scale_file, args.num_layers)
-        output_paths(args.out)  # a bad --out fails before anything is loaded
-        if args.model is not None and not Path(args.model).is_dir():
-            raise FileNotFoundError(f"--model {args.model!r} is not a directory; pass a local HF model directory")
-        run_search(resolve_config(args), args.out, resume=args.resume, progress=not args.no_progress)
+    # user mistakes (ConfigError, ScaleFileError are ValueErrors): one clear line, no traceback
+    return report_user_errors(f"python -m search {args.command}", lambda: _command(args), (ValueError, OSError))
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the parsed subcommand; its exit code."""
+    if args.command == "show":
+        return show(args.scale_file, args.num_layers)
+    if args.command == "diagnose":
+        from search.structure import diagnose
+
+        diagnose(resolve_config(args), args.scale_file, args.out, seed=args.variant_seed)
         return 0
-    except (ValueError, OSError) as err:  # user mistakes (ConfigError, ScaleFileError are ValueErrors)
-        print(f"python -m search {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    output_paths(args.out)  # a bad --out fails before anything is loaded
+    if args.model is not None and not Path(args.model).is_dir():
+        raise FileNotFoundError(f"--model {args.model!r} is not a directory; pass a local HF model directory")
+    run_search(resolve_config(args), args.out, resume=args.resume, progress=not args.no_progress)
+    return 0

@@ -10,9 +10,10 @@ paper's formula: it is the mean absolute second difference
 0 for any straight line, larger for rougher vectors (lower is smoother).
 Replace it with Eq. 14 once checked against the paper.
 
-The paper's representational structure deviation D (Eq. 12–13) is not
-implemented here: its definition could not be checked, and it needs hidden
-states of the model, which belongs to the evaluation harness anyway.
+The paper's representational structure deviation D (Eq. 12–13) needs the
+model's hidden states; our stand-in for it (also not the paper's formula) is
+in search/structure.py, and `python -m search diagnose` reports D and S of a
+scale file and its variants side by side.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The two pictures of a search: the scale curve over layers, and fitness over generations (matplotlib, Agg).
+"""The pictures of a search: the scale curve over layers, fitness over generations, and the structure deviation
+D per layer of the searched scales and their variants (`python -m search diagnose`; matplotlib, Agg).
 
-Both are written through a temporary file and `os.replace`, like every other
+All are written through a temporary file and `os.replace`, like every other
 output, so a reader never sees half a PNG.
 """
 
@@ -16,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
@@ -74,4 +76,33 @@ def plot_fitness(path: str | os.PathLike, log: Sequence[Mapping[str, Any]], titl
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     if generations:
         ax.set_xticks(generations if len(generations) <= 25 else generations[:: max(1, len(generations) // 10)])
+    return _save(fig, path)
+
+
+#: Line style of each variant of `search.structure.scaling_variants` (searched solid and on top).
+_VARIANT_STYLE = {
+    "searched": ("o-", "tab:blue"),
+    "uniform": ("s--", "grey"),
+    "noisy": ("^:", "tab:green"),
+    "shuffled": ("v-.", "tab:orange"),
+    "random": ("x:", "tab:red"),
+}
+
+
+def plot_structure(path: str | os.PathLike, structure: Mapping[str, Any], title: str = "") -> Path:
+    """Figure-3 style: D_h per layer, one line per scale variant; the legend gives the mean D and smoothness S."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, entry in reversed(list(structure["variants"].items())):
+        style, color = _VARIANT_STYLE.get(name, (".-", None))
+        values = entry["D_per_layer"]
+        smooth = "n/a" if entry.get("S") is None else f"{entry['S']:.3f}"
+        label = f"{name}: D {entry['D']:.4f}, S {smooth}"
+        ax.plot(range(len(values)), values, style, color=color, label=label, zorder=3 if name == "searched" else 2)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("layer h (its output)")
+    ax.set_ylabel("D_h: relative change of the token cosine matrix")
+    ax.set_title(title or "representational structure deviation")
+    ax.grid(alpha=0.3)
+    ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return _save(fig, path)

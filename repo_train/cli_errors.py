@@ -1,0 +1,27 @@
+"""How the project's command lines (repo_train, evaluation, search) report a user's mistake.
+
+One line on stderr, `python -m PKG CMD: error: MESSAGE` (argparse's own
+format), no traceback, and exit code 2 (argparse's usage-error code).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+#: Exit code of a usage error, as argparse uses it.
+EXIT_USAGE = 2
+
+
+def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[Exception], ...]) -> int:
+    """`action()`'s exit code; one of `errors` instead prints `PROG: error: MESSAGE` to stderr and gives 2.
+
+    `prog` names the command, e.g. "python -m search run"; `errors` are the
+    exception types that mean a user mistake for this command line (anything
+    else is a bug and keeps its traceback).
+    """
+    try:
+        return action()
+    except errors as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
