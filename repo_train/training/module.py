@@ -3,7 +3,8 @@
 Loss = next-token cross-entropy + z-loss (1e-5); AdamW (0.9, 0.95), eps 1e-8,
 decoupled decay 0.1 except embeddings; linear decay to 0 without warm-up;
 gradient clipping is the Trainer's (`gradient_clip_val: 1.0`, passed to
-DeepSpeed's `gradient_clipping` too). The model is built in `configure_model`
+DeepSpeed's `gradient_clipping` too), and the gradient norm before it is
+logged as `train/grad_norm`. The model is built in `configure_model`
 so strategies can place it; `init_from` continues from an HF OLMo-2 directory
 with fresh REPO weights.
 """
@@ -11,9 +12,12 @@ with fresh REPO weights.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.plugins.precision import Precision
+from pytorch_lightning.utilities import GradClipAlgorithmType
 
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies, repo_curriculum_mix
 from repo_train.modeling.presets import preset
@@ -28,6 +32,12 @@ def resolve_attn_implementation(name: str) -> str:
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     return "sdpa"
+
+
+# Overriding `configure_gradient_clipping` (to log the norm it computes) makes Lightning's DeepSpeed
+# strategy warn that the hook "will not actually clip gradients". DeepSpeed still clips, with its own
+# `gradient_clipping`, and the hook does nothing there (see the method), so the warning only misleads.
+warnings.filterwarnings("ignore", message="Since DeepSpeed handles gradient clipping internally")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -167,13 +177,33 @@ class RePoLightningModule(pl.LightningModule):
         self.log("val/loss", parts.total, prog_bar=True, sync_dist=True)
         self.log("val/ce", parts.ce, sync_dist=True)
 
-    def on_before_optimizer_step(self, optimizer):
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        """The Trainer's gradient clipping, logging the total gradient norm before it as `train/grad_norm`.
+
+        Clipping by norm computes that norm anyway: `clip_grad_norm_` (what
+        Lightning calls) returns it, so one pass over the gradients both clips
+        and logs. Without clipping, or clipping by value, the norm is computed
+        on its own first. DeepSpeed still calls this hook but owns the
+        (partitioned) gradients and clips inside its step (`gradient_clipping`);
+        the throughput callback logs the norm DeepSpeed computed.
+        """
         if getattr(self.trainer.strategy, "strategy_name", "") in ("deepspeed", "deepspeed_cpu"):
-            return  # DeepSpeed owns (partitioned) gradients; the throughput callback logs its norm
+            return
+        plugin = self.trainer.precision_plugin
+        if (
+            isinstance(gradient_clip_val, (int, float))
+            and gradient_clip_val > 0
+            and gradient_clip_algorithm in (None, GradClipAlgorithmType.NORM)
+            and type(plugin).clip_grad_by_norm is Precision.clip_grad_by_norm  # Lightning's own is this call
+        ):
+            norm = torch.nn.utils.clip_grad_norm_(plugin.main_params(optimizer), gradient_clip_val)
+            self.log("train/grad_norm", norm)
+            return
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
             self.log("train/grad_norm", norm)
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self):
         hp = self.hparams
