@@ -29,7 +29,6 @@ import json
 import os
 import random
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from evaluation.generation import DecodeSettings, collate, generate_batch, plan_
 from evaluation.methods import Method, MethodStack
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
+from repo_train.benchmarking import alternate
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 
@@ -186,20 +186,22 @@ def main() -> None:
     print(f"{'baseline':<62} {'1.000':>22} {'1.000':>9} {'1.00':>9} {'1.00':>8}   ({base_peak} KiB peak growth)")
     results = {}
     for spec in args.methods:
-        timed(model, tokenizer, batches, settings, spec)  # warm-up
-        base_times, method_times, kv = [], [], 0
-        for _ in range(args.rounds):
-            base_times.append(timed(model, tokenizer, batches, settings, None)[0])
-            t_method, kv = timed(model, tokenizer, batches, settings, spec)
-            method_times.append(t_method)
-        ratios = [m / b for m, b in zip(method_times, base_times)]
-        best = min(method_times) / min(base_times)
+        timed(model, tokenizer, batches, settings, spec)  # warm-up (the baseline's was above)
+        kv_bytes: list[int] = []
+
+        def run_method(spec: str = spec, kv_bytes: list[int] = kv_bytes) -> float:  # bound now, not late
+            seconds, size = timed(model, tokenizer, batches, settings, spec)
+            kv_bytes.append(size)
+            return seconds
+
+        result = alternate(lambda: timed(model, tokenizer, batches, settings, None)[0], run_method, args.rounds)
+        ratios, best, kv = result.ratios, result.best_ratio, kv_bytes[-1]
         results[spec] = best
         peak = peak_growth(args, spec)
         peak_ratio = f"{peak / base_peak:.2f}" if peak is not None and base_peak else "n/a"
-        spread = f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        spread = f"{result.median_ratio:.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
         print(f"{spec:<62} {spread:>22} {best:>9.3f} {kv / base_bytes:>9.2f} {peak_ratio:>8}   ({peak} KiB)")
-    print(f"baseline best time: {min(base_times):.3f}s for {len(batches)} batches")
+    print(f"baseline best time: {min(result.a):.3f}s for {len(batches)} batches")
     for spec in [spec for spec in results if spec.split(":")[0] == "pcd"]:
         verdict = "within" if results[spec] <= PCD_TARGET else "ABOVE"
         print(f"PCD best time / baseline best time: {results[spec]:.3f} ({verdict} the {PCD_TARGET}x target)")

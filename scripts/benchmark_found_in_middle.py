@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from evaluation.methods import MethodStack
 from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import MDQATask
+from repo_train.benchmarking import alternate, summary
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 
@@ -125,16 +126,14 @@ def main() -> None:
         f"K={args.docs} documents, prompt width {width} tokens, {args.new_tokens} new tokens; {args.threads} threads"
     )
 
-    pairs = []
-    for round_ in range(args.rounds + 1):
-        base = generate(model, tokenizer, batch, settings, "baseline")
-        fim = generate(model, tokenizer, batch, settings, FIM)
-        if round_:
-            pairs.append((base, fim))
-    ratios = [f / b for b, f in pairs]
-    print(f"generation time, baseline: median {statistics.median(b for b, _ in pairs):.3f} s")
-    print(f"generation time, fim:      median {statistics.median(f for _, f in pairs):.3f} s")
-    print(f"fim / baseline time: median {statistics.median(ratios):.2f} (per pair {min(ratios):.2f}-{max(ratios):.2f})")
+    result = alternate(
+        lambda: generate(model, tokenizer, batch, settings, "baseline"),
+        lambda: generate(model, tokenizer, batch, settings, FIM),
+        args.rounds,
+        warmup=1,
+    )
+    print("generation time:")
+    print(textwrap.indent(summary(result, "baseline", "fim"), "  "))
 
     layers = list(range(args.layers))
     with torch.no_grad(), probing(model) as probe:

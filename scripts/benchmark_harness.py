@@ -2,7 +2,7 @@
 """The harness's generation loop vs `model.generate`, and the speed-up of batching, side by side in one run.
 
 Builds a random model (byte tokenizer) and prompts of mixed lengths, then
-alternates (ours, generate, ours, generate, ...) over the same batches so both
+alternates (generate, ours, generate, ours, ...) over the same batches so both
 see the same machine state; prints tokens/s, the per-round time ratio and its
 median (target: within 10%), and checks that both produce the same tokens.
 Then times our loop with batch size 1 against batch size 8.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
 from evaluation.models import byte_tokenizer
+from repo_train.benchmarking import alternate, summary
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 
@@ -126,29 +126,38 @@ def main() -> None:
         f"{min(len(p.input_ids) for p in prompts)}-{max(len(p.input_ids) for p in prompts)} tokens, "
         f"{args.new_tokens} new tokens, batch 8, {args.threads} threads"
     )
-    ours(model, tokenizer, batched, settings), hf(model, batched, args.new_tokens)  # warm-up
-    ratios, same = [], True
-    for round_ in range(args.rounds):
-        t_ours, tok_ours = ours(model, tokenizer, batched, settings)
-        t_hf, tok_hf = hf(model, batched, args.new_tokens)
-        same &= tok_ours == tok_hf
+    tokens: dict[str, list] = {"generate": [], "ours": []}  # each call's tokens, warm-up pair first
+
+    def run_hf() -> float:
+        seconds, out = hf(model, batched, args.new_tokens)
+        tokens["generate"].append(out)
+        return seconds
+
+    def run_ours() -> float:
+        seconds, out = ours(model, tokenizer, batched, settings)
+        tokens["ours"].append(out)
+        return seconds
+
+    result = alternate(run_hf, run_ours, args.rounds, warmup=1)
+    timed = {name: runs[1:] for name, runs in tokens.items()}
+    for round_, (t_hf, t_ours, tok_ours) in enumerate(zip(result.a, result.b, timed["ours"])):
         generated = sum(len(t) for t in tok_ours)
-        ratios.append(t_ours / t_hf)
         print(
             f"round {round_}: ours {t_ours:.3f}s ({generated / t_ours:.0f} tok/s), "
             f"generate {t_hf:.3f}s ({generated / t_hf:.0f} tok/s), ratio {t_ours / t_hf:.3f}"
         )
-    print(f"ours / generate time: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})")
-    print(f"same tokens as generate: {same}")
+    print(summary(result, "generate", "ours"))
+    print(f"same tokens as generate: {timed['ours'] == timed['generate']}")
 
     single = batches(1)
-    speedups = []
-    for round_ in range(args.rounds):
-        t1 = ours(model, tokenizer, single, settings)[0]
-        t8 = ours(model, tokenizer, batched, settings)[0]
-        speedups.append(t1 / t8)
+    speedup = alternate(
+        lambda: ours(model, tokenizer, batched, settings)[0],
+        lambda: ours(model, tokenizer, single, settings)[0],
+        args.rounds,
+    )
+    for round_, (t8, t1) in enumerate(zip(speedup.a, speedup.b)):
         print(f"round {round_}: batch 1 {t1:.3f}s, batch 8 {t8:.3f}s, speed-up {t1 / t8:.2f}x")
-    print(f"batching speed-up (batch 1 time / batch 8 time): median {statistics.median(speedups):.2f}x")
+    print(f"batching speed-up (batch 1 time / batch 8 time): median {speedup.median_ratio:.2f}x")
 
 
 if __name__ == "__main__":

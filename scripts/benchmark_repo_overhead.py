@@ -12,11 +12,12 @@ Also prints the exact parameter overhead for the OLMo-2 1B and 7B shapes.
 from __future__ import annotations
 
 import argparse
-import statistics
+import textwrap
 import time
 
 import torch
 
+from repo_train.benchmarking import alternate, summary
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
 from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
@@ -57,31 +58,17 @@ def main() -> None:
         method: RePoOlmo2ForCausalLM(tiny(position_method=method, **shape)).train() for method in ("rope", "repo")
     }
     batch = torch.randint(2, args.vocab, (args.batch, args.seq_len))
-    for _ in range(2):
-        for model in models.values():
-            step_time(model, batch)
-    times: dict[str, list[float]] = {name: [] for name in models}
-    ratios = []
-    for _ in range(args.rounds):
-        pair = {name: step_time(model, batch) for name, model in models.items()}
-        for name, t in pair.items():
-            times[name].append(t)
-        ratios.append(pair["repo"] / pair["rope"])
+    result = alternate(
+        lambda: step_time(models["rope"], batch), lambda: step_time(models["repo"], batch), args.rounds, warmup=2
+    )
 
     config = models["repo"].config
     print(
         f"shape: d={args.hidden} layers={args.layers} heads={args.heads} seq_len={args.seq_len} "
         f"batch={args.batch} threads={args.threads}; REPO from layer {config.repo_start_layer}, d_p={config.repo_hidden_size}"
     )
-    for name, values in times.items():
-        print(
-            f"  {name:5s} forward+backward: median {statistics.median(values) * 1e3:8.1f} ms  "
-            f"(min {min(values) * 1e3:.1f}, max {max(values) * 1e3:.1f}, n={len(values)})"
-        )
-    print(
-        f"  time ratio REPO/RoPE: median {statistics.median(ratios):.3f} "
-        f"(per pair: min {min(ratios):.3f}, max {max(ratios):.3f})"
-    )
+    print("  forward+backward step:")
+    print(textwrap.indent(summary(result, "RoPE", "REPO", unit="ms"), "    "))
     flops = {m: training_flops_per_token(models[m].config, args.seq_len) for m in models}
     print(f"  model FLOPs ratio REPO/RoPE: {flops['repo'] / flops['rope']:.4f}")
     print(f"  parameters: {parameter_report(models['repo'])}")

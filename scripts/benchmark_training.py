@@ -18,12 +18,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
+from repo_train.benchmarking import alternate, summary
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
 
@@ -32,7 +34,8 @@ SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, 
          "num_key_value_heads": 4, "vocab_size": 1024}  # fmt: skip
 
 
-def tokens_per_second(method: str, steps: int, seq_len: int, batch: int) -> float:
+def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
+    """Wall time of `steps` optimizer steps (after 2 warm-up steps) through `Trainer.fit`."""
     pl.seed_everything(0, verbose=False)
     module = RePoLightningModule(position_method=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
     data = RePoDataModule(
@@ -46,8 +49,7 @@ def tokens_per_second(method: str, steps: int, seq_len: int, batch: int) -> floa
         callbacks=[_Timer(skip=2)],
     )  # fmt: skip
     trainer.fit(module, data)
-    timer = trainer.callbacks[0]
-    return steps * batch * seq_len / timer.elapsed
+    return trainer.callbacks[0].elapsed
 
 
 class _Timer(pl.Callback):
@@ -85,17 +87,17 @@ def main() -> None:
     parser.add_argument("--skip-ddp", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    results: dict[str, list[float]] = {"rope": [], "repo": []}
-    for _ in range(args.rounds):
-        for method, values in results.items():
-            values.append(tokens_per_second(method, args.steps, args.seq_len, args.batch))
-    print(f"shape {SHAPE}, seq_len {args.seq_len}, batch {args.batch}, {args.steps} timed steps × {args.rounds} rounds")
-    for method, values in results.items():
-        print(f"  {method:5s} tokens/s: median {statistics.median(values):8.0f}  (all: {[round(v) for v in values]})")
-    ratios = [rope / repo for rope, repo in zip(results["rope"], results["repo"])]
-    print(
-        f"  step-time ratio REPO/RoPE: median {statistics.median(ratios):.3f} (per round {[round(r, 3) for r in ratios]})"
+    result = alternate(
+        lambda: train_seconds("rope", args.steps, args.seq_len, args.batch),
+        lambda: train_seconds("repo", args.steps, args.seq_len, args.batch),
+        args.rounds,
     )
+    print(f"shape {SHAPE}, seq_len {args.seq_len}, batch {args.batch}, {args.steps} timed steps × {args.rounds} rounds")
+    tokens = args.steps * args.batch * args.seq_len
+    for method, seconds in (("rope", result.a), ("repo", result.b)):
+        rates = [tokens / s for s in seconds]
+        print(f"  {method:5s} tokens/s: median {statistics.median(rates):8.0f}  (all: {[round(v) for v in rates]})")
+    print(textwrap.indent(summary(result, "RoPE", "REPO"), "  "))
     if args.skip_ddp:
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +107,7 @@ def main() -> None:
         f"  DDP on this machine, 20 steps of 8 × 256 tokens (process start-up included): 1 process {one:.1f}s, "
         f"2 processes {two:.1f}s, speed-up {one / two:.2f}x"
     )
-    print(json.dumps({"repo_over_rope_time": statistics.median(ratios), "ddp_speedup": one / two}))
+    print(json.dumps({"repo_over_rope_time": result.median_ratio, "ddp_speedup": one / two}))
 
 
 if __name__ == "__main__":
