@@ -8,14 +8,13 @@ intervals as error bars; `report.md` tabulates the metrics and links the plots.
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from evaluation.results import BASELINE, load_summary
+from repo_train.atomic import save_figure_atomic, write_text_atomic
 
 REPORT_FILE = "report.md"
 
@@ -70,14 +69,7 @@ def plot_task(task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path)
     ax.grid(alpha=0.3)
     # Below the axes: method specs are long, and a legend inside would hide the curves.
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    save_figure_atomic(fig, path)
 
 
 def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -129,9 +121,5 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = ()) -> list[P
             f"Δ vs baseline: paired bootstrap over the same examples against `{BASELINE}`; p = P(Δ ≤ 0)."
         ),
     ]
-    report = out / REPORT_FILE
-    fd, tmp = tempfile.mkstemp(prefix=f".{REPORT_FILE}.", suffix=".tmp", dir=out)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-    os.replace(tmp, report)
+    report = write_text_atomic(out / REPORT_FILE, "\n".join(lines) + "\n")
     return [*written, report]

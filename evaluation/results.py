@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from evaluation.position_metrics import accuracy_by_position, bootstrap_ci, paired_bootstrap, summarize_positions
+from repo_train import atomic
 
 FORMAT_VERSION = 1
 RECORDS_FILE = "records.jsonl"
@@ -72,19 +72,7 @@ def _clean(value: Any) -> Any:
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON to `path` through a temporary file in the same directory and `os.replace`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(_clean(data), handle, indent=2, ensure_ascii=False, allow_nan=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
 
 
 def validate_record(record: Any, where: str = "record") -> dict[str, Any]:

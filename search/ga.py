@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from repo_train.atomic import write_json_atomic
 from search.fitness import Fitness, FitnessResult, SyntheticFitness
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
-from search.scale_file import write_json_atomic
 
 STATE_VERSION = 1
 #: GAConfig fields a resumed search may change: they end the search, never change its path.

@@ -8,7 +8,6 @@ output, so a reader never sees half a PNG.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,21 +18,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from repo_train.atomic import save_figure_atomic
+
 
 def _save(fig, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure_atomic(fig, path)
 
 
 def plot_curve(path: str | os.PathLike, scale_file: Mapping[str, Any], title: str = "") -> Path:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from repo_train import atomic
 from repo_train.modeling.scale_file import (
     FORMAT_VERSION,
     REQUIRED_KEYS,
@@ -32,22 +32,6 @@ from search.fitness import FitnessResult, SubsetWeights
 from search.genome import Genome, SearchSpace
 
 _CURVE_TOLERANCE = 1e-6
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write JSON through a temporary file in the same directory and `os.replace`: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def config_sha256(config: Any) -> str:
@@ -126,7 +110,7 @@ def write_scale_file(path: str | os.PathLike, scale_file: ScaleFile) -> Path:
     """Validate, then write atomically. Returns the path."""
     data = json.loads(json.dumps(scale_file.to_json()))  # exactly what a reader will see
     ScaleFile.from_json(data, source=f"scale file for {path}")
-    return write_json_atomic(path, data)
+    return atomic.write_json_atomic(path, data)
 
 
 def load_scale_file(path: str | os.PathLike, expected_num_layers: int | None = None) -> ScaleFile:

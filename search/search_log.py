@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from repo_train.atomic import write_text_atomic
 from search.fitness import Fitness
 from search.ga import GAConfig, SearchResult, SearchState, run
 from search.genome import Genome, SearchSpace
@@ -59,16 +59,7 @@ def read_log(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def write_log(path: str | os.PathLike, lines: list[dict[str, Any]]) -> None:
     """Rewrite the whole log through a temporary file and `os.replace`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.writelines(json.dumps(line) + "\n" for line in lines)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _line(space: SearchSpace, state: SearchState, entry: dict[str, Any], timing: dict[str, float] | None) -> dict:

@@ -201,12 +201,13 @@ def _search_set(config, model, tokenizer):
 
 def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> dict[str, Any]:
     """D and smoothness S of the searched scales and their variants; writes OUT/structure.json and .png."""
+    from repo_train.atomic import write_json_atomic
     from repo_train.modeling.scaling import current_policies
     from search.cli import load_search_model
     from search.diagnostics import smoothness
     from search.harness_fitness import model_fingerprint
     from search.plots import plot_structure
-    from search.scale_file import load_scale_file, write_json_atomic
+    from search.scale_file import load_scale_file
 
     out = Path(out)
     if out.exists() and not out.is_dir():
