@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""REPO §5.2 analyses of a trained REPO model: position range per head and chunk patterns, with plots.
+
+    python scripts/analyze_repo_positions.py --model outputs/reversal/models/repo-seed0 \\
+        --task reversal --task-param min_length=20 --task-param max_length=20 --out outputs/repo-positions
+
+Runs the model on prompts of one harness task (built with the model's own
+tokenizer), records the positions z every REPO layer assigns
+(`repo_train.modeling.record_positions`) and reports, per layer and head, the
+range max z − min z and the shares of 16-token chunks that are constant,
+monotonic or hybrid (`evaluation.diagnostics`, whose docstring states the
+thresholds). Writes OUT/positions.json, OUT/positions.md, a range heat map
+(layer × head) and the positions of every head of every REPO layer for the first
+prompt, in the style of the paper's position figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from evaluation.diagnostics import CHUNK, PATTERNS, plot_head_positions, position_statistics
+from evaluation.models import load_model
+from evaluation.tasks import build_task
+from repo_train.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
+from repo_train.modeling import record_positions
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="HF directory of a REPO model (with its tokenizer)")
+    parser.add_argument("--task", default="kv", help="harness task whose prompts are fed (default kv)")
+    parser.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE", help="task parameter")
+    parser.add_argument("--num-examples", type=int, default=8, help="prompts to record (per task row grid)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output directory (created)")
+    return parser.parse_args(argv)
+
+
+def _task_params(pairs: list[str]) -> dict:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--task-param expects KEY=VALUE, got {pair!r}")
+        params[key] = int(value) if value.lstrip("-").isdigit() else value
+    return params
+
+
+def record(model, tokenizer, prompts: list[str]) -> list[list[torch.Tensor | None]]:
+    """Positions per prompt (one forward each: prompts differ in length, and REPO positions need no padding)."""
+    out = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad(), record_positions(model) as recorder:
+            model(ids)
+        out.append([None if p is None else p[0].float() for p in recorder.positions])
+    return out
+
+
+def summarize(per_prompt: list[list[torch.Tensor | None]]) -> list[dict | None]:
+    """Per layer: per-head range and pattern shares, averaged over prompts (each prompt weighs its chunks)."""
+    layers = []
+    for layer in range(len(per_prompt[0])):
+        if per_prompt[0][layer] is None:
+            layers.append(None)
+            continue
+        stats = [s for s in position_statistics([p[layer] for p in per_prompt]) if s is not None]
+        chunks = torch.tensor([s.num_chunks for s in stats], dtype=torch.float64)
+        weights = chunks / chunks.sum()
+        entry = {"range": torch.stack([s.range for s in stats]).mean(0).tolist(), "chunks": int(chunks.sum())}
+        for name in PATTERNS:
+            entry[name] = (torch.stack([getattr(s, name) for s in stats]) * weights[:, None]).sum(0).tolist()
+        layers.append(entry)
+    return layers
+
+
+def markdown(layers: list[dict | None], args: argparse.Namespace, tokens: list[int]) -> str:
+    lines = [
+        "# REPO positions per head",
+        "",
+        (
+            f"Model `{args.model}`, {len(tokens)} `{args.task}` prompts of {min(tokens)}–{max(tokens)} tokens. "
+            f"Range = max z − min z per head (mean over prompts); shares of {CHUNK}-token chunks that are "
+            "constant (all within ±0.2 of the chunk mean), monotonic or hybrid (evaluation/diagnostics.py)."
+        ),
+        "",
+        "| layer | head | range | constant | monotonic | hybrid |",
+        "|---|---|---|---|---|---|",
+    ]
+    for index, entry in enumerate(layers):
+        if entry is None:
+            continue
+        for head, spread in enumerate(entry["range"]):
+            shares = " | ".join(f"{entry[name][head]:.2f}" for name in PATTERNS)
+            lines.append(f"| {index} | {head} | {spread:.2f} | {shares} |")
+    repo = [e for e in layers if e is not None]
+    overall = {name: sum(sum(e[name]) for e in repo) / sum(len(e[name]) for e in repo) for name in PATTERNS}
+    lines += ["", "All REPO heads: " + ", ".join(f"{name} {share:.2f}" for name, share in overall.items())]
+    return "\n".join(lines) + "\n"
+
+
+def plot_ranges(layers: list[dict | None], path: Path) -> Path:
+    from matplotlib.figure import Figure
+
+    rows = [(i, e["range"]) for i, e in enumerate(layers) if e is not None]
+    fig = Figure(figsize=(1.0 + 0.6 * len(rows[0][1]), 0.8 + 0.5 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    image = ax.imshow([r for _, r in rows], aspect="auto", cmap="viridis")
+    ax.set_yticks(range(len(rows)), [str(i) for i, _ in rows])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title("REPO position range (max z − min z)")
+    fig.colorbar(image, ax=ax)
+    return save_figure_atomic(fig, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out = Path(args.out)
+    model, tokenizer = load_model(args.model)
+    task = build_task(args.task, num_examples=args.num_examples, seed=args.seed, **_task_params(args.task_param))
+    prompts = [row["prompt"] for row in task.rows()][: args.num_examples]
+    per_prompt = record(model, tokenizer, prompts)
+    if all(p is None for p in per_prompt[0]):
+        raise SystemExit(f"{args.model} has no REPO layer: nothing to analyse (train with position_method: repo)")
+    layers = summarize(per_prompt)
+    tokens = [next(p for p in positions if p is not None).shape[-1] for positions in per_prompt]
+    write_json_atomic(
+        out / "positions.json", {"model": args.model, "task": args.task, "tokens": tokens, "layers": layers}
+    )
+    write_text_atomic(out / "positions.md", markdown(layers, args, tokens))
+    plot_ranges(layers, out / "ranges.png")
+    for index, positions in enumerate(per_prompt[0]):
+        if positions is not None:
+            figure = plot_head_positions(positions, title=f"REPO positions, layer {index}, first prompt")
+            save_figure_atomic(figure, out / f"positions-layer{index}.png")
+    print(f"wrote {out / 'positions.md'}")
+
+
+if __name__ == "__main__":
+    main()
