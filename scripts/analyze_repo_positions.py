@@ -25,7 +25,7 @@ from evaluation.diagnostics import CHUNK, PATTERNS, plot_head_positions, positio
 from evaluation.models import load_model
 from evaluation.tasks import build_task
 from repo_train.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
-from repo_train.modeling import record_positions
+from repo_train.modeling import RepoPolicy, layer_policies, record_positions
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,13 +50,14 @@ def _task_params(pairs: list[str]) -> dict:
 
 
 def record(model, tokenizer, prompts: list[str]) -> list[list[torch.Tensor | None]]:
-    """Positions per prompt (one forward each: prompts differ in length, and REPO positions need no padding)."""
+    """REPO positions per prompt and layer, None for other layers (one forward per prompt: no padding)."""
+    is_repo = [isinstance(policy, RepoPolicy) for policy in layer_policies(model)]
     out = []
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
         with torch.no_grad(), record_positions(model) as recorder:
             model(ids)
-        out.append([None if p is None else p[0].float() for p in recorder.positions])
+        out.append([p[0].float() if repo else None for p, repo in zip(recorder.positions, is_repo)])
     return out
 
 
