@@ -23,16 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from repo_train.commands import CommandRunner
+
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
 KV_SEED_TRAIN, KV_SEED_SEARCH, KV_SEED_EVAL = 1000, 2000, 3000
 
 
@@ -47,28 +45,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-examples", type=int, default=20, help="examples per gold position")
     parser.add_argument("--generations", type=int, default=2, help="LPES breeding rounds")
     return parser.parse_args()
-
-
-class Runner:
-    """Runs the project's commands one after the other, logging each to OUT/commands.sh."""
-
-    def __init__(self, out: Path):
-        self.out = out
-        self.script = out / "commands.sh"
-        self.script.write_text(
-            "#!/usr/bin/env bash\n# The commands this quickstart ran, in order.\nset -euo pipefail\n"
-        )
-        self.timings: list[tuple[str, float]] = []
-
-    def __call__(self, title: str, *args: str) -> None:
-        command = [PYTHON, "-m", *args]
-        printable = " ".join(shlex.quote(a) for a in ["python", "-m", *args])
-        with self.script.open("a") as handle:
-            handle.write(f"\n# {title}\n{printable}\n")
-        print(f"\n=== {title}\n$ {printable}", flush=True)
-        start = time.perf_counter()
-        subprocess.run(command, check=True, cwd=ROOT)
-        self.timings.append((title, time.perf_counter() - start))
 
 
 def write_training_data(out: Path, args: argparse.Namespace) -> tuple[Path, Path]:
@@ -187,7 +163,7 @@ def main() -> None:
     args = parse_args()
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    run = Runner(out)
+    run = CommandRunner(out, description="The commands this quickstart ran, in order.", cwd=ROOT)
     started = time.perf_counter()
 
     tokenizer_dir, data = write_training_data(out, args)

@@ -1,0 +1,81 @@
+"""Running the project's commands from a script, each logged to a replayable shell file.
+
+Run scripts (the quickstart, the reproductions) are sequences of the project's
+own entry points (`python -m repo_train fit`, `python -m evaluation run`, ...).
+`CommandRunner` runs each as a subprocess of the current interpreter, appends it
+to `OUT/commands.sh` so every step can be rerun alone or at full scale, and
+keeps the wall time of each step. Environment variables given to the runner
+(e.g. `OMP_NUM_THREADS=1`) are set for every command and written in front of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: Lines of a command's output shown when it fails with its output sent to a log file.
+FAILURE_TAIL_LINES = 40
+
+
+class CommandRunner:
+    """Runs `python -m ...` commands one after the other, logging each to `script` (default OUT/commands.sh).
+
+    `fresh=True` starts the script anew; `fresh=False` appends to an existing one
+    (a resumed run keeps the commands of the runs before it). `env` is added to
+    this process's environment for every command.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        description: str = "The commands this script ran, in order.",
+        cwd: Path | None = None,
+        fresh: bool = True,
+        script: Path | None = None,
+        env: dict[str, str] | None = None,
+    ):
+        self.out = Path(out)
+        self.cwd = cwd
+        self.script = Path(script) if script is not None else self.out / "commands.sh"
+        self.script.parent.mkdir(parents=True, exist_ok=True)
+        if fresh or not self.script.is_file():
+            self.script.write_text(f"#!/usr/bin/env bash\n# {description}\nset -euo pipefail\n")
+        self.env = dict(env or {})
+        self.timings: list[tuple[str, float]] = []
+
+    def __call__(self, title: str, *args: str, log: Path | None = None, echo: bool = True) -> float:
+        """Run `python -m ARGS`; raise `CalledProcessError` on failure; return its wall time in seconds.
+
+        With `log`, the command's stdout and stderr go to that file (the last lines
+        are printed if it fails) instead of this process's output.
+        """
+        command = [sys.executable, "-m", *args]
+        prefix = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
+        printable = " ".join([*prefix, *(shlex.quote(a) for a in ["python", "-m", *args])])
+        environment = {**os.environ, **self.env} if self.env else None
+        with self.script.open("a") as handle:
+            handle.write(f"\n# {title}\n{printable}\n")
+        if echo:
+            print(f"\n=== {title}\n$ {printable}", flush=True)
+        start = time.perf_counter()
+        if log is None:
+            subprocess.run(command, check=True, cwd=self.cwd, env=environment)
+        else:
+            log = Path(log)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("w") as handle:
+                result = subprocess.run(
+                    command, check=False, cwd=self.cwd, env=environment, stdout=handle, stderr=subprocess.STDOUT
+                )
+            if result.returncode != 0:
+                tail = log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
+                print(f"--- {title} failed (exit {result.returncode}); last lines of {log}:", *tail, sep="\n")
+                raise subprocess.CalledProcessError(result.returncode, command)
+        seconds = time.perf_counter() - start
+        self.timings.append((title, seconds))
+        return seconds
