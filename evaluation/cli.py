@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.methods import METHODS, MethodStack, parse_value
+from evaluation.models import DEVICES
 from evaluation.tasks import GRID_NAMES, TASKS
 from repo_train.argtypes import positive_int
 from repo_train.cli_errors import report_user_errors
@@ -83,6 +84,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--truncate", choices=["middle", "left"], help="truncate too-long prompts (default: error)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--attn-implementation", default="sdpa", help="sdpa, eager or flash_attention_2")
+    parser.add_argument(
+        "--device", default="auto", choices=list(DEVICES), help="auto = the GPU (LOCAL_RANK) when CUDA is present"
+    )
     parser.add_argument("--task-param", action="append", default=[], metavar="TASK:key=value")
     parser.add_argument("--max-records", type=positive_int, help="stop after N new records (resume by rerunning)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -172,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         truncate=args.truncate,
         dtype=args.dtype,
         attn_implementation=args.attn_implementation,
+        device=args.device,
     )
     if args.model is None:
         print(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -134,6 +135,26 @@ def load_model(
     model.eval()
     _prepare(model, tokenizer)
     return model, tokenizer
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def place_model(model: PreTrainedModel, device: str = "auto") -> PreTrainedModel:
+    """Move the model to `device`: "cuda" = this process's GPU (LOCAL_RANK under torchrun), "auto" = cuda if any.
+
+    Inputs follow `model.device` everywhere in the harness, so this is the only
+    placement a run needs.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {DEVICES}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu (or auto)")
+        return model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
+    return model.to("cpu")
 
 
 def model_identity(model: PreTrainedModel) -> dict[str, str]:

@@ -49,7 +49,7 @@ from evaluation.generation import (
 )
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
-from evaluation.models import load_model, model_identity, tiny_default
+from evaluation.models import load_model, model_identity, place_model, tiny_default
 from evaluation.results import (
     FORMAT_VERSION,
     RECORDS_FILE,
@@ -105,6 +105,8 @@ class RunConfig:
     """None (too long = error), 'left' or 'middle'."""
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
+    device: str = "auto"
+    """Where a model the run loads itself goes: auto (CUDA when present), cpu or cuda. Not a result setting."""
     bootstrap_resamples: int = 1000
 
     def settings(self, task: str) -> DecodeSettings:
@@ -336,8 +338,10 @@ def run(
         raise ValueError(f"the same method stack is listed twice: {labels}")
     if model is None and config.model:
         model, tokenizer = load_model(Path(config.model).resolve(), config.dtype, config.attn_implementation)
+        model = place_model(model, config.device)
     elif model is None:
         model, tokenizer = tiny_default(config.seed)
+        model = place_model(model, config.device)
     identity = model_identity(model)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

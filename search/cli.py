@@ -160,22 +160,13 @@ def task_parameters(task) -> dict[str, Any]:
 
 def load_search_model(model_config):
     """Model and tokenizer on the right device: a local directory, or the tiny default."""
-    import os
-
-    import torch
-
-    from evaluation.models import load_model, tiny_default
+    from evaluation.models import load_model, place_model, tiny_default
 
     if model_config.path is None:
         model, tokenizer = tiny_default(model_config.seed)
     else:
         model, tokenizer = load_model(Path(model_config.path), model_config.dtype, model_config.attn_implementation)
-    device = model_config.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
-    return model, tokenizer
+    return place_model(model, model_config.device), tokenizer
 
 
 def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=None, progress: bool = False):

@@ -115,3 +115,17 @@ def test_byte_tokenizer_round_trips_any_text_with_offsets():
     assert tokenizer.decode(enc["input_ids"]) == text
     assert [text[s:e] for s, e in enc["offset_mapping"]][:2] == ["Ü", "Ü"]  # both bytes of Ü map to it
     assert (tokenizer.pad_token_id, tokenizer.eos_token_id) == (0, 1)
+
+
+def test_place_model_devices_and_errors():
+    from evaluation.models import place_model, tiny_default
+
+    model, _ = tiny_default(seed=0)
+    assert place_model(model, "cpu").device.type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert place_model(model, "auto").device.type == expected
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        place_model(model, "tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU; use --device cpu"):
+            place_model(model, "cuda")
