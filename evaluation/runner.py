@@ -297,25 +297,25 @@ def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
     return {"format_version": FORMAT_VERSION, "model": dict(identity), "decode": decode, "tasks": tasks}
 
 
-def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    """Refuse to add records made under other settings to an existing run directory; else record the settings."""
+def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The settings file to write: refuse a directory holding records made under other settings, else merge tasks."""
     path = out / MANIFEST_FILE
-    if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        fresh = json.loads(json.dumps(manifest, default=str))
-        differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
-        differs += [
-            f"tasks.{name}"
-            for name, spec in fresh["tasks"].items()
-            if name in old.get("tasks", {}) and old["tasks"][name] != spec
-        ]
-        if differs:
-            raise ValueError(
-                f"{out} holds results of a run with other settings (differs in {', '.join(differs)}); "
-                "use another --out directory, or delete this one to start over"
-            )
-        manifest = {**fresh, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
-    write_json_atomic(path, manifest)
+    if not path.is_file():
+        return manifest
+    old = json.loads(path.read_text(encoding="utf-8"))
+    fresh = json.loads(json.dumps(manifest, default=str))
+    differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
+    differs += [
+        f"tasks.{name}"
+        for name, spec in fresh["tasks"].items()
+        if name in old.get("tasks", {}) and old["tasks"][name] != spec
+    ]
+    if differs:
+        raise ValueError(
+            f"{out} holds results of a run with other settings (differs in {', '.join(differs)}); "
+            "use another --out directory, or delete this one to start over"
+        )
+    return {**fresh, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
 
 
 def run(
@@ -345,10 +345,11 @@ def run(
     identity = model_identity(model)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_manifest(out, _manifest(config, identity))
+    manifest = _merge_manifest(out, _manifest(config, identity))  # other settings fail before any work
     prepared = [
         prepare_task(name, params, model, tokenizer, config.settings(name)) for name, params in config.tasks.items()
     ]
+    write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
     existing = read_records(out / RECORDS_FILE, repair=True)
     done: dict[tuple[str, str], set[str]] = {}
     for record in existing:

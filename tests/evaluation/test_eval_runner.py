@@ -196,3 +196,15 @@ def test_length_measuring_tasks_get_the_models_tokenizer():
     prepared = prepare_task("ruler_niah_single", {"num_examples": 1, "target_length": 600}, model, tokenizer, settings)
     lengths = [len(p.input_ids) for p in prepared.prompts]
     assert lengths and all(500 <= n <= 610 for n in lengths), lengths
+
+
+def test_refused_task_leaves_no_settings_behind(tmp_path, nq_oracle_path):
+    """A run refused while preparing (prompts too long) writes no run.json, so a corrected rerun is not blocked."""
+    too_short = config(tmp_path, nq_oracle_path, truncate=None, methods=["baseline"])
+    with pytest.raises(ValueError, match="exceed the 508-token prompt limit"):
+        run(too_short, progress=False)
+    assert not (tmp_path / "run.json").exists()
+    fixed = config(tmp_path, nq_oracle_path, methods=["baseline"])
+    fixed.tasks = {"kv": fixed.tasks["kv"]}
+    run(fixed, progress=False)
+    assert (tmp_path / "run.json").is_file()
