@@ -67,7 +67,6 @@ MANIFEST_FILE = "run.json"
 TASK_GENERATION: dict[str, tuple[int, tuple[str, ...]]] = {
     "mdqa": (100, ("\n",)),
     "mdqa_release": (100, ("\n",)),
-    "kv": (100, ("\n",)),
 }
 _ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers", "item_spans")
 #: Extra columns of tasks scored by log-likelihood (`scoring = "loglikelihood"`): the context and its options.

@@ -155,7 +155,24 @@ def task_parameters(task) -> dict[str, Any]:
         if params["path"] is not None:
             raise ValueError("task.key_chars shortens generated keys; it cannot apply to a release file")
         params["key_chars"] = task.key_chars
+    if task.template != "json":
+        params["template"] = task.template  # checked by the kv task (pairs needs key_chars)
     return params
+
+
+def decode_settings(task) -> Any:
+    """`DecodeSettings` of a search task: the config's budget and batch, the harness task's stop strings."""
+    from evaluation.generation import DecodeSettings
+    from evaluation.runner import task_generation
+
+    _, stops = task_generation(task.name, {**task_parameters(task), "num_examples": 1})
+    return DecodeSettings(
+        max_new_tokens=task.max_new_tokens,
+        stop_strings=stops,
+        batch_size=task.batch_size,
+        max_length=task.max_length,
+        truncate=task.truncate,
+    )
 
 
 def load_search_model(model_config):
@@ -189,8 +206,6 @@ def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=Non
 
 
 def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
-    from evaluation.generation import DecodeSettings
-    from evaluation.runner import TASK_GENERATION
     from repo_train.modeling.scaling import current_policies
     from search.ga import run
     from search.harness_fitness import evaluate_held_out, model_fingerprint, rank_and_world
@@ -209,13 +224,7 @@ def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
             "pass --model the model it was written for, or another config"
         )
     task = config.task
-    settings = DecodeSettings(
-        max_new_tokens=task.max_new_tokens,
-        stop_strings=TASK_GENERATION[task.name][1],
-        batch_size=task.batch_size,
-        max_length=task.max_length,
-        truncate=task.truncate,
-    )
+    settings = decode_settings(task)
     params = task_parameters(task)
     fitness = fitness_cls(
         model,

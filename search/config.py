@@ -4,7 +4,8 @@ A config file has six sections, each optional (missing keys keep their
 defaults, which are the paper's):
 
     model:    {path, seed, num_layers, dtype, attn_implementation, device}
-    task:     {name, num_items, num_examples, seed, data_dir, max_new_tokens, batch_size, max_length, truncate}
+    task:     {name, num_items, num_examples, seed, data_dir, max_new_tokens, batch_size, max_length, truncate,
+               key_chars, template}
     weights:  {begin, middle, end}                    # λ of Eq. 7 (search.fitness.SubsetWeights)
     space:    {curve, num_points, y_min_tenths, y_max_tenths}
     ga:       {population, parents, generations, ...} # search.ga.GAConfig (Table 9)
@@ -80,6 +81,8 @@ class TaskConfig:
     """None (a too-long prompt is an error), 'left' or 'middle'."""
     key_chars: int | None = None
     """kv generated examples only: keys/values of this many hex digits (small models); None = full UUIDs."""
+    template: str = "json"
+    """kv prompt: "json" (the release's) or "pairs" (tiny models; needs key_chars; evaluation/tasks/kv_retrieval.py)."""
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 
 from evaluation.generation import DecodeSettings, plan_batches
 from evaluation.methods import MethodStack
-from evaluation.runner import TASK_GENERATION, PreparedTask, prepare_task, run_stack
+from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from repo_train.modeling.scaling import current_policies, scaled_policies
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
@@ -160,7 +160,7 @@ class HarnessFitness:
             raise ValueError(f"need num_examples >= 1 and example_offset >= 0, got {num_examples}, {example_offset}")
         self.model, self.tokenizer, self.task = model, tokenizer, task
         self.weights = weights or SubsetWeights()
-        self.settings = settings or DecodeSettings(stop_strings=TASK_GENERATION[task][1])
+        self.settings = settings or DecodeSettings(stop_strings=task_generation(task, {**params, "num_examples": 1})[1])
         self.progress = progress
         self.positions = subset_positions(num_items)
         params.update(

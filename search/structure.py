@@ -174,19 +174,12 @@ def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[
 
 def _search_set(config, model, tokenizer):
     """The begin/middle/end search set of the config's task, built by the harness exactly as the search builds it."""
-    from evaluation.generation import DecodeSettings, collate
-    from evaluation.runner import TASK_GENERATION
-    from search.cli import task_parameters
+    from evaluation.generation import collate
+    from search.cli import decode_settings, task_parameters
     from search.harness_fitness import HarnessFitness
 
     task = config.task
-    settings = DecodeSettings(
-        max_new_tokens=task.max_new_tokens,
-        stop_strings=TASK_GENERATION[task.name][1],
-        batch_size=task.batch_size,
-        max_length=task.max_length,
-        truncate=task.truncate,
-    )
+    settings = decode_settings(task)
     params = task_parameters(task)
     fitness = HarnessFitness(
         model, tokenizer, task.name, params, num_examples=task.num_examples, seed=task.seed, settings=settings

@@ -9,6 +9,15 @@ so positions are compared on the same pairs.
 Examples come from a release file (`kv-retrieval-{n}_keys.jsonl(.gz)`:
 `ordered_kv_records`, `key`, `value`) or are generated for any number of keys
 from the seed (UUID4 strings), so no download is needed.
+
+Templates: "json" is the release's prompt (instruction, JSON object, query).
+"pairs" is this project's own minimal format for tiny models trained here
+(generated short keys only): each pair is written as key then value with no
+separator, pairs separated by spaces, and the prompt ends with the query key,
+e.g. "ab3F kc09 ... kc" -> "09". Keys use the letters a-p for the hex digits
+0-f and values upper-case hex, so a key can never be read as a value; the
+model answers right after the key, the way an induction head copies. The
+answer is the value, decoding stops at the next space.
 """
 
 from __future__ import annotations
@@ -45,6 +54,23 @@ def build_kv_prompt(pairs: Sequence[KVPair], key: str) -> tuple[str, list[list[i
     if not pairs:
         raise ValueError("a KV-retrieval prompt needs at least one key-value pair")
     return join_items(INSTRUCTION, format_kv_lines(pairs), f'\n\nKey: "{key}"\nCorresponding value:')
+
+
+#: "pairs" template: hex digit -> key letter (0-f -> a-p).
+KEY_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
+TEMPLATES = ("json", "pairs")
+
+
+def pairs_form(pairs: Sequence[KVPair]) -> list[KVPair]:
+    """Hex (key, value) pairs as the "pairs" template writes them: key letters a-p, upper-case hex values."""
+    return [(key.translate(KEY_LETTERS), value.upper()) for key, value in pairs]
+
+
+def build_pairs_prompt(pairs: Sequence[KVPair], key: str) -> tuple[str, list[list[int]]]:
+    """The "pairs" prompt ("k1v1 k2v2 ... key", pairs already in `pairs_form`) and the span of each pair."""
+    if not pairs:
+        raise ValueError("a KV-retrieval prompt needs at least one key-value pair")
+    return join_items("", [key_ + value for key_, value in pairs], f" {key}", separator=" ")
 
 
 def move_pair(pairs: Sequence[KVPair], source: int, target: int) -> list[KVPair]:
@@ -93,6 +119,8 @@ class KVRetrievalTask(Task):
     """Gold pair indices: 'caliope', 'lpes', 'all', an int or a list of 0-based ints."""
     key_chars: int | None = None
     """Generated examples only: keys and values of this many hex digits instead of full UUIDs (small models)."""
+    template: str = "json"
+    """"json" (the release's prompt) or "pairs" (minimal format for tiny models; needs key_chars; see above)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,6 +131,10 @@ class KVRetrievalTask(Task):
                 raise ValueError("key_chars shortens generated keys; it cannot apply to a release file (drop one)")
             if self.num_keys is not None and self.num_keys > 16**self.key_chars // 2:
                 raise ValueError(f"{self.num_keys} distinct keys need more than key_chars={self.key_chars} hex digits")
+        if self.template not in TEMPLATES:
+            raise ValueError(f"unknown kv template {self.template!r}; choose one of {TEMPLATES}")
+        if self.template == "pairs" and self.key_chars is None:
+            raise ValueError("the pairs template is for generated short keys: pass key_chars= (e.g. 1 or 2)")
         if self.num_keys is not None and (
             isinstance(self.num_keys, bool) or not isinstance(self.num_keys, int) or self.num_keys < 1
         ):
@@ -119,6 +151,12 @@ class KVRetrievalTask(Task):
             )
         if self.num_keys is not None:
             resolve_gold_positions(self.gold_positions, self.num_keys)  # fail now, not mid-build
+
+    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
+        """json: up to 100 tokens, first line; pairs: the value's characters, up to the next space."""
+        if self.template == "pairs":
+            return self.key_chars or 1, (" ",)
+        return 100, ("\n",)
 
     def extra_features(self) -> dict[str, Any]:
         return {
@@ -157,13 +195,17 @@ class KVRetrievalTask(Task):
 
     def rows(self) -> Iterator[dict[str, Any]]:
         generated = self.path is None
+        compact = self.template == "pairs"
+        build_prompt = build_pairs_prompt if compact else build_kv_prompt
         for index, (pairs, source) in enumerate(self.examples()):
             n = len(pairs)
+            if compact:
+                pairs = pairs_form(pairs)
             key, value = pairs[source]
-            short = f"-c{self.key_chars}" if self.key_chars else ""
+            short = (f"-c{self.key_chars}" if self.key_chars else "") + ("-pairs" if compact else "")
             example_id = f"kv-gen-n{n}{short}-s{self.seed}-ex{index:05d}" if generated else f"kv-n{n}-ex{index:05d}"
             for position in resolve_gold_positions(self.gold_positions, n):
-                prompt, spans = build_kv_prompt(move_pair(pairs, source, position), key)
+                prompt, spans = build_prompt(move_pair(pairs, source, position), key)
                 yield {
                     "id": f"{example_id}-pos{position:03d}",
                     "example_id": example_id,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.tasks import build_task
 from evaluation.tasks.kv_retrieval import KVRetrievalTask, build_kv_prompt, move_pair
 
 PAIRS = [("k-one", "v-one"), ("k-two", "v-two"), ("k-three", "v-three")]
@@ -142,3 +143,30 @@ def test_short_generated_keys() -> None:
         build_task("kv", num_keys=6, num_examples=1, key_chars=0)
     with pytest.raises(ValueError, match="need more than key_chars=1"):
         build_task("kv", num_keys=9, num_examples=1, key_chars=1)
+
+
+def test_pairs_template_prompt_spans_and_alphabets():
+    from evaluation.runner import task_generation
+
+    params = dict(num_keys=6, num_examples=3, key_chars=2, template="pairs", gold_positions="all", seed=4)
+    rows = list(build_task("kv", **params).rows())
+    assert len(rows) == 3 * 6
+    for row in rows:
+        items = [row["prompt"][start:end] for start, end in row["item_spans"]]
+        assert row["prompt"] == " ".join(items) + " " + row["key"]
+        keys, values = [item[:2] for item in items], [item[2:] for item in items]
+        assert len(set(keys)) == 6 and all(set(k) <= set("abcdefghijklmnop") for k in keys)
+        assert all(set(v) <= set("0123456789ABCDEF") for v in values)
+        assert items[row["gold_position"]] == row["key"] + row["value"] and row["answers"] == [row["value"]]
+    # every gold position of one example shows the same pairs, only the gold one moved
+    first = [r for r in rows if r["example_id"] == rows[0]["example_id"]]
+    assert sorted(r["prompt"] for r in first) == sorted({r["prompt"] for r in first})
+    assert task_generation("kv", params) == (2, (" ",))
+    assert task_generation("kv", dict(num_keys=6, num_examples=1)) == (100, ("\n",))
+
+
+def test_pairs_template_errors():
+    with pytest.raises(ValueError, match="pass key_chars="):
+        build_task("kv", num_keys=4, num_examples=1, template="pairs")
+    with pytest.raises(ValueError, match="unknown kv template 'yaml'"):
+        build_task("kv", num_keys=4, num_examples=1, key_chars=1, template="yaml")
