@@ -133,6 +133,7 @@ class RePoLightningModule(pl.LightningModule):
         if hp.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+        model.train()  # from_pretrained returns eval mode; Lightning would otherwise warn that modules are in eval
         self.model = model
 
     # -------------------------------------------------------------- training
