@@ -22,13 +22,7 @@ PROMPTS = ["Key: 7f3a\nCorresponding value:", "The first prompt, a little longer
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine two threads are several times slower for the tiny model."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _scale_file(path, model, space: SearchSpace, genome) -> str:

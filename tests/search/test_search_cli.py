@@ -54,13 +54,7 @@ def _comparable(paths: dict[str, Path]) -> tuple:
     return scale, log, paths["state"].read_bytes()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread (as torchrun workers have): faster on a shared 2-core machine, and the same numerics."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-import torch
 
 from evaluation.generation import DecodeSettings, generate
 from evaluation.models import tiny_default
@@ -30,13 +29,7 @@ class HashScored(HarnessFitness):
         return hash_score(record["id"], record["prediction"])
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine two threads are several times slower for this tiny model."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

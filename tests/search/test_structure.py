@@ -23,13 +23,7 @@ TINY = str(Path(__file__).resolve().parents[2] / "configs" / "search" / "tiny.ya
 SCALES = [1.0, 1.3, 2.0, 1.1]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: faster for this tiny model on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
