@@ -17,8 +17,11 @@ Rows: one per (length, example); `gold_position` = length - min_length and
 `num_positions` = max_length - min_length + 1, so accuracy "by position" is
 accuracy by length; `item_spans` are the input words. Score: exact match of
 the word sequence (whitespace-split, case-sensitive, nothing else allowed).
-`reversal_training_sequences` makes the same prompts as token sequences with
-loss labels on the answer only, for training a reproduction.
+`reversal_training_words` draws training word lists from a separate seed
+stream, and `reversal_training_sequences` makes their prompts as token
+sequences with loss labels on the answer only, for training a reproduction
+(`scripts/reproduce_reversal.py`, with the word-level tokenizer of
+`evaluation.tasks.reversal_tokenizer`).
 """
 
 from __future__ import annotations
@@ -128,6 +131,28 @@ class ReversalTask(Task):
                 }
 
 
+def reversal_training_words(
+    num_sequences: int,
+    min_length: int = 2,
+    max_length: int = 20,
+    seed: int = 0,
+    vocabulary: Sequence[str] = VOCABULARY,
+) -> list[list[str]]:
+    """The word lists of training sequences: lengths uniform on [min_length, max_length].
+
+    They come from a seed stream separate from `ReversalTask`'s, so training and
+    test sequences of the same seed differ (short ones can still coincide by chance).
+    """
+    _check_range(min_length, max_length)
+    if isinstance(num_sequences, bool) or not isinstance(num_sequences, int) or num_sequences < 1:
+        raise ValueError(f"num_sequences must be an int >= 1, got {num_sequences!r}")
+    out = []
+    for index in range(num_sequences):
+        rng = example_rng(seed, "reversal-train", index)
+        out.append(sample_words(rng, rng.randint(min_length, max_length), vocabulary))
+    return out
+
+
 def reversal_training_sequences(
     tokenizer,
     num_sequences: int,
@@ -139,18 +164,11 @@ def reversal_training_sequences(
     """Token sequences for training on reversal: the evaluation prompt, the answer, EOS.
 
     Each item has `input_ids` and `labels` (-100 on the prompt, so only the answer
-    and EOS are learned). Lengths are uniform on [min_length, max_length]. The
-    sequences use a seed stream separate from `ReversalTask`'s, so training and
-    test sequences of the same seed differ.
+    and EOS are learned), for the words of `reversal_training_words`.
     """
-    _check_range(min_length, max_length)
-    if isinstance(num_sequences, bool) or not isinstance(num_sequences, int) or num_sequences < 1:
-        raise ValueError(f"num_sequences must be an int >= 1, got {num_sequences!r}")
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     out = []
-    for index in range(num_sequences):
-        rng = example_rng(seed, "reversal-train", index)
-        words = sample_words(rng, rng.randint(min_length, max_length), vocabulary)
+    for words in reversal_training_words(num_sequences, min_length, max_length, seed, vocabulary):
         prompt, _ = build_reversal_prompt(words)
         prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         answer_ids = tokenizer(" " + reversed_answer(words), add_special_tokens=False)["input_ids"] + eos
