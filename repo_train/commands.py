@@ -79,3 +79,23 @@ class CommandRunner:
         seconds = time.perf_counter() - start
         self.timings.append((title, seconds))
         return seconds
+
+
+def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:
+    """The `trainer:` section of a one-process CPU `python -m repo_train fit` config written by a script.
+
+    fp32, gradient clipping at 1.0 (the paper's), and the data module's own
+    resumable sampler (so Lightning must not add a distributed one); `extra`
+    adds or overrides keys (logging interval, progress bar, logger).
+    """
+    section = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "precision": "32-true",
+        "max_steps": max_steps,
+        "gradient_clip_val": 1.0,
+        "use_distributed_sampler": False,
+        "default_root_dir": str(root_dir),
+    }
+    section.update(extra)
+    return section

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from repo_train.commands import CommandRunner
+from repo_train.commands import CommandRunner, cpu_trainer_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "assets" / "tiny-kv-base"
@@ -99,16 +99,7 @@ def training_config(out: Path, method: str, data: Path, args: argparse.Namespace
     curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": args.steps // 2} if method == "repo" else {}
     config = {
         "seed_everything": 42,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "precision": "32-true",
-            "max_steps": args.steps,
-            "gradient_clip_val": 1.0,
-            "use_distributed_sampler": False,
-            "log_every_n_steps": 25,
-            "default_root_dir": str(out / "runs" / method),
-        },
+        "trainer": cpu_trainer_section(args.steps, out / "runs" / method, log_every_n_steps=25),
         "model": {
             "init_from": str(args.base),
             "position_method": method,

@@ -41,7 +41,7 @@ from evaluation.results import RECORDS_FILE, load_summary, read_records, write_j
 from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_words, reversed_answer
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
 from repo_train.atomic import save_figure_atomic, write_text_atomic
-from repo_train.commands import CommandRunner
+from repo_train.commands import CommandRunner, cpu_trainer_section
 
 FORMAT_VERSION = 1
 EVAL_SEED = 12345
@@ -144,21 +144,16 @@ def training_config(
 ) -> Path:
     config = {
         "seed_everything": seed,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "precision": "32-true",
-            "max_steps": args.steps,
-            "gradient_clip_val": 1.0,
-            "use_distributed_sampler": False,
-            "log_every_n_steps": max(1, min(50, args.steps // 10)),
-            "enable_progress_bar": False,
-            "default_root_dir": str(out / "runs" / run),
-            "logger": {
+        "trainer": cpu_trainer_section(
+            args.steps,
+            out / "runs" / run,
+            log_every_n_steps=max(1, min(50, args.steps // 10)),
+            enable_progress_bar=False,
+            logger={
                 "class_path": "pytorch_lightning.loggers.CSVLogger",
                 "init_args": {"save_dir": str(out / "runs" / run)},
             },
-        },
+        ),
         "model": {
             "preset_name": "tiny",
             "position_method": method,
