@@ -157,6 +157,8 @@ def task_parameters(task) -> dict[str, Any]:
         params["key_chars"] = task.key_chars
     if task.template != "json":
         params["template"] = task.template  # checked by the kv task (pairs needs key_chars)
+    if task.distinct_keys is not None:
+        params["distinct_keys"] = task.distinct_keys  # checked by the kv task (pairs only)
     return params
 
 

@@ -5,7 +5,7 @@ defaults, which are the paper's):
 
     model:    {path, seed, num_layers, dtype, attn_implementation, device}
     task:     {name, num_items, num_examples, seed, data_dir, max_new_tokens, batch_size, max_length, truncate,
-               key_chars, template}
+               key_chars, template, distinct_keys}
     weights:  {begin, middle, end}                    # λ of Eq. 7 (search.fitness.SubsetWeights)
     space:    {curve, num_points, y_min_tenths, y_max_tenths}
     ga:       {population, parents, generations, ...} # search.ga.GAConfig (Table 9)
@@ -83,6 +83,8 @@ class TaskConfig:
     """kv generated examples only: keys/values of this many hex digits (small models); None = full UUIDs."""
     template: str = "json"
     """kv prompt: "json" (the release's) or "pairs" (tiny models; needs key_chars; evaluation/tasks/kv_retrieval.py)."""
+    distinct_keys: int | None = None
+    """kv "pairs" only: the num_items pairs repeat this many keys (gold once): long contexts; None = all distinct."""
 
 
 @dataclass(frozen=True)

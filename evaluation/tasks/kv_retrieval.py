@@ -18,6 +18,13 @@ e.g. "ab3F kc09 ... kc" -> "09". Keys use the letters a-p for the hex digits
 0-f and values upper-case hex, so a key can never be read as a value; the
 model answers right after the key, the way an induction head copies. The
 answer is the value, decoding stops at the next space.
+
+Long "pairs" contexts: one-character keys give at most 8 distinct keys, too
+few to push a tiny model past the context lengths it was trained on. With
+`distinct_keys`, a prompt of `num_keys` pairs draws them from that many keys:
+the gold key occurs once, the other keys repeat (each always with its one
+value, as in the key-value streams the built-in base learned from), so the
+gold pair can sit anywhere in a context of any length.
 """
 
 from __future__ import annotations
@@ -84,6 +91,24 @@ def random_uuid4(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
+def repeated_context(keys: Sequence[KVPair], num_pairs: int, rng: random.Random) -> tuple[list[KVPair], int]:
+    """`num_pairs` pairs: `keys[0]` once at a random index, the other keys in shuffled rounds around it.
+
+    Rounds (every distractor once per round) spread the repeats evenly, so no
+    part of the context is made of one key. Returns (pairs, index of keys[0]).
+    """
+    others = list(keys[1:])
+    if not others:
+        raise ValueError("a repeated context needs at least one distractor key")
+    filler: list[KVPair] = []
+    while len(filler) < num_pairs - 1:
+        rng.shuffle(others)
+        filler += others
+    filler = filler[: num_pairs - 1]
+    gold = rng.randrange(num_pairs)
+    return [*filler[:gold], keys[0], *filler[gold:]], gold
+
+
 def generate_kv_pairs(num_keys: int, rng: random.Random, key_chars: int | None = None) -> list[KVPair]:
     """`num_keys` (key, value) pairs of UUID4 strings with distinct keys.
 
@@ -121,6 +146,9 @@ class KVRetrievalTask(Task):
     """Generated examples only: keys and values of this many hex digits instead of full UUIDs (small models)."""
     template: str = "json"
     """"json" (the release's prompt) or "pairs" (minimal format for tiny models; needs key_chars; see above)."""
+    distinct_keys: int | None = None
+    """"pairs" only: draw the num_keys pairs from this many keys (the gold once, the others repeated); None = all
+    distinct. Long contexts from a small key alphabet (see above)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,8 +157,12 @@ class KVRetrievalTask(Task):
                 raise ValueError(f"key_chars must be an int in [1, 32], got {self.key_chars!r}")
             if self.path is not None:
                 raise ValueError("key_chars shortens generated keys; it cannot apply to a release file (drop one)")
-            if self.num_keys is not None and self.num_keys > 16**self.key_chars // 2:
-                raise ValueError(f"{self.num_keys} distinct keys need more than key_chars={self.key_chars} hex digits")
+            distinct = self.distinct_keys if self.distinct_keys is not None else self.num_keys
+            if distinct is not None and isinstance(distinct, int) and distinct > 16**self.key_chars // 2:
+                raise ValueError(
+                    f"{distinct} distinct keys need more than key_chars={self.key_chars} hex digits"
+                    + ("" if self.distinct_keys is not None else "; for longer contexts set distinct_keys= (repeats)")
+                )
         if self.template not in TEMPLATES:
             raise ValueError(f"unknown kv template {self.template!r}; choose one of {TEMPLATES}")
         if self.template == "pairs" and self.key_chars is None:
@@ -139,6 +171,8 @@ class KVRetrievalTask(Task):
             isinstance(self.num_keys, bool) or not isinstance(self.num_keys, int) or self.num_keys < 1
         ):
             raise ValueError(f"num_keys must be an int >= 1, got {self.num_keys!r}; the release uses 75, 140, 300")
+        if self.distinct_keys is not None:
+            self._check_distinct_keys()
         if self.path is None:
             if self.num_keys is None:
                 raise ValueError("KV retrieval needs path= a kv-retrieval .jsonl(.gz) file, or num_keys= to generate")
@@ -151,6 +185,15 @@ class KVRetrievalTask(Task):
             )
         if self.num_keys is not None:
             resolve_gold_positions(self.gold_positions, self.num_keys)  # fail now, not mid-build
+
+    def _check_distinct_keys(self) -> None:
+        value = self.distinct_keys
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise ValueError(f"distinct_keys must be an int >= 2 (the gold key and a distractor), got {value!r}")
+        if self.template != "pairs":
+            raise ValueError("distinct_keys repeats keys, which only the pairs template allows: add template=pairs")
+        if isinstance(self.num_keys, int) and value > self.num_keys:
+            raise ValueError(f"distinct_keys={value} exceeds num_keys={self.num_keys} (pairs per prompt)")
 
     def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
         """json: up to 100 tokens, first line; pairs: the value's characters, up to the next space."""
@@ -171,9 +214,14 @@ class KVRetrievalTask(Task):
             assert self.num_keys is not None and self.num_examples is not None  # checked in __post_init__
             out = []
             for index in range(self.num_examples):
-                rng = example_rng(self.seed, "kv", self.num_keys, index)
-                pairs = generate_kv_pairs(self.num_keys, rng, self.key_chars)
-                out.append((pairs, rng.randrange(self.num_keys)))
+                if self.distinct_keys is None:
+                    rng = example_rng(self.seed, "kv", self.num_keys, index)
+                    pairs = generate_kv_pairs(self.num_keys, rng, self.key_chars)
+                    out.append((pairs, rng.randrange(self.num_keys)))
+                else:
+                    rng = example_rng(self.seed, "kv", self.num_keys, self.distinct_keys, index)
+                    keys = generate_kv_pairs(self.distinct_keys, rng, self.key_chars)
+                    out.append(repeated_context(keys, self.num_keys, rng))
             return out
         records = self._take(read_jsonl(self.path), repr(self.path))
         return [self._parse(record, line) for line, record in enumerate(records)]
@@ -203,6 +251,7 @@ class KVRetrievalTask(Task):
                 pairs = pairs_form(pairs)
             key, value = pairs[source]
             short = (f"-c{self.key_chars}" if self.key_chars else "") + ("-pairs" if compact else "")
+            short += f"-d{self.distinct_keys}" if self.distinct_keys else ""
             example_id = f"kv-gen-n{n}{short}-s{self.seed}-ex{index:05d}" if generated else f"kv-n{n}-ex{index:05d}"
             for position in resolve_gold_positions(self.gold_positions, n):
                 prompt, spans = build_prompt(move_pair(pairs, source, position), key)

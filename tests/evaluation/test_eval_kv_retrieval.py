@@ -170,3 +170,46 @@ def test_pairs_template_errors():
         build_task("kv", num_keys=4, num_examples=1, template="pairs")
     with pytest.raises(ValueError, match="unknown kv template 'yaml'"):
         build_task("kv", num_keys=4, num_examples=1, key_chars=1, template="yaml")
+
+
+def test_distinct_keys_make_long_contexts_with_the_gold_key_once():
+    params = dict(num_keys=40, distinct_keys=8, num_examples=3, key_chars=1, template="pairs", seed=2)
+    rows = list(build_task("kv", **params, gold_positions=[0, 19, 39]).rows())
+    assert len(rows) == 3 * 3 and {r["num_positions"] for r in rows} == {40}
+    for row in rows:
+        items = [row["prompt"][start:end] for start, end in row["item_spans"]]
+        assert len(items) == 40 and row["prompt"] == " ".join(items) + " " + row["key"]
+        keys = [item[0] for item in items]
+        assert keys.count(row["key"]) == 1 and keys.index(row["key"]) == row["gold_position"]
+        assert len(set(keys)) == 8
+        value_of = {}
+        for item in items:  # every key always carries its one value
+            assert value_of.setdefault(item[0], item[1:]) == item[1:]
+        assert value_of[row["key"]] == row["value"]
+        # shuffled rounds: each of the 7 distractors appears 5 or 6 times in 39 filler pairs
+        counts = [keys.count(k) for k in set(keys) - {row["key"]}]
+        assert min(counts) >= 5 and max(counts) <= 6
+    # the same example keeps its filler order across gold positions (only the gold pair moves)
+    first = [r for r in rows if r["example_id"] == rows[0]["example_id"]]
+    fillers = {r["prompt"].replace(r["key"] + r["value"] + " ", "", 1) for r in first}
+    assert len(fillers) == 1
+    assert "-d8-" in rows[0]["example_id"]
+    # without distinct_keys, examples are unchanged by the new option (same ids and prompts as before)
+    plain = dict(num_keys=8, num_examples=2, key_chars=1, template="pairs", seed=2, gold_positions=[0])
+    assert [r["prompt"] for r in build_task("kv", **plain).rows()] == [
+        r["prompt"] for r in build_task("kv", **plain, distinct_keys=None).rows()
+    ]
+
+
+def test_distinct_keys_errors():
+    base = dict(num_examples=1, key_chars=1, template="pairs")
+    with pytest.raises(ValueError, match="only the pairs template"):
+        build_task("kv", num_keys=20, distinct_keys=4, num_examples=1, key_chars=1)
+    with pytest.raises(ValueError, match="exceeds num_keys=4"):
+        build_task("kv", num_keys=4, distinct_keys=6, **base)
+    with pytest.raises(ValueError, match="int >= 2"):
+        build_task("kv", num_keys=20, distinct_keys=1, **base)
+    with pytest.raises(ValueError, match="9 distinct keys need more"):
+        build_task("kv", num_keys=20, distinct_keys=9, **base)
+    with pytest.raises(ValueError, match="set distinct_keys="):
+        build_task("kv", num_keys=20, **base)

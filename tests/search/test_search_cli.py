@@ -203,3 +203,18 @@ def test_short_kv_keys_reach_the_task(tmp_path):
     (tmp_path / "kv-retrieval-6_keys.jsonl").write_text("")
     with pytest.raises(ValueError, match="cannot apply to a release file"):
         task_parameters(dataclasses.replace(task, data_dir=str(tmp_path)))
+
+
+def test_distinct_keys_reach_the_task():
+    import dataclasses
+
+    from search.cli import task_parameters
+    from search.config import TaskConfig
+
+    task = dataclasses.replace(TaskConfig(), name="kv", num_items=30, key_chars=1, template="pairs", distinct_keys=8)
+    params = task_parameters(task)
+    assert params == {"path": None, "num_keys": 30, "key_chars": 1, "template": "pairs", "distinct_keys": 8}
+    from evaluation.tasks import build_task
+
+    rows = list(build_task("kv", **params, num_examples=1, gold_positions=[29]).rows())
+    assert rows[0]["num_positions"] == 30 and rows[0]["gold_position"] == 29
