@@ -1,11 +1,13 @@
 """Running the project's commands from a script, each logged to a replayable shell file.
 
 Run scripts (the quickstart, the reproductions) are sequences of the project's
-own entry points (`python -m repo_train fit`, `python -m evaluation run`, ...).
-`CommandRunner` runs each as a subprocess of the current interpreter, appends it
-to `OUT/commands.sh` so every step can be rerun alone or at full scale, and
-keeps the wall time of each step. Environment variables given to the runner
-(e.g. `OMP_NUM_THREADS=1`) are set for every command and written in front of it.
+own entry points (`python -m repo_train fit`, `python -m evaluation run`, ...)
+and, at full scale, of launcher scripts (`scripts/launch_train.sh`).
+`CommandRunner` runs each as a subprocess (`python -m` ones with the current
+interpreter), appends it to `OUT/commands.sh` so every step can be rerun alone
+or at full scale, and keeps the wall time of each step. Environment variables
+given to the runner (e.g. `OMP_NUM_THREADS=1`) are set for every command and
+written in front of it.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ FAILURE_TAIL_LINES = 40
 
 
 class CommandRunner:
-    """Runs `python -m ...` commands one after the other, logging each to `script` (default OUT/commands.sh).
+    """Runs commands one after the other, logging each to `script` (default OUT/commands.sh).
 
     `fresh=True` starts the script anew; `fresh=False` appends to an existing one
     (a resumed run keeps the commands of the runs before it). `env` is added to
-    this process's environment for every command.
+    this process's environment for every command. `dry_run=True` writes and
+    prints every command without running it (what a researcher checks before a
+    long run); such commands take 0 s and are not timed.
     """
 
     def __init__(
@@ -38,6 +42,7 @@ class CommandRunner:
         fresh: bool = True,
         script: Path | None = None,
         env: dict[str, str] | None = None,
+        dry_run: bool = False,
     ):
         self.out = Path(out)
         self.cwd = cwd
@@ -46,22 +51,32 @@ class CommandRunner:
         if fresh or not self.script.is_file():
             self.script.write_text(f"#!/usr/bin/env bash\n# {description}\nset -euo pipefail\n")
         self.env = dict(env or {})
+        self.dry_run = dry_run
         self.timings: list[tuple[str, float]] = []
 
     def __call__(self, title: str, *args: str, log: Path | None = None, echo: bool = True) -> float:
-        """Run `python -m ARGS`; raise `CalledProcessError` on failure; return its wall time in seconds.
+        """Run `python -m ARGS` with this interpreter (written as `python -m ARGS`); see `run_argv`."""
+        return self._run(title, [sys.executable, "-m", *args], ["python", "-m", *args], log=log, echo=echo)
 
+    def run_argv(self, title: str, argv: list[str], *, log: Path | None = None, echo: bool = True) -> float:
+        """Run any command (a launcher script, torchrun, ...): logged, echoed and timed like `__call__`.
+
+        Raise `CalledProcessError` on failure; return the wall time in seconds.
         With `log`, the command's stdout and stderr go to that file (the last lines
         are printed if it fails) instead of this process's output.
         """
-        command = [sys.executable, "-m", *args]
+        return self._run(title, [str(a) for a in argv], [str(a) for a in argv], log=log, echo=echo)
+
+    def _run(self, title: str, command: list[str], shown: list[str], *, log: Path | None, echo: bool) -> float:
         prefix = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
-        printable = " ".join([*prefix, *(shlex.quote(a) for a in ["python", "-m", *args])])
+        printable = " ".join([*prefix, *(shlex.quote(a) for a in shown)])
         environment = {**os.environ, **self.env} if self.env else None
         with self.script.open("a") as handle:
             handle.write(f"\n# {title}\n{printable}\n")
         if echo:
             print(f"\n=== {title}\n$ {printable}", flush=True)
+        if self.dry_run:
+            return 0.0
         start = time.perf_counter()
         if log is None:
             subprocess.run(command, check=True, cwd=self.cwd, env=environment)

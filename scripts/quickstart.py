@@ -1,7 +1,10 @@
 #!/usr/bin/env python
-"""The whole loop on the built-in default, CPU only: train, search, calibrate, evaluate, report.
+"""The whole loop: train, search, calibrate, evaluate, report; on the built-in tiny default, or from a config.
 
     python scripts/quickstart.py [--out outputs/quickstart] [--steps 1000]
+    python scripts/quickstart.py --config configs/quickstart/olmo2-1b.yaml [--out DIR] [--dry-run]
+
+Without --config, on the CPU:
 
 1. continual-trains the built-in tiny base (assets/tiny-kv-base: a 4-layer
    RoPE OLMo-2 that already retrieves, made by scripts/pretrain_tiny_base.py)
@@ -17,6 +20,13 @@
 4. writes one report directory: README.md (summary, commands), the plots,
    the scale file, the checkpoints.
 
+With --config the same loop runs at full scale: an OLMo-2 checkpoint
+directory, the train configs' data, the launchers the file names
+(scripts/launch_train.sh, scripts/run_search.sh), the evaluation it lists; the
+file is documented key by key in configs/quickstart/olmo2-1b.yaml and checked
+before any step runs (repo_train/loop_config.py). --dry-run writes and prints
+OUT/commands.sh and runs nothing: read it before spending GPU hours.
+
 Every step is one of the project's commands, run as a subprocess and
 written into OUT/commands.sh, so each can be rerun alone or at full scale.
 The script holds run constants only; the work is in the packages.
@@ -27,11 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from repo_train import loop_config
 from repo_train.commands import CommandRunner, cpu_trainer_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,25 +51,48 @@ BASE = ROOT / "assets" / "tiny-kv-base"
 KV_SEED_TRAIN, KV_SEED_SEARCH, KV_SEED_EVAL = 1000, 2000, 3000
 
 
-def parse_args() -> argparse.Namespace:
+#: Options of the built-in tiny loop; with --config the file sets the run, so they are refused.
+TINY_OPTIONS = ("base", "steps", "lr", "num_keys", "key_chars", "train_examples", "eval_examples", "generations",
+                "edge_share")  # fmt: skip
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/quickstart", help="report directory (created)")
-    parser.add_argument("--base", default=str(BASE), help="HF directory to continue from (default: the built-in)")
-    parser.add_argument("--steps", type=int, default=1000, help="continual-training steps per model")
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the continual training")
-    parser.add_argument("--num-keys", type=int, default=8, help="KV pairs per prompt (positions evaluated)")
-    parser.add_argument("--key-chars", type=int, default=1, help="characters per key and value")
-    parser.add_argument("--train-examples", type=int, default=4000)
-    parser.add_argument("--eval-examples", type=int, default=40, help="examples per gold position")
-    parser.add_argument("--generations", type=int, default=2, help="LPES breeding rounds")
     parser.add_argument(
+        "--out",
+        help="report directory (created; default outputs/quickstart, outputs/quickstart-NAME for --config NAME.yaml)",
+    )
+    parser.add_argument("--config", help="YAML file of a full-scale loop (configs/quickstart/olmo2-1b.yaml)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="with --config: write and print commands.sh, run nothing"
+    )
+    tiny = parser.add_argument_group("built-in tiny loop (without --config)")
+    tiny.add_argument("--base", default=str(BASE), help="HF directory to continue from (default: the built-in)")
+    tiny.add_argument("--steps", type=int, default=1000, help="continual-training steps per model")
+    tiny.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the continual training")
+    tiny.add_argument("--num-keys", type=int, default=8, help="KV pairs per prompt (positions evaluated)")
+    tiny.add_argument("--key-chars", type=int, default=1, help="characters per key and value")
+    tiny.add_argument("--train-examples", type=int, default=4000)
+    tiny.add_argument("--eval-examples", type=int, default=40, help="examples per gold position")
+    tiny.add_argument("--generations", type=int, default=2, help="LPES breeding rounds")
+    tiny.add_argument(
         "--edge-share",
         type=float,
         default=None,
         help="train with this share of gold pairs in the first and last two positions (e.g. 0.95) instead of "
         "uniform: gives the model a position bias to correct (docs/reproductions.md)",
     )
-    return parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.config is None:
+        if args.dry_run:
+            parser.error("--dry-run needs --config (the built-in loop writes commands.sh as it runs)")
+        args.out = args.out or "outputs/quickstart"
+        return args
+    given = [f"--{dest.replace('_', '-')}" for dest in TINY_OPTIONS if getattr(args, dest) != parser.get_default(dest)]
+    if given:
+        parser.error(f"{', '.join(given)}: built-in tiny loop only; with --config the config file sets the run")
+    args.out = args.out or f"outputs/quickstart-{Path(args.config).stem}"
+    return args
 
 
 def kv_params(args: argparse.Namespace, **more) -> dict:
@@ -170,6 +205,9 @@ def plot_repo_positions(out: Path, model_dir: Path, args: argparse.Namespace) ->
 def main() -> None:
     args = parse_args()
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
+    if args.config is not None:
+        run_config(args, out)
+        return
     out.mkdir(parents=True, exist_ok=True)
     run = CommandRunner(out, description="The commands this quickstart ran, in order.", cwd=ROOT)
     started = time.perf_counter()
@@ -189,7 +227,7 @@ def main() -> None:
     scale_file = out / "scales" / "rope-kv.json"
     run("LPES search on the RoPE model", "search", "run", "--model", str(models["rope"]), "--config",
         str(search_config(out, args)), "--out", str(scale_file))  # fmt: skip
-    mean_scale = sum(json.loads(scale_file.read_text())["scales"]) / _num_layers(scale_file)
+    mean_scale = loop_config.mean_scale(scale_file)
 
     common = ["--tasks", "kv", "--num-keys", str(args.num_keys), "--num-examples", str(args.eval_examples),
               "--task-param", f"kv:key_chars={args.key_chars}", "--task-param", "kv:template=pairs",
@@ -206,47 +244,96 @@ def main() -> None:
     run("one plot: RoPE methods, the REPO model and the base", "evaluation", "report", "--out",
         str(eval_dirs["rope"]), "--compare", str(eval_dirs["repo"]), "--compare", str(eval_dirs["base"]))  # fmt: skip
     positions_plot = plot_repo_positions(out, models["repo"], args)
-    write_report(out, args, run, eval_dirs, scale_file, positions_plot, time.perf_counter() - started)
+    write_report(out, run, eval_dirs, time.perf_counter() - started, *tiny_report_parts(out, args, eval_dirs,
+                 scale_file, positions_plot))  # fmt: skip
+    print(f"\nreport: {out / 'README.md'}")
+
+
+def run_config(args: argparse.Namespace, out: Path) -> None:
+    """The loop of a config file: each train method through its launcher, export, search, evaluate, report."""
+    config = loop_config.load(Path(args.config), ROOT)
+    values = {"out": str(out), "base": config.base, "python": sys.executable}
+    problems = loop_config.machine_problems(config, ROOT, values)
+    if problems and not args.dry_run:
+        raise SystemExit("\n".join(problems))
+    out.mkdir(parents=True, exist_ok=True)
+    description = f"The commands of {args.config}, in order."
+    if args.dry_run:
+        description = f"Dry run of {args.config}: nothing was run; <...> marks a value known only after a step."
+    run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run)
+    started = time.perf_counter()
+
+    def fill(items: list[str]) -> list[str]:
+        return [loop_config.fill(item, values) for item in items]
+
+    models = {loop_config.BASE_MODEL: config.base}
+    for name, train_config in config.train.methods.items():
+        run_dir = out / "runs" / name
+        run.run_argv(f"train {name}", [*fill(config.train.launcher), train_config, "--trainer.default_root_dir",
+                     str(run_dir), "--model.init_from", config.base, *fill(config.train.args)])  # fmt: skip
+        checkpoint = f"<last.ckpt under {run_dir}>" if args.dry_run else str(loop_config.last_checkpoint(run_dir))
+        models[name] = str(out / "models" / name)
+        run(f"export the {name} checkpoint", "repo_train", "export", "--checkpoint", checkpoint, "--out",
+            models[name], "--tokenizer", config.base)  # fmt: skip
+
+    scale_file = out / "scales" / f"{config.search.model}.json"
+    run.run_argv(f"LPES search on the {config.search.model} model", [*fill(config.search.launcher), "--model",
+                 models[config.search.model], "--config", config.search.config, "--out", str(scale_file),
+                 *fill(config.search.args)])  # fmt: skip
+    values["scale_file"] = str(scale_file)
+    mean = f"<mean of the scales in {scale_file}>" if args.dry_run else f"{loop_config.mean_scale(scale_file):.6g}"
+    values["mean_scale"] = mean
+
+    eval_dirs = {}
+    for name, methods in config.evaluate.methods.items():
+        eval_dirs[name] = out / "eval" / name
+        method_args = [arg for method in fill(methods) for arg in ("--method", method)]
+        run(f"evaluate the {name} model", "evaluation", "run", "--model", models[name], *fill(config.evaluate.args),
+            *method_args, "--out", str(eval_dirs[name]))  # fmt: skip
+    first, *others = eval_dirs.values()
+    if others:
+        run("one plot: every evaluated model and method", "evaluation", "report", "--out", str(first),
+            *(arg for other in others for arg in ("--compare", str(other))))  # fmt: skip
+    if args.dry_run:
+        print(f"\ndry run: nothing was run; the commands are in {run.script}", flush=True)
+        for problem in problems:
+            print(f"warning: a real run here would stop at once: {problem}", file=sys.stderr)
+        return
+    write_report(out, run, eval_dirs, time.perf_counter() - started, *config_report_parts(out, args, config,
+                 eval_dirs, scale_file, models))  # fmt: skip
     print(f"\nreport: {out / 'README.md'}")
 
 
 def results_table(eval_dirs: dict[str, Path]) -> list[str]:
-    """Overall accuracy, CI, U-shape ρ and worst position per (model, method), from each summary.json."""
-    lines = ["| model | method | n | accuracy [95% CI] | ρ | worst position (acc) |", "|---|---|---|---|---|---|"]
+    """Overall accuracy, CI, U-shape ρ and worst position per (model, method, task), from each summary.json."""
+    lines = [
+        "| model | method | task | n | accuracy [95% CI] | ρ | worst position (acc) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for model, directory in eval_dirs.items():
-        for method, r in json.loads((directory / "summary.json").read_text())["results"]["kv"].items():
-            rho = "n/a" if r["rho"] is None else f"{r['rho']:.1f}"
-            low, high = r["accuracy_ci"]
-            lines.append(
-                f"| {model} | `{method}` | {r['n']} | {r['accuracy']:.3f} [{low:.3f}, {high:.3f}] | {rho} "
-                f"| {r['worst_position']} ({r['worst_accuracy']:.3f}) |"
-            )
+        for task, results in json.loads((directory / "summary.json").read_text())["results"].items():
+            for method, r in results.items():
+                rho = "n/a" if r["rho"] is None else f"{r['rho']:.1f}"
+                low, high = r["accuracy_ci"]
+                lines.append(
+                    f"| {model} | `{method}` | {task} | {r['n']} | {r['accuracy']:.3f} [{low:.3f}, {high:.3f}] "
+                    f"| {rho} | {r['worst_position']} ({r['worst_accuracy']:.3f}) |"
+                )
     return lines
 
 
-def _num_layers(scale_file: Path) -> int:
-    return int(json.loads(scale_file.read_text())["num_layers"])
-
-
-def write_report(out, args, run, eval_dirs, scale_file, positions_plot, seconds) -> None:
+def tiny_report_parts(out, args, eval_dirs, scale_file, positions_plot) -> tuple[str, list[str], list[str]]:
+    """Intro, outputs and closing of the built-in loop's report: what the tiny models are and are not evidence of."""
     stem = scale_file.with_suffix("")
-    plots = sorted(p.relative_to(out) for p in out.rglob("*.png"))
-    text = [
-        "# repo-train quickstart report",
-        "",
-        (
-            f"Built in {seconds / 60:.1f} min on this machine. The tiny base `{Path(args.base).name}` (4-layer RoPE "
-            f"OLMo-2, byte tokenizer, pre-trained to retrieve) continued for {args.steps} steps with RoPE and with "
-            f"REPO on KV retrieval ({args.num_keys} pairs, {args.key_chars}-character keys, the harness's `pairs` "
-            "template, loss on the answer), then evaluated with the gold pair at every position. Tiny models on a "
-            "short context: read the numbers as a check that every piece runs on a model that does the task, not "
-            "as evidence for or against a method at scale (docs/reproductions.md)."
-        ),
-        "",
-        "## Results (accuracy by gold position: see the plots)",
-        "",
-        *results_table(eval_dirs),
-        "",
+    intro = (
+        f"The tiny base `{Path(args.base).name}` (4-layer RoPE "
+        f"OLMo-2, byte tokenizer, pre-trained to retrieve) continued for {args.steps} steps with RoPE and with "
+        f"REPO on KV retrieval ({args.num_keys} pairs, {args.key_chars}-character keys, the harness's `pairs` "
+        "template, loss on the answer), then evaluated with the gold pair at every position. Tiny models on a "
+        "short context: read the numbers as a check that every piece runs on a model that does the task, not "
+        "as evidence for or against a method at scale (docs/reproductions.md)."
+    )
+    outputs = [
         f"- RoPE model, every method: [report]({(eval_dirs['rope'] / 'report.md').relative_to(out)})",
         f"- REPO model, baseline: [report]({(eval_dirs['repo'] / 'report.md').relative_to(out)})",
         (
@@ -255,6 +342,66 @@ def write_report(out, args, run, eval_dirs, scale_file, positions_plot, seconds)
         ),
         f"- REPO positions per head: `{positions_plot.relative_to(out)}`",
         "- Checkpoints: `runs/<method>/` (Lightning), `models/<method>/` (HF, with tokenizer)",
+    ]
+    closing = [
+        "## The same at full scale",
+        "",
+        "```bash",
+        "python scripts/quickstart.py --config configs/quickstart/olmo2-1b.yaml --dry-run   # the whole loop; or:",
+        "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml        # and -rope; see docs/training.md",
+        "python -m repo_train export --checkpoint <ckpt> --out hf/olmo2-1b-repo --tokenizer <olmo2 dir>",
+        "scripts/run_search.sh --model <hf dir> --task kv --config configs/search/lpes.yaml --out scales/NAME.json",
+        "python -m evaluation run --model <hf dir> --tasks mdqa,kv --data-dir ../shared/data/lost_in_the_middle \\",
+        "    --method baseline --method lpes:scale_file=scales/NAME.json --method caliope:calibrator=hourglass \\",
+        "    --method fim --method pcd --out results/NAME",
+        "```",
+    ]
+    return intro, outputs, closing
+
+
+def config_report_parts(out, args, config, eval_dirs, scale_file, models) -> tuple[str, list[str], list[str]]:
+    """Intro, outputs and closing of a config run's report: what was run, from which files."""
+    stem = scale_file.with_suffix("")
+    trained = ", ".join(f"{name} (`{path}`)" for name, path in config.train.methods.items())
+    shown = {"out": str(out), "base": config.base, "python": "python"}
+    launcher = " ".join(loop_config.fill(arg, shown) for arg in config.train.launcher)
+    intro = (
+        f"The loop of `{args.config}`: the base `{config.base}` continued as {trained} through "
+        f"`{launcher}`, LPES searched on the {config.search.model} model "
+        f"(`{config.search.config}`), each model evaluated with its `evaluate.methods`. Data, budgets and seeds "
+        "are those of the config and the files it names (exact commands: `commands.sh`); the per-position "
+        "numbers and the paired comparisons with `baseline` are in each `summary.json`."
+    )
+    outputs = [f"- {name} model: [report]({(d / 'report.md').relative_to(out)})" for name, d in eval_dirs.items()]
+    outputs.append(
+        f"- LPES scale file: `{scale_file.relative_to(out)}`; curve and fitness plots next to it "
+        f"(`{stem.name}.curve.png`, `{stem.name}.fitness.png`)"
+    )
+    for name in config.train.methods:
+        if json.loads((Path(models[name]) / "config.json").read_text()).get("position_method") == "repo":
+            outputs.append(
+                f"- REPO positions per head of `{name}`: not plotted here; on the prompts of a task: "
+                f"`python scripts/analyze_repo_positions.py --model {models[name]} --task kv "
+                f"--out {out / 'repo-positions' / name}` (its settings with `--task-param KEY=VALUE`)"
+            )
+    outputs.append("- Checkpoints: `runs/<method>/` (Lightning), `models/<method>/` (HF, with tokenizer)")
+    closing = ["## Rerun", "", "```bash", f"python scripts/quickstart.py --config {args.config} --out {out}", "```"]
+    return intro, outputs, closing
+
+
+def write_report(out, run, eval_dirs, seconds, intro, outputs, closing) -> None:
+    """OUT/README.md: the results table, the outputs, the plots, each step's time; mode-specific text around it."""
+    plots = sorted(p.relative_to(out) for p in out.rglob("*.png"))
+    text = [
+        "# repo-train quickstart report",
+        "",
+        f"Built in {seconds / 60:.1f} min on this machine. {intro}",
+        "",
+        "## Results (accuracy by gold position: see the plots)",
+        "",
+        *results_table(eval_dirs),
+        "",
+        *outputs,
         "",
         "Plots: " + ", ".join(f"`{p}`" for p in plots),
         "",
@@ -264,16 +411,7 @@ def write_report(out, args, run, eval_dirs, scale_file, positions_plot, seconds)
         "",
         "Every command is in `commands.sh`, in order.",
         "",
-        "## The same at full scale",
-        "",
-        "```bash",
-        "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml        # and -rope; see docs/training.md",
-        "python -m repo_train export --checkpoint <ckpt> --out hf/olmo2-1b-repo --tokenizer <olmo2 dir>",
-        "scripts/run_search.sh --model <hf dir> --task kv --config configs/search/lpes.yaml --out scales/NAME.json",
-        "python -m evaluation run --model <hf dir> --tasks mdqa,kv --data-dir ../shared/data/lost_in_the_middle \\",
-        "    --method baseline --method lpes:scale_file=scales/NAME.json --method caliope:calibrator=hourglass \\",
-        "    --method fim --method pcd --out results/NAME",
-        "```",
+        *closing,
     ]
     (out / "README.md").write_text("\n".join(text) + "\n")
 

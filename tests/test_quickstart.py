@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,3 +43,158 @@ def test_quickstart_refuses_a_missing_base(tmp_path):
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode != 0 and "is not an HF model directory" in result.stderr
+
+
+# --- config mode: `--config FILE` runs the same loop with launchers, checkpoints and evaluation from a file
+
+SCRIPT = ROOT / "scripts" / "quickstart.py"
+FULL_SCALE = "configs/quickstart/olmo2-1b.yaml"
+
+
+def quickstart(*args, cwd=ROOT, timeout=120):
+    """Run the script; return the finished process."""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_path):
+    out = tmp_path / "dry"
+    result = quickstart("--config", FULL_SCALE, "--dry-run", "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    commands = (out / "commands.sh").read_text()
+    steps = [
+        (
+            "scripts/launch_train.sh configs/train/olmo2-1b-stage2-rope.yaml --trainer.default_root_dir "
+            f"{out}/runs/rope --model.init_from checkpoints/OLMo-2-0425-1B-stage1-step1907359"
+        ),
+        f"python -m repo_train export --checkpoint '<last.ckpt under {out}/runs/rope>' --out {out}/models/rope",
+        "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml",
+        f"python -m repo_train export --checkpoint '<last.ckpt under {out}/runs/repo>' --out {out}/models/repo",
+        f"scripts/run_search.sh --model {out}/models/rope --config configs/search/lpes.yaml --out {out}/scales/rope.json",
+        f"python -m evaluation run --model {out}/models/rope --tasks mdqa,kv",
+        f"--method lpes:scale_file={out}/scales/rope.json --method 'pi:scale=<mean of the scales in {out}/scales/rope.json>'",
+        f"python -m evaluation run --model {out}/models/repo",
+        "python -m evaluation run --model checkpoints/OLMo-2-0425-1B-stage1-step1907359",
+        f"python -m evaluation report --out {out}/eval/rope --compare {out}/eval/repo --compare {out}/eval/base",
+    ]
+    positions = [commands.index(step) for step in steps]  # each present, in this order
+    assert positions == sorted(positions)
+    assert commands.count("--device cuda") == 3 and "Dry run" in commands
+    assert all(step.split(" --")[0] in result.stdout for step in steps)  # printed too
+    assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]  # nothing ran
+    # the base exists only on the GPU machine: a warning here, a one-line refusal for a real run
+    assert "OLMo-2-0425-1B-stage1-step1907359 is not an HF model directory" in result.stderr
+    real = quickstart("--config", FULL_SCALE, "--out", tmp_path / "real")
+    assert real.returncode == 1 and "base: checkpoints/OLMo-2-0425-1B-stage1-step1907359" in real.stderr
+    assert "Traceback" not in real.stderr and not (tmp_path / "real").exists()
+
+
+def write_tiny_loop_config(tmp_path, **changes) -> Path:
+    """A config-mode loop on the built-in tiny base: 3 CPU steps per model, a one-generation search, 1 example."""
+    from evaluation.tasks import build_task
+    from repo_train.commands import cpu_trainer_section
+
+    base = ROOT / "assets" / "tiny-kv-base"
+    kv = dict(num_keys=8, key_chars=1, template="pairs")
+    data = tmp_path / "kv-train.jsonl"
+    rows = build_task("kv", **kv, num_examples=16, gold_positions="all", seed=1000).rows()
+    data.write_text("".join(json.dumps({"prompt": r["prompt"], "completion": r["value"]}) + "\n" for r in rows))
+    methods = {}
+    for method in ("rope", "repo"):
+        train = {
+            "trainer": cpu_trainer_section(3, tmp_path / "unused", log_every_n_steps=1, enable_progress_bar=False),
+            "model": {"position_method": method, "lr": 1e-3, "warmup_steps": 0},
+            "data": {
+                "train": {"source": "prompt_completion", "paths": [str(data)], "tokenizer": str(base), "seq_len": 32},
+                "global_batch_size": 8,
+                "micro_batch_size": 8,
+            },
+            "checkpoint": {"every_n_train_steps": 3},
+        }
+        methods[method] = tmp_path / f"train-{method}.yaml"
+        methods[method].write_text(yaml.safe_dump(train))
+    search = {
+        "task": {"name": "kv", "num_items": 8, "num_examples": 2, "seed": 2000, "max_new_tokens": 1, "batch_size": 8,
+                 "key_chars": 1, "template": "pairs"},
+        "space": {"num_points": 3},
+        "ga": {"population": 4, "parents": 2, "generations": 0, "mutation_offspring": 1, "crossover_offspring": 1},
+        "held_out": {"num_examples": 2},
+    }  # fmt: skip
+    (tmp_path / "search.yaml").write_text(yaml.safe_dump(search))
+    config = {
+        "base": str(base),
+        "train": {
+            "launcher": ["{python}", "-m", "repo_train", "fit", "--config"],
+            "methods": {name: str(path) for name, path in methods.items()},
+            "args": ["--trainer.logger", "false"],
+        },
+        "search": {"model": "rope", "launcher": ["{python}", "-m", "search", "run"],
+                   "config": str(tmp_path / "search.yaml"), "args": ["--no-progress"]},
+        "evaluate": {
+            "args": ["--tasks", "kv", "--num-keys", 8, "--num-examples", 1, "--task-param", "kv:key_chars=1",
+                     "--task-param", "kv:template=pairs", "--seed", 3000, "--gold-positions", "all",
+                     "--batch-size", 64, "--no-progress"],
+            "methods": {"rope": ["baseline", "lpes:scale_file={scale_file}", "pi:scale={mean_scale}"],
+                        "repo": ["baseline"], "base": ["baseline"]},
+        },
+    }  # fmt: skip
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        (config[section] if name else config).update({name or section: value})
+    path = tmp_path / "loop.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_config_mode_runs_the_loop_on_cpu(tmp_path):
+    out = tmp_path / "qs"
+    result = quickstart("--config", write_tiny_loop_config(tmp_path), "--out", out, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = (out / "README.md").read_text()
+    for row in ("| rope | `baseline` | kv |", "| rope | `lpes:", "| rope | `pi:scale=", "| repo | `baseline` | kv |",
+                "| base | `baseline` | kv |"):  # fmt: skip
+        assert row in report
+    assert "The loop of `" in report and "tiny base" not in report and "scripts/analyze_repo_positions.py" in report
+    assert (out / "scales" / "rope.json").is_file() and (out / "models" / "repo" / "tokenizer.json").is_file()
+    assert list((out / "runs" / "repo").rglob("last.ckpt"))
+    commands = (out / "commands.sh").read_text()
+    steps = ["# train rope", "-m repo_train fit --config", "# export the rope checkpoint", "# train repo",
+             "# export the repo checkpoint", "# LPES search on the rope model", "-m search run --model",
+             "# evaluate the rope model", "# evaluate the repo model", "# evaluate the base model",
+             "# one plot: every evaluated model and method"]  # fmt: skip
+    positions = [commands.index(step) for step in steps]
+    assert positions == sorted(positions) and "--trainer.logger false" in commands
+    mean = json.loads((out / "scales" / "rope.json").read_text())["scales"]
+    assert f"--method pi:scale={sum(mean) / len(mean):.6g} " in commands
+
+
+def test_config_errors_name_the_key_or_file(tmp_path):
+    cases = {
+        "train.lancher: unknown key; the keys here are launcher, methods, args": dict(train__lancher=["x"]),
+        "train.methods.rope: configs/train/no-such.yaml does not exist": dict(
+            train__methods={"rope": "configs/train/no-such.yaml"}
+        ),
+        "search.config: missing; add the LPES config": dict(search__config=None),
+        "search.args[1]: unknown placeholder {scale_file}": dict(search__args=["--data-dir", "{scale_file}"]),
+        "evaluate.methods.rpoe: not a model; use one of rope, repo, base": dict(evaluate__methods={"rpoe": ["pcd"]}),
+    }
+    for i, (message, change) in enumerate(cases.items()):
+        result = quickstart("--config", write_tiny_loop_config(tmp_path, **change), "--out", tmp_path / f"out{i}")
+        assert result.returncode == 1 and message in result.stderr, (message, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and not (tmp_path / f"out{i}").exists()
+    # relative --config paths are taken from the repository root, whatever the current directory
+    no_file = quickstart("--config", "configs/quickstart/nowhere.yaml", "--dry-run", cwd=tmp_path)
+    assert no_file.returncode == 1 and "configs/quickstart/nowhere.yaml: no such file" in no_file.stderr
+    assert "Traceback" not in no_file.stderr
+
+
+def test_config_refuses_tiny_options(tmp_path):
+    result = quickstart("--config", FULL_SCALE, "--steps", "10", "--dry-run", "--out", tmp_path / "x")
+    assert result.returncode == 2 and "--steps: built-in tiny loop only" in result.stderr
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,46 @@
+"""CommandRunner: any argv (launchers) logged and timed like `python -m` commands; dry runs log without running."""
+
+import subprocess
+import sys
+
+import pytest
+
+from repo_train.commands import CommandRunner
+
+
+def test_run_argv_runs_logs_and_times_any_command(tmp_path):
+    run = CommandRunner(tmp_path, description="argv commands", env={"GREETING": "hi there"})
+    seconds = run.run_argv("echo", ["sh", "-c", 'echo "$GREETING" > said.txt'], echo=False)
+    run.run_argv("python as a path", [sys.executable, "-c", "print('ok')"], log=tmp_path / "ok.log", echo=False)
+    assert seconds >= 0 and [title for title, _ in run.timings] == ["echo", "python as a path"]
+    assert (tmp_path / "ok.log").read_text() == "ok\n"
+    script = (tmp_path / "commands.sh").read_text()
+    assert "# echo\nGREETING='hi there' sh -c 'echo \"$GREETING\" > said.txt'\n" in script
+    assert f"{sys.executable} -c 'print('\"'\"'ok'\"'\"')'" in script  # written as run: shell-quoted, no rewriting
+    with pytest.raises(subprocess.CalledProcessError):
+        run.run_argv("fail", ["sh", "-c", "exit 3"], log=tmp_path / "fail.log", echo=False)
+
+
+def test_run_argv_uses_cwd(tmp_path):
+    (tmp_path / "sub").mkdir()
+    run = CommandRunner(tmp_path / "out", cwd=tmp_path / "sub")
+    run.run_argv("where", ["sh", "-c", "pwd > here.txt"], echo=False)
+    assert (tmp_path / "sub" / "here.txt").read_text().strip() == str(tmp_path / "sub")
+
+
+def test_python_module_commands_still_written_as_python_m(tmp_path):
+    run = CommandRunner(tmp_path)
+    run("json help", "json.tool", "--help", log=tmp_path / "help.log", echo=False)
+    assert "\n# json help\npython -m json.tool --help\n" in (tmp_path / "commands.sh").read_text()
+    assert "usage" in (tmp_path / "help.log").read_text()
+
+
+def test_dry_run_writes_and_prints_but_runs_nothing(tmp_path, capsys):
+    run = CommandRunner(tmp_path, description="dry", dry_run=True)
+    assert run.run_argv("would fail", ["sh", "-c", "touch ran.txt; exit 1"]) == 0.0
+    assert run("module", "json.tool", "/no/such/file") == 0.0
+    assert not (tmp_path / "ran.txt").exists() and run.timings == []
+    script = (tmp_path / "commands.sh").read_text()
+    assert script.index("# would fail") < script.index("# module") and "python -m json.tool /no/such/file" in script
+    printed = capsys.readouterr().out
+    assert "=== would fail\n$ sh -c 'touch ran.txt; exit 1'" in printed and "=== module" in printed
