@@ -89,11 +89,25 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def run_labels(directories: Sequence[Path], summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """One distinct label per compared run: the model's name; its run directory when models repeat (seeds,
+    calibrated and plain runs of one model); "run N" when those repeat too."""
+    names = [summary["model"].get("name") or str(directory) for directory, summary in zip(directories, summaries)]
+    labels = []
+    for i, (name, directory) in enumerate(zip(names, directories)):
+        if names.count(name) > 1:
+            same_dir = sum(d.name == directory.name for d, n in zip(directories, names) if n == name) > 1
+            name = f"{Path(name).name} [{f'run {i + 1}' if same_dir else directory.name}]"
+        labels.append(name)
+    return labels
+
+
 def render_report(out: str | Path, compare: Sequence[str | Path] = ()) -> list[Path]:
     """Write the plots and report.md into `out` from its summary.json (plus other run dirs to overlay)."""
     out = Path(out)
-    runs = [(str(directory), load_summary(directory)) for directory in (out, *compare)]
-    runs = [(summary["model"].get("name") or label, summary) for label, summary in runs]
+    directories = [Path(directory) for directory in (out, *compare)]
+    summaries = [load_summary(directory) for directory in directories]
+    runs = list(zip(run_labels(directories, summaries), summaries))
     main = runs[0][1]
     tasks = list(dict.fromkeys(task for _, summary in runs for task in summary["results"]))
     lines = [

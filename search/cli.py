@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -353,11 +355,28 @@ def show(path: str, num_layers: int | None) -> int:
     from evaluation.models import TINY_DEFAULT_NAME
 
     model = "" if data.model["name"].startswith(TINY_DEFAULT_NAME) else f"--model {data.model['name']} "
+    flags = " ".join(shlex.quote(flag) for flag in evaluation_task_flags(search["task"]))
     print(
-        f"evaluate   python -m evaluation run {model}--method baseline "
+        f"evaluate   python -m evaluation run {model}{flags} --method baseline "
         f"--method lpes:scale_file={path} --method pi:scale={mean:.6g} --out DIR"
     )
+    print("           (the search's own task; for prompts it did not see, change --seed or see docs/search.md)")
     return 0
+
+
+def evaluation_task_flags(task: Mapping[str, Any]) -> list[str]:
+    """`python -m evaluation run` flags that rebuild a scale file's search task, gold at every position.
+
+    Every build parameter goes through --task-param (it overrides the CLI's
+    defaults), so generated and release-file tasks come back the same.
+    """
+    name, params = task["task"], task["params"]
+    flags = ["--tasks", name, "--num-examples", str(task["num_examples"]), "--seed", str(params.get("seed", 0))]
+    flags += ["--gold-positions", "all"]
+    for key, value in params.items():
+        if key not in ("seed", "gold_positions", "num_examples") and value is not None:
+            flags += ["--task-param", f"{name}:{key}={value}"]
+    return flags
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,6 +158,16 @@ def test_report_writes_plots_and_markdown(tmp_path, reference_run):
     assert "| pi:scale=2 | 6 |" in (reference / "report.md").read_text()
 
 
+def test_compared_runs_of_one_model_get_distinct_labels():
+    from evaluation.report import run_labels
+
+    one, other = {"model": {"name": "models/rope"}}, {"model": {"name": "models/repo"}}
+    dirs = [Path("eval/seed0"), Path("eval/seed1"), Path("eval/repo")]
+    assert run_labels(dirs, [one, one, other]) == ["rope [seed0]", "rope [seed1]", "models/repo"]
+    assert run_labels([Path("a/x"), Path("b/x")], [one, one]) == ["rope [run 1]", "rope [run 2]"]
+    assert run_labels([Path("a/x")], [{"model": {}}]) == ["a/x"]
+
+
 @dataclass
 class SeeBatch(Method):
     """Test method: keeps every batch it is shown."""

@@ -99,6 +99,17 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     assert main(["show", str(out), "--num-layers", "4"]) == 0
     shown = capsys.readouterr().out
     assert "valid (format_version 1)" in shown and f"lpes:scale_file={out}" in shown and "pi:scale=" in shown
+    # the printed evaluate command rebuilds the search's task (same build parameters, gold at every position)
+    import shlex
+
+    from evaluation.cli import build_parser, task_params
+
+    command = shlex.split(next(line for line in shown.splitlines() if line.startswith("evaluate")))
+    eval_args = build_parser().parse_args(command[command.index("evaluation") + 1 :])
+    task = scale.search["task"]
+    rebuilt = task_params(eval_args)[task["task"]]
+    expected = {key: value for key, value in task["params"].items() if value is not None}  # None = the default
+    assert rebuilt == {**expected, "num_examples": task["num_examples"], "gold_positions": "all"}
 
 
 def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, reference):
