@@ -9,11 +9,12 @@ from repo_train.commands import CommandRunner
 
 
 def test_run_argv_runs_logs_and_times_any_command(tmp_path):
-    run = CommandRunner(tmp_path, description="argv commands", env={"GREETING": "hi there"})
+    run = CommandRunner(tmp_path, description="argv commands", cwd=tmp_path, env={"GREETING": "hi there"})
     seconds = run.run_argv("echo", ["sh", "-c", 'echo "$GREETING" > said.txt'], echo=False)
     run.run_argv("python as a path", [sys.executable, "-c", "print('ok')"], log=tmp_path / "ok.log", echo=False)
     assert seconds >= 0 and [title for title, _ in run.timings] == ["echo", "python as a path"]
     assert (tmp_path / "ok.log").read_text() == "ok\n"
+    assert (tmp_path / "said.txt").read_text() == "hi there\n"  # the runner's env reached the command
     script = (tmp_path / "commands.sh").read_text()
     assert "# echo\nGREETING='hi there' sh -c 'echo \"$GREETING\" > said.txt'\n" in script
     assert f"{sys.executable} -c 'print('\"'\"'ok'\"'\"')'" in script  # written as run: shell-quoted, no rewriting
