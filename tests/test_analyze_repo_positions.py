@@ -1,11 +1,11 @@
 """scripts/analyze_repo_positions.py on a saved tiny REPO model: statistics, files, and the no-REPO error."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from script_loader import load_script
 
 from evaluation.models import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
@@ -15,10 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "analyze_repo_positio
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("analyze_repo_positions", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("analyze_repo_positions")
 
 
 def _saved_model(path: Path, method: str) -> Path:

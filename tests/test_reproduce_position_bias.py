@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "reproduce_position_bias.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("reproduce_position_bias", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pb = _load_script()
+pb = load_script("reproduce_position_bias")
 
 
 def test_edge_and_evaluated_positions():

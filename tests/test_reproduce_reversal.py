@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 from repo_train.commands import CommandRunner
 
@@ -17,14 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "reproduce_reversal.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("reproduce_reversal", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rr = _load_script()
+rr = load_script("reproduce_reversal")
 
 
 def _summary(accuracies: dict[int, float], min_length: int = 2) -> dict:
