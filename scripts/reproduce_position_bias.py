@@ -265,8 +265,11 @@ def position_stats(result: Mapping, edges: Sequence[int]) -> dict:
     by_position = {int(p): float(cell["accuracy"]) for p, cell in result["by_position"].items()}
     middle = [a for p, a in by_position.items() if p not in edges]
     at_edges = [a for p, a in by_position.items() if p in edges]
+    paired = result.get("vs_baseline")  # the harness's paired bootstrap against baseline on the same prompts
     return {
         "accuracy": float(result["accuracy"]),
+        "delta": None if not paired else float(paired["mean_diff"]),
+        "delta_p": None if not paired else float(paired["p_value"]),
         "middle": statistics.fmean(middle) if middle else None,
         "edges": statistics.fmean(at_edges) if at_edges else None,
         "rho": result["rho"],
@@ -291,7 +294,8 @@ def aggregate(per_seed: Mapping[int, Mapping[str, Mapping]]) -> dict[str, dict]:
         rows = [per_seed[s][method] for s in seeds]
         positions = sorted(rows[0]["by_position"])
         out[method] = {
-            **{key: over_seeds([r[key] for r in rows]) for key in ("accuracy", "middle", "edges", "rho")},
+            **{key: over_seeds([r[key] for r in rows]) for key in ("accuracy", "delta", "middle", "edges", "rho")},
+            "delta_p_by_seed": {s: per_seed[s][method]["delta_p"] for s in seeds},
             "by_position": {p: over_seeds([r["by_position"][p] for r in rows]) for p in positions},
             "by_seed": {s: per_seed[s][method]["accuracy"] for s in seeds},
         }
@@ -318,18 +322,32 @@ def results_markdown(results: Mapping) -> str:
             "examples). 'middle' = evaluated positions outside those edges."
         ),
         "",
-        "| method | accuracy | middle | edges | ρ |",
-        "|---|---|---|---|---|",
+        "| method | accuracy | Δ vs baseline | middle | edges | ρ |",
+        "|---|---|---|---|---|---|",
         (
-            f"| base model (before) | {base['accuracy']:.3f} | {_fmt(base['middle'])} | {_fmt(base['edges'])} "
+            f"| base model (before) | {base['accuracy']:.3f} | | {_fmt(base['middle'])} | {_fmt(base['edges'])} "
             f"| {_fmt(base['rho'], 1)} |"
         ),
     ]
     for name, m in methods.items():
         lines.append(
-            f"| {name} | {_cell(m['accuracy'])} | {_cell(m['middle'])} | {_cell(m['edges'])} | {_cell(m['rho'], 1)} |"
+            f"| {name} | {_cell(m['accuracy'])} | {_cell(m['delta'])} | {_cell(m['middle'])} | {_cell(m['edges'])} "
+            f"| {_cell(m['rho'], 1)} |"
         )
-    lines += ["", "## Accuracy by gold position (mean over seeds)", ""]
+    lines += [
+        "",
+        "Δ vs baseline: the harness's paired difference on the same prompts (mean over seeds); one-sided p per "
+        "seed (P(Δ ≤ 0), paired bootstrap): "
+        + "; ".join(
+            f"{name} " + ", ".join(_fmt(p) for p in m["delta_p_by_seed"].values())
+            for name, m in methods.items()
+            if any(p is not None for p in m["delta_p_by_seed"].values())
+        )
+        + ".",
+        "",
+        "## Accuracy by gold position (mean over seeds)",
+        "",
+    ]
     lines += ["| method | " + " | ".join(str(p) for p in positions) + " |", "|---|" + "---|" * len(positions)]
     lines.append("| base model | " + " | ".join(f"{base['by_position'][p]:.2f}" for p in positions) + " |")
     for name, m in methods.items():

@@ -57,20 +57,24 @@ def test_harness_labels_match_their_flags():
     assert match("pi:scale=1.3", "pi:scale={mean_scale}") and not match("pi:scale=1.3", "pcd")
 
 
-def _result(by_position: dict[int, float], rho: float | None = 10.0) -> dict:
+def _result(by_position: dict[int, float], rho: float | None = 10.0, delta: float | None = None) -> dict:
     cells = {str(p): {"accuracy": a} for p, a in by_position.items()}
-    return {"accuracy": sum(by_position.values()) / len(by_position), "rho": rho, "by_position": cells}
+    paired = None if delta is None else {"mean_diff": delta, "p_value": 0.01}
+    result = {"accuracy": sum(by_position.values()) / len(by_position), "rho": rho, "by_position": cells}
+    return {**result, "vs_baseline": paired}
 
 
 def test_position_stats_and_aggregate_over_seeds():
     edges = [0, 3]
     first = pb.position_stats(_result({0: 1.0, 1: 0.5, 2: 0.0, 3: 1.0}), edges)
     assert first["middle"] == 0.25 and first["edges"] == 1.0 and first["accuracy"] == 0.625
-    second = pb.position_stats(_result({0: 1.0, 1: 1.0, 2: 0.5, 3: 0.5}, rho=None), edges)
+    second = pb.position_stats(_result({0: 1.0, 1: 1.0, 2: 0.5, 3: 0.5}, rho=None, delta=0.25), edges)
+    assert first["delta"] is None and second["delta"] == 0.25 and second["delta_p"] == 0.01
     table = pb.aggregate({0: {"baseline": first}, 1: {"baseline": second}})["baseline"]
     assert table["middle"]["mean"] == pytest.approx(0.5)
     assert table["middle"]["std"] == pytest.approx(((0.25 - 0.5) ** 2 + (0.75 - 0.5) ** 2) ** 0.5)
     assert table["rho"] == {"mean": 10.0, "std": None}  # one seed has no rho: no spread to report
+    assert table["delta"] == {"mean": 0.25, "std": None} and table["delta_p_by_seed"] == {0: None, 1: 0.01}
     assert table["by_position"][1]["mean"] == pytest.approx(0.75) and table["by_seed"] == {0: 0.625, 1: 0.75}
     one = pb.aggregate({0: {"baseline": first}})["baseline"]
     assert one["accuracy"]["std"] is None and pb._cell(one["accuracy"]) == "0.625"
