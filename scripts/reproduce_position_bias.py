@@ -392,7 +392,7 @@ def plot(results: Mapping, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(8, 4.5))
+    figure, axis = plt.subplots(figsize=(8, 5.5))
     base = results["base"]["by_position"]
     axis.plot(sorted(base), [base[p] for p in sorted(base)], "k:", marker=".", label="base model (before)")
     for name, m in results["methods"].items():
@@ -407,7 +407,7 @@ def plot(results: Mapping, path: Path) -> None:
     axis.set_ylabel("accuracy")
     axis.set_ylim(-0.02, 1.02)
     axis.set_title(f"Tiny RoPE model trained with edge-only gold, {len(results['seeds'])} seed(s)")
-    axis.legend(fontsize=8, loc="lower center", ncol=2)
+    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)  # below
     figure.tight_layout()
     save_figure_atomic(figure, path)
     plt.close(figure)
