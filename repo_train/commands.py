@@ -13,6 +13,7 @@ written in front of it.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -114,3 +115,17 @@ def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:
     }
     section.update(extra)
     return section
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir.
+
+    A file for DDP, a directory for DeepSpeed ZeRO; `python -m repo_train export` takes both.
+    """
+    found = [p for p in Path(run_dir).rglob("last*.ckpt") if re.fullmatch(r"last(-v\d+)?\.ckpt", p.name)]
+    if not found:
+        raise SystemExit(
+            f"no last.ckpt under {run_dir}: the train config must keep checkpoint.save_last: true and leave "
+            "checkpoint.dirpath unset (checkpoints then go under the run's --trainer.default_root_dir)"
+        )
+    return max(found, key=lambda p: p.stat().st_mtime)

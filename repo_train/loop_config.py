@@ -1,4 +1,4 @@
-"""The config file of the full-scale quickstart loop: schema, validation, placeholders, checkpoints.
+"""The config file of the full-scale quickstart loop: schema, validation, placeholders.
 
 `python scripts/quickstart.py --config FILE` runs the built-in loop (train with
 RoPE and REPO, export, LPES search, evaluate, report) on a real checkpoint with
@@ -206,20 +206,6 @@ def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> 
 def fill(value: str, values: dict[str, str]) -> str:
     """Fill `{name}` placeholders (`load` has checked that every name used is one the caller provides)."""
     return value.format_map(values)
-
-
-def last_checkpoint(run_dir: Path) -> Path:
-    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a run's default_root_dir.
-
-    A file for DDP, a directory for DeepSpeed ZeRO; `python -m repo_train export` takes both.
-    """
-    found = [p for p in Path(run_dir).rglob("last*.ckpt") if re.fullmatch(r"last(-v\d+)?\.ckpt", p.name)]
-    if not found:
-        raise SystemExit(
-            f"no last.ckpt under {run_dir}: the train config must keep checkpoint.save_last: true and leave "
-            "checkpoint.dirpath unset (checkpoints then go under the --trainer.default_root_dir the loop sets)"
-        )
-    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 def mean_scale(scale_file: Path) -> float:

@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 
 from repo_train import loop_config
-from repo_train.commands import CommandRunner, cpu_trainer_section
+from repo_train.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "assets" / "tiny-kv-base"
@@ -219,7 +219,7 @@ def main() -> None:
     for method in ("rope", "repo"):
         config = training_config(out, method, data, args)
         run(f"train tiny OLMo-2 with {method.upper()}", "repo_train", "fit", "--config", str(config))
-        checkpoint = next((out / "runs" / method).rglob("last.ckpt"))
+        checkpoint = last_checkpoint(out / "runs" / method)
         models[method] = out / "models" / method
         run(f"export the {method.upper()} checkpoint", "repo_train", "export", "--checkpoint", str(checkpoint),
             "--out", str(models[method]), "--tokenizer", str(args.base))  # fmt: skip
@@ -271,7 +271,7 @@ def run_config(args: argparse.Namespace, out: Path) -> None:
         run_dir = out / "runs" / name
         run.run_argv(f"train {name}", [*fill(config.train.launcher), train_config, "--trainer.default_root_dir",
                      str(run_dir), "--model.init_from", config.base, *fill(config.train.args)])  # fmt: skip
-        checkpoint = f"<last.ckpt under {run_dir}>" if args.dry_run else str(loop_config.last_checkpoint(run_dir))
+        checkpoint = f"<last.ckpt under {run_dir}>" if args.dry_run else str(last_checkpoint(run_dir))
         models[name] = str(out / "models" / name)
         run(f"export the {name} checkpoint", "repo_train", "export", "--checkpoint", checkpoint, "--out",
             models[name], "--tokenizer", config.base)  # fmt: skip

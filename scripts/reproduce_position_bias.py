@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from evaluation.position_metrics import mean_std_over_seeds
 from evaluation.results import load_summary, write_json_atomic
 from repo_train.atomic import save_figure_atomic, write_text_atomic
-from repo_train.commands import CommandRunner, cpu_trainer_section
+from repo_train.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 FORMAT_VERSION = 1
 BASE = ROOT / "assets" / "tiny-kv-base"
@@ -218,7 +218,7 @@ def run_seed(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace)
         config = training_config(out, seed, data, args)
         run(f"seed {seed}: continual training", "repo_train", "fit", "--config", str(config),
             log=out / "logs" / f"train-seed{seed}.log")  # fmt: skip
-        checkpoint = next((out / "runs" / f"seed{seed}").rglob("last.ckpt"))
+        checkpoint = last_checkpoint(out / "runs" / f"seed{seed}")
         run(f"seed {seed}: export", "repo_train", "export", "--checkpoint", str(checkpoint), "--out", str(model),
             "--tokenizer", str(args.base), log=out / "logs" / f"export-seed{seed}.log")  # fmt: skip
     scale_file = out / "scales" / f"seed{seed}.json"

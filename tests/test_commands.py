@@ -45,3 +45,21 @@ def test_dry_run_writes_and_prints_but_runs_nothing(tmp_path, capsys):
     assert script.index("# would fail") < script.index("# module") and "python -m json.tool /no/such/file" in script
     printed = capsys.readouterr().out
     assert "=== would fail\n$ sh -c 'touch ran.txt; exit 1'" in printed and "=== module" in printed
+
+
+def test_last_checkpoint_is_the_newest_last_file_or_directory(tmp_path):
+    import os
+
+    from repo_train.commands import last_checkpoint
+
+    with pytest.raises(SystemExit, match="no last.ckpt under"):
+        last_checkpoint(tmp_path)
+    first = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    first.parent.mkdir(parents=True)
+    first.write_text("ddp")
+    (first.parent / "last-epoch.ckpt").write_text("not a last checkpoint")  # only last / last-vN count
+    os.utime(first, (1, 1))
+    assert last_checkpoint(tmp_path) == first
+    rerun = first.parent / "last-v1.ckpt"
+    rerun.mkdir()  # DeepSpeed writes a directory
+    assert last_checkpoint(tmp_path) == rerun
