@@ -107,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     report_parser = sub.add_parser("report", help="re-render plots and report.md from OUT/summary.json")
     report_parser.add_argument("--out", required=True, help="a run directory")
     report_parser.add_argument("--compare", action="append", default=[], help="another run directory to overlay")
+    report_parser.add_argument(
+        "--seeds",
+        action="store_true",
+        help="the runs (--out and every --compare) are seeds of one setup: add mean ± sample std over them",
+    )
+    summarize_parser = sub.add_parser(
+        "summarize", help="rebuild OUT/summary.json from OUT/records.jsonl with this version's statistics"
+    )
+    summarize_parser.add_argument("--out", required=True, help="a run directory")
+    summarize_parser.add_argument("--no-report", action="store_true", help="skip plots and report.md")
     return parser
 
 
@@ -200,8 +210,19 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from evaluation.report import render_report
 
-    paths = render_report(args.out, args.compare)
+    paths = render_report(args.out, args.compare, seeds=args.seeds)
     print("\n".join(str(p) for p in paths))
+    return 0
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from evaluation.report import render_report
+    from evaluation.results import resummarize
+
+    summary = resummarize(args.out)
+    print(f"{Path(args.out) / 'summary.json'}: format_version {summary['format_version']}")
+    if not args.no_report:
+        print("\n".join(str(p) for p in render_report(args.out)))
     return 0
 
 
@@ -211,6 +232,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    action = _run if args.command == "run" else _report
+    action = {"run": _run, "report": _report, "summarize": _summarize}[args.command]
     # user mistakes: one clear line, no traceback
     return report_user_errors(f"python -m evaluation {args.command}", lambda: action(args), (ValueError, OSError))

@@ -13,8 +13,13 @@ implementation `evaluate`'s ROUGE wraps) directly, so scores are reproducible
 offline.
 
 The normalisation is the one of the "Lost in the Middle" release (Liu et al.,
-TACL 2024), itself the SQuAD / DPR one; its "best subspan exact match" is the
-score of both lost-in-the-middle tasks.
+TACL 2024; `src/lost_in_the_middle/metrics.py`), the SQuAD one except that
+articles are removed with the third-party `regex` module instead of `re`: the
+two disagree on word boundaries next to combining marks, joiners and
+superscripts, so `re` would score some Unicode answers differently from the
+release. Its "best subspan exact match" is the release's multi-document QA
+score; KV retrieval is scored by case-insensitive containment of the value
+(`kv_containment`, the release's `scripts/evaluate_kv_responses.py`).
 """
 
 from __future__ import annotations
@@ -25,12 +30,17 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+import regex
 from rouge_score import rouge_scorer
 
 Metric = Callable[[str, Sequence[str]], float]
 
 _PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+#: `regex`, not `re`, as in the release: `re` counts superscripts ("²") as word characters and combining
+#: marks / joiners as non-word ones, `regex` the reverse, so "a²" keeps its article under `re` and loses it here.
+_ARTICLES = regex.compile(r"\b(a|an|the)\b")
+#: SQuAD's own script (and LongBench's copy of it) uses `re`: its F1 and exact match keep that behaviour.
+_ARTICLES_SQUAD = re.compile(r"\b(a|an|the)\b")
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
@@ -38,11 +48,21 @@ def normalize_answer(text: str) -> str:
     """Lower-case, drop ASCII punctuation, drop the articles a/an/the (whole words), collapse whitespace.
 
     Punctuation is deleted, not replaced by a space ("Eiffel-Tower" -> "eiffeltower"),
-    and the steps run in that order, as in the release, so scores stay comparable.
+    and the steps run in that order with the release's `regex` word boundaries, so
+    every string normalizes as in the release and scores stay comparable.
     """
+    return _normalize(text, _ARTICLES)
+
+
+def normalize_answer_squad(text: str) -> str:
+    """`normalize_answer` with `re` word boundaries, as SQuAD's and LongBench's scripts normalize for F1 / EM."""
+    return _normalize(text, _ARTICLES_SQUAD)
+
+
+def _normalize(text: str, articles) -> str:
     text = text.lower()
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
+    text = articles.sub(" ", text)
     return " ".join(text.split())
 
 
@@ -60,14 +80,28 @@ def best_subspan_em(prediction: str, answers: Sequence[str]) -> float:
 
     As in the release, an answer that normalizes to "" (e.g. "The") matches every prediction.
     """
-    pred = normalize_answer(prediction)
-    return float(any(normalize_answer(answer) in pred for answer in _check_answers(answers)))
+    # The release lower-cases both normalized strings once more; a no-op with today's Unicode tables
+    # (lower() is idempotent), kept so a future table where it is not cannot split us from the release.
+    pred = normalize_answer(prediction).lower()
+    return float(any(normalize_answer(answer).lower() in pred for answer in _check_answers(answers)))
+
+
+def kv_containment(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when a gold answer occurs in the prediction, case-insensitively, with no other normalisation.
+
+    The release's KV-retrieval score (`scripts/evaluate_kv_responses.py`: value.lower() in
+    model_answer.lower()). `best_subspan_em` would be laxer on KV values: it deletes punctuation
+    (UUID "a-b" matches a response "ab") and drops article-like values ("A" normalizes to "",
+    which matches every response).
+    """
+    pred = prediction.lower()
+    return float(any(answer.lower() in pred for answer in _check_answers(answers)))
 
 
 def exact_match(prediction: str, answers: Sequence[str]) -> float:
-    """1.0 when the normalized prediction equals a normalized gold answer."""
-    pred = normalize_answer(prediction)
-    return float(any(normalize_answer(answer) == pred for answer in _check_answers(answers)))
+    """1.0 when the normalized prediction equals a normalized gold answer (SQuAD's normalisation)."""
+    pred = normalize_answer_squad(prediction)
+    return float(any(normalize_answer_squad(answer) == pred for answer in _check_answers(answers)))
 
 
 def substring_match(prediction: str, answers: Sequence[str]) -> float:
@@ -91,8 +125,8 @@ def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
 
 def token_f1(prediction: str, answers: Sequence[str]) -> float:
     """SQuAD-style bag-of-tokens F1 on normalized whitespace tokens, the best over the gold answers."""
-    pred_tokens = normalize_answer(prediction).split()
-    return max(_f1(pred_tokens, normalize_answer(answer).split()) for answer in _check_answers(answers))
+    pred_tokens = normalize_answer_squad(prediction).split()
+    return max(_f1(pred_tokens, normalize_answer_squad(answer).split()) for answer in _check_answers(answers))
 
 
 @lru_cache(maxsize=4)
@@ -134,6 +168,7 @@ def accuracy(predictions: Sequence[str], answers: Sequence[Sequence[str]], metri
 
 METRICS: dict[str, Metric] = {
     "best_subspan_em": best_subspan_em,
+    "kv_containment": kv_containment,
     "exact_match": exact_match,
     "substring_match": substring_match,
     "token_f1": token_f1,

@@ -1,11 +1,11 @@
-"""Metrics over accuracy-by-position curves, and the uncertainty of accuracies.
+"""Metrics over accuracy-by-position curves: per-position accuracy, ρ, worst position, shape.
 
 A lost-in-the-middle evaluation scores every example with the relevant item at
 several positions; these functions turn those scores into one number per
-position, then into shape summaries (how U-shaped, how bad the worst position,
-how far the middle falls below the edges) and into confidence intervals, so a
-method is compared with a baseline on the same examples (a paired test) rather
-than by eye.
+position and then into shape summaries: how strongly accuracy follows closeness
+to an edge (ρ), how bad the worst position is, how far the middle falls below
+the edges, and which shape the curve has given its confidence intervals. Their
+uncertainty (clustered by question) is `evaluation.statistics`'s job.
 """
 
 from __future__ import annotations
@@ -13,37 +13,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-#: Resampled means per chunk are computed from at most this many drawn indices, bounding memory.
-_MAX_DRAWS_PER_CHUNK = 2_000_000
-
-
-class MeanStd(NamedTuple):
-    """Mean and sample standard deviation (ddof=1) of a metric over `n` seeds."""
-
-    mean: float
-    std: float
-    n: int
-
-
-class ConfidenceInterval(NamedTuple):
-    """The observed mean and a percentile-bootstrap interval [low, high] around it."""
-
-    mean: float
-    low: float
-    high: float
-
-
-class PairedBootstrapResult(NamedTuple):
-    """Mean of method - baseline, its bootstrap interval, and P(resampled difference <= 0)."""
-
-    mean_diff: float
-    low: float
-    high: float
-    p_value: float
+#: The words `classify_shape` may return.
+SHAPES = ("flat", "U", "ramp up", "ramp down", "other")
 
 
 def accuracy_by_position(records: Iterable[Mapping[str, Any]], score_key: str = "score") -> dict[int, float]:
@@ -70,7 +45,8 @@ def u_shape_rho(positions: Sequence[int], accuracies: Sequence[float], num_posit
     δ = |t - T/2| / (T/2) with t the 0-based position and T = num_positions - 1, so the
     first and the last item both get δ = 1 and the exact middle δ = 0 (symmetric in the
     positions that exist; T = num_positions would make the last item δ = 1 - 2/k).
-    Positive ρ means the edges beat the middle (a U-shape), negative an inverted U.
+    Positive ρ means the edges beat the middle on average — a U-shape, but also a ramp
+    whose low end is long (see `classify_shape` for the shape itself); negative ρ the reverse.
     Returns nan with fewer than 2 positions, a single-item context, or constant δ or accuracy,
     where a correlation is undefined.
     """
@@ -84,12 +60,26 @@ def u_shape_rho(positions: Sequence[int], accuracies: Sequence[float], num_posit
             f"positions must lie in [0, {num_positions - 1}] for num_positions={num_positions}; got "
             f"{t.min():g}..{t.max():g}. Pass 0-based positions and the number of items in the context"
         )
+    return float(u_shape_rho_rows(np.asarray([accuracies], dtype=float), positions, num_positions)[0])
+
+
+def u_shape_rho_rows(curves: np.ndarray, positions: Sequence[int], num_positions: int) -> np.ndarray:
+    """`u_shape_rho` of every row of `curves` [rows, positions] (e.g. bootstrap resamples); nan where undefined."""
+    rows = np.full(curves.shape[0], math.nan)
+    if len(positions) < 2 or num_positions < 2:
+        return rows
     half = (num_positions - 1) / 2
-    delta = np.abs(t - half) / half
-    acc = np.asarray(accuracies, dtype=float)
-    if np.ptp(delta) == 0 or np.ptp(acc) == 0:
-        return math.nan
-    return float(100.0 * np.corrcoef(delta, acc)[0, 1])
+    delta = np.abs(np.asarray(positions, dtype=float) - half) / half
+    if np.ptp(delta) == 0:
+        return rows
+    dc = delta - delta.mean()
+    centred = curves - curves.mean(axis=1, keepdims=True)
+    norm = np.sqrt((centred**2).sum(axis=1)) * np.sqrt((dc**2).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = 100.0 * (centred @ dc) / norm
+    # constant accuracy (up to rounding) has no correlation
+    flat = np.ptp(curves, axis=1) <= 1e-12 * np.maximum(1.0, np.abs(curves).max(axis=1))
+    return np.where(flat | ~np.isfinite(rho), math.nan, np.clip(rho, -100.0, 100.0))
 
 
 def worst_position_accuracy(accuracy_by_pos: Mapping[int, float]) -> float:
@@ -105,10 +95,15 @@ def middle_minus_edges_gap(accuracy_by_pos: Mapping[int, float]) -> float:
     The edges are the smallest and largest evaluated positions (0 and k-1 on every grid of
     the tasks); negative values mean a lost middle. nan with fewer than 3 positions.
     """
-    if len(accuracy_by_pos) < 3:
-        return math.nan
     ordered = [accuracy_by_pos[p] for p in sorted(accuracy_by_pos)]
-    return float(np.mean(ordered[1:-1]) - (ordered[0] + ordered[-1]) / 2)
+    return float(middle_minus_edges_rows(np.asarray([ordered], dtype=float))[0]) if ordered else math.nan
+
+
+def middle_minus_edges_rows(curves: np.ndarray) -> np.ndarray:
+    """`middle_minus_edges_gap` of every row of `curves` [rows, positions in order]; nan with < 3 positions."""
+    if curves.shape[1] < 3:
+        return np.full(curves.shape[0], math.nan)
+    return curves[:, 1:-1].mean(axis=1) - (curves[:, 0] + curves[:, -1]) / 2
 
 
 def summarize_positions(accuracy_by_pos: Mapping[int, float], num_positions: int) -> dict[str, float]:
@@ -125,72 +120,34 @@ def summarize_positions(accuracy_by_pos: Mapping[int, float], num_positions: int
     }
 
 
-def mean_std_over_seeds(values: Sequence[float]) -> MeanStd:
-    """Mean and sample std (ddof=1) of one metric measured under several seeds; std is nan for one seed."""
-    if len(values) == 0:
-        raise ValueError("mean_std_over_seeds got no values; pass one metric value per seed")
-    arr = np.asarray(values, dtype=float)
-    std = float(arr.std(ddof=1)) if arr.size > 1 else math.nan
-    return MeanStd(float(arr.mean()), std, int(arr.size))
+def classify_shape(intervals: Mapping[int, tuple[float, float]]) -> str | None:
+    """The shape of an accuracy-by-position curve, read from its per-position confidence intervals.
 
-
-def _check_bootstrap_args(n_resamples: int, alpha: float) -> None:
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}; 1000 or more is usual")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {alpha}; 0.05 gives a 95% interval")
-
-
-def _resampled_means(values: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
-    """Means of `n_resamples` resamples (with replacement, same size) of `values`, in bounded-memory chunks."""
-    rng = np.random.default_rng(seed)
-    n = values.size
-    chunk = max(1, _MAX_DRAWS_PER_CHUNK // n)
-    means = np.empty(n_resamples, dtype=float)
-    for start in range(0, n_resamples, chunk):
-        stop = min(start + chunk, n_resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = values[idx].mean(axis=1)
-    return means
-
-
-def bootstrap_ci(
-    scores: Sequence[float], n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0
-) -> ConfidenceInterval:
-    """Percentile-bootstrap (1 - alpha) interval of the mean of per-example scores, resampling examples."""
-    _check_bootstrap_args(n_resamples, alpha)
-    values = np.asarray(scores, dtype=float)
-    if values.size == 0:
-        raise ValueError("bootstrap_ci got no scores; pass one score per example")
-    means = _resampled_means(values, n_resamples, seed)
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return ConfidenceInterval(float(values.mean()), float(low), float(high))
-
-
-def paired_bootstrap(
-    method_scores: Sequence[float],
-    baseline_scores: Sequence[float],
-    n_resamples: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> PairedBootstrapResult:
-    """Paired bootstrap of method - baseline over the same examples (resampled together).
-
-    `p_value` is the fraction of resamples whose mean difference is <= 0: a one-sided
-    estimate of how often the method would fail to beat the baseline. Scores must be
-    aligned example by example (same ids, same order).
+    Position i is *below* j when i's interval lies wholly under j's (high_i < low_j).
+    - "flat": one accuracy lies inside every interval (max low ≤ min high): no position differs.
+    - "U": some interior position is below both edges (a lost middle).
+    - "ramp up": the first position is below the last, no interior one is below the first
+      and none above the last ("ramp down": the mirror image).
+    - "other": anything else (an inverted U, a zigzag, one edge dropping alone).
+    None for fewer than two positions (no curve). Overlapping intervals are a conservative
+    criterion: a label other than "flat" means the difference is large for the sample size.
     """
-    _check_bootstrap_args(n_resamples, alpha)
-    method = np.asarray(method_scores, dtype=float)
-    baseline = np.asarray(baseline_scores, dtype=float)
-    if method.shape != baseline.shape or method.ndim != 1:
-        raise ValueError(
-            f"paired_bootstrap needs two equal-length 1-D score lists, got {method.shape} and {baseline.shape}; "
-            "score the method and the baseline on the same examples in the same order"
-        )
-    if method.size == 0:
-        raise ValueError("paired_bootstrap got no scores; pass one score per example for each system")
-    diffs = method - baseline
-    means = _resampled_means(diffs, n_resamples, seed)
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return PairedBootstrapResult(float(diffs.mean()), float(low), float(high), float(np.mean(means <= 0)))
+    if len(intervals) < 2:
+        return None
+    ordered = [intervals[p] for p in sorted(intervals)]
+    lows = [low for low, _ in ordered]
+    highs = [high for _, high in ordered]
+    if max(lows) <= min(highs):
+        return "flat"
+
+    def below(i: int, j: int) -> bool:
+        return highs[i] < lows[j]
+
+    first, last, interior = 0, len(ordered) - 1, range(1, len(ordered) - 1)
+    if any(below(j, first) and below(j, last) for j in interior):
+        return "U"
+    if below(first, last) and not any(below(j, first) or below(last, j) for j in interior):
+        return "ramp up"
+    if below(last, first) and not any(below(j, last) or below(first, j) for j in interior):
+        return "ramp down"
+    return "other"

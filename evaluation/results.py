@@ -5,7 +5,9 @@ and flushed as produced, so a killed run loses at most the line being written
 (`read_records` drops such a torn last line). `OUT/summary.json`: metrics per
 (task, method), written atomically (temporary file + `os.replace`), versioned by
 `format_version`; `load_summary` refuses a file of another version or with
-missing keys, naming what is wrong.
+missing keys, naming what is wrong. Version 2 (clustered statistics, sign-flip
+p-values, curve shapes) replaced version 1 (row-level bootstrap); a version-1
+summary is re-summarised from its records by `python -m evaluation summarize`.
 """
 
 from __future__ import annotations
@@ -13,15 +15,34 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.position_metrics import accuracy_by_position, bootstrap_ci, paired_bootstrap, summarize_positions
+from evaluation.position_metrics import (
+    accuracy_by_position,
+    classify_shape,
+    middle_minus_edges_rows,
+    summarize_positions,
+    u_shape_rho_rows,
+)
+from evaluation.statistics import (
+    DEFAULT_PERMUTATIONS,
+    PositionTable,
+    bootstrap_ci,
+    check_bootstrap_args,
+    cluster_bootstrap_curves,
+    cluster_bootstrap_ratio,
+    holm_adjust,
+    paired_differences,
+    percentile_interval,
+    sign_flip_test,
+)
 from repo_train import atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 RECORDS_FILE = "records.jsonl"
 SUMMARY_FILE = "summary.json"
 BASELINE = "baseline"
@@ -42,14 +63,18 @@ RECORD_KEYS = (
 SUMMARY_KEYS = ("format_version", "model", "methods", "tasks", "results", "bootstrap")
 RESULT_KEYS = (
     "n",
+    "n_examples",
     "accuracy",
     "accuracy_ci",
     "num_positions",
     "by_position",
+    "shape",
     "rho",
+    "rho_ci",
     "worst_position",
     "worst_accuracy",
     "middle_minus_edges",
+    "middle_minus_edges_ci",
     "truncated",
     "vs_baseline",
 )
@@ -95,6 +120,7 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
         with open(path, "r+b") as handle:
             handle.truncate(len(complete))
     records = []
+    seen: dict[tuple[str, str, str], tuple[int, str]] = {}
     for number, line in enumerate(complete.decode("utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -104,7 +130,19 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
             raise ResultsFormatError(
                 f"{path}:{number} is not valid JSON ({err.msg}); delete the line or the file"
             ) from err
-        records.append(validate_record(record, f"{path}:{number}"))
+        validate_record(record, f"{path}:{number}")
+        key = (str(record["task"]), str(record["method"]), str(record["id"]))
+        if key in seen:
+            first, first_line = seen[key]
+            if line.strip() != first_line:
+                raise ResultsFormatError(
+                    f"{path}:{number} repeats prompt {key[2]!r} of task {key[0]!r}, method {key[1]!r} from line "
+                    f"{first} with a different result (two runs wrote one directory?); delete one of the two lines"
+                )
+            warnings.warn(f"{path}:{number} repeats line {first} exactly; counted once", stacklevel=2)
+            continue
+        seen[key] = (number, line.strip())
+        records.append(record)
     return records
 
 
@@ -131,49 +169,87 @@ def summarize_group(
     n_resamples: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
+    n_permutations: int = DEFAULT_PERMUTATIONS,
 ) -> dict[str, Any]:
-    """Metrics of one (task, method): accuracy with CI, per-position accuracy with CI, curve shape, vs baseline."""
+    """Metrics of one (task, method): accuracy, curve and shape with CIs, and the comparison with `baseline`.
+
+    Statistics that pool positions (accuracy, ρ, middle − edges, Δ) resample questions
+    (`example_id`), since one question at k positions is one independent unit; per-position
+    intervals resample that position's rows (one per question). `vs_baseline` pairs records by
+    `id` and tests Δ = 0 with a two-sided sign-flip test on per-question mean differences.
+    """
     if not records:
         raise ValueError("summarize_group got no records")
-    scores = [float(r["score"]) for r in records]
+    check_bootstrap_args(n_resamples, alpha)
     by_position: dict[int, list[float]] = defaultdict(list)
     for record in records:
         by_position[int(record["gold_position"])].append(float(record["score"]))
-    num_positions = max(int(r["num_positions"]) for r in records)
+    # records built by hand may lack the bookkeeping fields: the grid then ends at the last gold position
+    num_positions = max(int(r.get("num_positions", int(r["gold_position"]) + 1)) for r in records)
     curve = accuracy_by_position(records)
     shape = summarize_positions(curve, num_positions)
-    worst = min(curve, key=lambda p: (curve[p], p))
-    ci = bootstrap_ci(scores, n_resamples, alpha, seed)
+    table = PositionTable.from_records(records)
+    overall, curves = cluster_bootstrap_curves(table, n_resamples, seed)
+    position_cis = {p: bootstrap_ci(by_position[p], n_resamples, alpha, seed) for p in sorted(by_position)}
+    label = classify_shape({p: (ci.low, ci.high) for p, ci in position_cis.items()})
+    worst = None if label == "flat" else min(curve, key=lambda p: (curve[p], p))
     result = {
         "n": len(records),
-        "accuracy": ci.mean,
-        "accuracy_ci": [ci.low, ci.high],
+        "n_examples": len(table.clusters),
+        "accuracy": float(table.sums.sum() / table.counts.sum()),
+        "accuracy_ci": list(percentile_interval(overall, alpha)),
         "num_positions": num_positions,
-        "by_position": {},
+        "by_position": {
+            str(p): {"accuracy": ci.mean, "low": ci.low, "high": ci.high, "n": len(by_position[p])}
+            for p, ci in position_cis.items()
+        },
+        "shape": label,
         "rho": shape["rho"],
+        "rho_ci": list(percentile_interval(u_shape_rho_rows(curves, table.positions, num_positions), alpha)),
         "mean_accuracy_over_positions": shape["mean_accuracy"],
         "worst_position": worst,
         "worst_accuracy": shape["worst_accuracy"],
         "middle_minus_edges": shape["middle_minus_edges"],
-        "truncated": sum(bool(r["truncated"]) for r in records),
+        "middle_minus_edges_ci": list(percentile_interval(middle_minus_edges_rows(curves), alpha)),
+        "truncated": sum(bool(r.get("truncated", False)) for r in records),
         "vs_baseline": None,
     }
-    for position in sorted(by_position):
-        pos_ci = bootstrap_ci(by_position[position], n_resamples, alpha, seed)
-        result["by_position"][str(position)] = {
-            "accuracy": pos_ci.mean,
-            "low": pos_ci.low,
-            "high": pos_ci.high,
-            "n": len(by_position[position]),
-        }
     if baseline is not None:
-        reference = {r["id"]: float(r["score"]) for r in baseline}
-        ids = sorted(r["id"] for r in records if r["id"] in reference)
-        mine = {r["id"]: float(r["score"]) for r in records}
-        if ids:
-            paired = paired_bootstrap([mine[i] for i in ids], [reference[i] for i in ids], n_resamples, alpha, seed)
-            result["vs_baseline"] = {**paired._asdict(), "n": len(ids)}
+        result["vs_baseline"] = compare_with_baseline(records, baseline, n_resamples, alpha, seed, n_permutations)
     return result
+
+
+def compare_with_baseline(
+    records: Sequence[Mapping[str, Any]],
+    baseline: Sequence[Mapping[str, Any]],
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    n_permutations: int = DEFAULT_PERMUTATIONS,
+) -> dict[str, Any] | None:
+    """Δ = method − baseline over the prompts both scored (paired by `id`), clustered by question.
+
+    `mean_diff` is the mean paired difference over records, `low`/`high` its question-level
+    bootstrap interval, `p_value` the two-sided sign-flip test; `identical` says that no paired
+    record differs (then p = 1 and the report says so instead of quoting p). None without pairs.
+    """
+    clusters, diff_sums, pair_counts, n_pairs = paired_differences(records, baseline)
+    if not clusters:
+        return None
+    delta = cluster_bootstrap_ratio(diff_sums, pair_counts, n_resamples, alpha, seed)
+    reference = {r["id"]: float(r["score"]) for r in baseline}
+    identical = all(float(r["score"]) == reference[r["id"]] for r in records if r["id"] in reference)
+    test = sign_flip_test(diff_sums / pair_counts, n_permutations, seed)
+    return {
+        "mean_diff": delta.mean,
+        "low": delta.low,
+        "high": delta.high,
+        "p_value": test.p_value,
+        "test": test.description(),
+        "identical": identical,
+        "n": n_pairs,
+        "n_examples": len(clusters),
+    }
 
 
 def build_summary(
@@ -185,8 +261,13 @@ def build_summary(
     n_resamples: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
+    n_permutations: int = DEFAULT_PERMUTATIONS,
 ) -> dict[str, Any]:
-    """The summary of a run: metrics for every (task, method) of the grid that has records."""
+    """The summary of a run: metrics for every (task, method) of the grid that has records.
+
+    Each method's p-value against the baseline is also Holm-adjusted over the methods of its
+    task (`vs_baseline.p_holm`), since a report reads them as one family of comparisons.
+    """
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
         grouped[(record["task"], record["method"])].append(record)
@@ -198,17 +279,30 @@ def build_summary(
             group = sorted(grouped.get((task, method), []), key=lambda r: r["id"])
             if group:
                 ref = baseline if method != BASELINE else None
-                results[task][method] = summarize_group(group, ref, n_resamples, alpha, seed)
+                results[task][method] = summarize_group(group, ref, n_resamples, alpha, seed, n_permutations)
+        _add_holm(results[task])
     summary = {
         "format_version": FORMAT_VERSION,
         "model": dict(model),
         "methods": list(methods),
         "tasks": {name: dict(spec) for name, spec in tasks.items()},
         "results": results,
-        "bootstrap": {"n_resamples": n_resamples, "alpha": alpha, "seed": seed},
+        "bootstrap": {
+            "n_resamples": n_resamples,
+            "alpha": alpha,
+            "seed": seed,
+            "unit": "example_id",
+            "n_permutations": n_permutations,
+        },
         **(dict(extra) if extra else {}),
     }
     return _clean(summary)
+
+
+def _add_holm(by_method: dict[str, dict[str, Any]]) -> None:
+    compared = {m: r["vs_baseline"]["p_value"] for m, r in by_method.items() if r.get("vs_baseline")}
+    for method, p in holm_adjust(compared).items():
+        by_method[method]["vs_baseline"]["p_holm"] = p
 
 
 def validate_summary(summary: Any, where: str = "summary") -> dict[str, Any]:
@@ -217,7 +311,14 @@ def validate_summary(summary: Any, where: str = "summary") -> dict[str, Any]:
         raise ResultsFormatError(f"{where}: expected a JSON object, got {type(summary).__name__}")
     version = summary.get("format_version")
     if version is None:
-        raise ResultsFormatError(f"{where}: no format_version; it was not written by this harness (expected 1)")
+        raise ResultsFormatError(
+            f"{where}: no format_version; it was not written by this harness (expected {FORMAT_VERSION})"
+        )
+    if version == 1:
+        raise ResultsFormatError(
+            f"{where}: format_version 1 (row-level bootstrap, one-sided p) is outdated; re-summarise it from its "
+            "records with `python -m evaluation summarize --out DIR`"
+        )
     if version != FORMAT_VERSION:
         raise ResultsFormatError(
             f"{where}: format_version {version!r} is not supported (this version reads {FORMAT_VERSION}); "
@@ -248,3 +349,40 @@ def load_summary(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as err:
         raise ResultsFormatError(f"{path} is not valid JSON ({err.msg})") from err
     return validate_summary(summary, str(path))
+
+
+def resummarize(out: str | Path, n_resamples: int | None = None) -> dict[str, Any]:
+    """Rebuild `OUT/summary.json` from `OUT/records.jsonl` with this version's statistics.
+
+    The model, tasks, methods, decoding settings and bootstrap settings are taken from the
+    existing summary (of any format version), so an old run gets today's statistics without
+    generating anything again. Returns the new summary.
+    """
+    out = Path(out)
+    path = out / SUMMARY_FILE
+    if not path.is_file() or not (out / RECORDS_FILE).is_file():
+        raise FileNotFoundError(f"{out} has no {SUMMARY_FILE} and {RECORDS_FILE} to re-summarise; run the evaluation")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ResultsFormatError(f"{path} is not valid JSON ({err.msg})") from err
+    missing = [key for key in ("model", "methods", "tasks") if not isinstance(old, dict) or key not in old]
+    if missing:
+        raise ResultsFormatError(f"{path}: missing key(s) {missing}; it was not written by this harness")
+    settings = old.get("bootstrap") or {}
+    extra = {key: value for key, value in old.items() if key not in SUMMARY_KEYS}
+    records = [
+        r for r in read_records(out / RECORDS_FILE) if r["task"] in old["tasks"] and r["method"] in old["methods"]
+    ]
+    summary = build_summary(
+        records,
+        model=old["model"],
+        tasks=old["tasks"],
+        methods=old["methods"],
+        extra=extra,
+        n_resamples=n_resamples or int(settings.get("n_resamples", 1000)),
+        alpha=float(settings.get("alpha", 0.05)),
+        seed=int(settings.get("seed", 0)),
+    )
+    write_json_atomic(path, summary)
+    return summary

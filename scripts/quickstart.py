@@ -305,19 +305,22 @@ def run_config(args: argparse.Namespace, out: Path) -> None:
 
 
 def results_table(eval_dirs: dict[str, Path]) -> list[str]:
-    """Overall accuracy, CI, U-shape ρ and worst position per (model, method, task), from each summary.json."""
+    """Overall accuracy, CI, curve shape, ρ and worst position per (model, method, task), from each summary.json."""
     lines = [
-        "| model | method | task | n | accuracy [95% CI] | ρ | worst position (acc) |",
-        "|---|---|---|---|---|---|---|",
+        "| model | method | task | questions (prompts) | accuracy [95% CI] | shape | ρ | worst position (acc) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for model, directory in eval_dirs.items():
         for task, results in json.loads((directory / "summary.json").read_text())["results"].items():
             for method, r in results.items():
                 rho = "n/a" if r["rho"] is None else f"{r['rho']:.1f}"
                 low, high = r["accuracy_ci"]
+                worst = (
+                    "– (flat)" if r["worst_position"] is None else f"{r['worst_position']} ({r['worst_accuracy']:.3f})"
+                )
                 lines.append(
-                    f"| {model} | `{method}` | {task} | {r['n']} | {r['accuracy']:.3f} [{low:.3f}, {high:.3f}] "
-                    f"| {rho} | {r['worst_position']} ({r['worst_accuracy']:.3f}) |"
+                    f"| {model} | `{method}` | {task} | {r['n_examples']} ({r['n']}) | {r['accuracy']:.3f} "
+                    f"[{low:.3f}, {high:.3f}] | {r['shape']} | {rho} | {worst} |"
                 )
     return lines
 

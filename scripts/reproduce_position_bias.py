@@ -44,8 +44,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from evaluation.position_metrics import mean_std_over_seeds
 from evaluation.results import load_summary, write_json_atomic
+from evaluation.statistics import mean_std_over_seeds
 from repo_train.atomic import save_figure_atomic, write_text_atomic
 from repo_train.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
@@ -279,7 +279,7 @@ def position_stats(result: Mapping, edges: Sequence[int]) -> dict:
     by_position = {int(p): float(cell["accuracy"]) for p, cell in result["by_position"].items()}
     middle = [a for p, a in by_position.items() if p not in edges]
     at_edges = [a for p, a in by_position.items() if p in edges]
-    paired = result.get("vs_baseline")  # the harness's paired bootstrap against baseline on the same prompts
+    paired = result.get("vs_baseline")  # the harness's paired comparison with the baseline on the same prompts
     return {
         "accuracy": float(result["accuracy"]),
         "delta": None if not paired else float(paired["mean_diff"]),
@@ -350,8 +350,8 @@ def results_markdown(results: Mapping) -> str:
         )
     lines += [
         "",
-        "Δ vs baseline: the harness's paired difference on the same prompts (mean over seeds); one-sided p per "
-        "seed (P(Δ ≤ 0), paired bootstrap): "
+        "Δ vs baseline: the harness's paired difference on the same prompts (mean over seeds); two-sided p per "
+        "seed (paired sign-flip test on per-question mean differences): "
         + "; ".join(
             f"{name} " + ", ".join(_fmt(p) for p in m["delta_p_by_seed"].values())
             for name, m in methods.items()

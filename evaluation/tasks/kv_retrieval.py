@@ -25,6 +25,12 @@ few to push a tiny model past the context lengths it was trained on. With
 the gold key occurs once, the other keys repeat (each always with its one
 value, as in the key-value streams the built-in base learned from), so the
 gold pair can sit anywhere in a context of any length.
+
+Scoring: by default the release's KV criterion, `kv_containment` (the value
+occurs in the response, case-insensitive), not the MDQA `best_subspan_em`,
+which deletes punctuation and articles and so accepts "ab" for the value
+"a-b" and anything for the value "A"; `metric="best_subspan_em"` (or any
+`evaluation.metrics.METRICS` name) selects another metric.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 import datasets
 
+from evaluation.metrics import METRICS
 from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
 
 INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
@@ -149,9 +156,14 @@ class KVRetrievalTask(Task):
     distinct_keys: int | None = None
     """"pairs" only: draw the num_keys pairs from this many keys (the gold once, the others repeated); None = all
     distinct. Long contexts from a small key alphabet (see above)."""
+    metric: str = "kv_containment"
+    """Metric of `score` (and of the run summary): "kv_containment", the release's KV score, or another
+    `evaluation.metrics.METRICS` name such as "best_subspan_em" (see above)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.metric, str) or self.metric not in METRICS:
+            raise ValueError(f"unknown kv metric {self.metric!r}; choose one of {sorted(METRICS)}")
         if self.key_chars is not None:
             if isinstance(self.key_chars, bool) or not isinstance(self.key_chars, int) or not 1 <= self.key_chars <= 32:
                 raise ValueError(f"key_chars must be an int in [1, 32], got {self.key_chars!r}")
@@ -185,6 +197,10 @@ class KVRetrievalTask(Task):
             )
         if self.num_keys is not None:
             resolve_gold_positions(self.gold_positions, self.num_keys)  # fail now, not mid-build
+
+    @property
+    def metric_name(self) -> str:  # type: ignore[override]  (configured per instance)
+        return self.metric
 
     def _check_distinct_keys(self) -> None:
         value = self.distinct_keys

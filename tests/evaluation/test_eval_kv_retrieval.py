@@ -213,3 +213,23 @@ def test_distinct_keys_errors():
         build_task("kv", num_keys=20, distinct_keys=9, **base)
     with pytest.raises(ValueError, match="set distinct_keys="):
         build_task("kv", num_keys=20, **base)
+
+
+def test_default_metric_is_the_release_kv_containment():
+    """The release scores KV by value-in-response (case-insensitive); best_subspan_em stays selectable."""
+    from evaluation.metrics import best_subspan_em, kv_containment
+
+    task = build_task("kv", num_keys=3, num_examples=1)
+    assert task.metric_name == "kv_containment"
+    # a UUID-like value with a dash: EM deletes the dash, so "ab" passes EM but is not the value
+    assert best_subspan_em("ab", ["a-b"]) == 1.0 and kv_containment("ab", ["a-b"]) == 0.0
+    assert task.score("ab", ["a-b"]) == 0.0
+    assert task.score('The value is "A-B".', ["a-b"]) == 1.0
+    em = build_task("kv", num_keys=3, num_examples=1, metric="best_subspan_em")
+    assert em.metric_name == "best_subspan_em" and em.score("ab", ["a-b"]) == 1.0
+    # pairs template, one hex digit: the value "A" normalizes to "" under EM and would match any answer
+    pairs = dict(num_keys=4, num_examples=1, key_chars=1, template="pairs")
+    assert build_task("kv", **pairs).score("B", ["A"]) == 0.0
+    assert build_task("kv", **pairs, metric="best_subspan_em").score("B", ["A"]) == 1.0
+    with pytest.raises(ValueError, match=r"unknown kv metric 'bleu'; choose one of \[.*'kv_containment'"):
+        build_task("kv", num_keys=3, num_examples=1, metric="bleu")

@@ -1,4 +1,4 @@
-"""Accuracy-by-position summaries and bootstrap uncertainty on synthetic data."""
+"""Accuracy-by-position summaries and curve shapes on synthetic data (uncertainty: test_eval_statistics.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 
 from evaluation.position_metrics import (
     accuracy_by_position,
-    bootstrap_ci,
-    mean_std_over_seeds,
+    classify_shape,
     middle_minus_edges_gap,
-    paired_bootstrap,
+    middle_minus_edges_rows,
     summarize_positions,
     u_shape_rho,
+    u_shape_rho_rows,
     worst_position_accuracy,
 )
 
@@ -76,45 +76,34 @@ def test_worst_and_gap() -> None:
         worst_position_accuracy({})
 
 
-def test_mean_std_over_seeds() -> None:
-    result = mean_std_over_seeds([0.5, 0.6, 0.7])
-    assert result.mean == pytest.approx(0.6)
-    assert result.std == pytest.approx(0.1)
-    assert result.n == 3
-    assert math.isnan(mean_std_over_seeds([0.5]).std)
-    with pytest.raises(ValueError, match=r"got no values"):
-        mean_std_over_seeds([])
+def test_row_versions_equal_the_scalar_ones() -> None:
+    rng = np.random.default_rng(0)
+    curves = rng.random((5, 8))
+    positions = [0, 9, 18, 27, 36, 45, 54, 63]
+    rows = u_shape_rho_rows(curves, positions, 64)
+    gaps = middle_minus_edges_rows(curves)
+    for i, curve in enumerate(curves):
+        assert rows[i] == pytest.approx(u_shape_rho(positions, list(curve), 64), rel=1e-9)
+        assert gaps[i] == pytest.approx(middle_minus_edges_gap(dict(zip(positions, curve))), rel=1e-9)
+    assert math.isnan(u_shape_rho_rows(np.full((1, 8), 0.7), positions, 64)[0])  # flat: undefined
 
 
-def test_bootstrap_ci_contains_mean_and_narrows() -> None:
-    rng = np.random.default_rng(1)
-    small = (rng.random(50) < 0.6).astype(float)
-    large = (rng.random(5000) < 0.6).astype(float)
-    ci_small = bootstrap_ci(small)
-    ci_large = bootstrap_ci(large)
-    for ci, scores in ((ci_small, small), (ci_large, large)):
-        assert ci.mean == pytest.approx(scores.mean())
-        assert ci.low < ci.mean < ci.high
-    assert ci_large.high - ci_large.low < (ci_small.high - ci_small.low) / 4  # ~1/sqrt(100) of the width
-    assert bootstrap_ci(small, seed=3) == bootstrap_ci(small, seed=3)
-    assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0, 1.0)
-    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
-        bootstrap_ci(small, alpha=1.5)
-    with pytest.raises(ValueError, match=r"n_resamples must be >= 1"):
-        bootstrap_ci(small, n_resamples=0)
+def _intervals(accuracies, half_width=0.05):
+    return {p: (a - half_width, a + half_width) for p, a in enumerate(accuracies)}
 
 
-def test_paired_bootstrap_detects_improvement() -> None:
-    rng = np.random.default_rng(2)
-    baseline = (rng.random(400) < 0.5).astype(float)
-    method = baseline.copy()
-    flipped = rng.choice(np.flatnonzero(baseline == 0), size=60, replace=False)
-    method[flipped] = 1.0  # the method fixes 60 of the baseline's errors, breaks nothing
-    result = paired_bootstrap(method, baseline)
-    assert result.mean_diff == pytest.approx(60 / 400)
-    assert 0 < result.low < result.mean_diff < result.high
-    assert result.p_value == 0.0
-    same = paired_bootstrap(baseline, baseline)
-    assert same.mean_diff == 0.0 and same.p_value == 1.0  # never better than itself
-    with pytest.raises(ValueError, match=r"equal-length 1-D score lists"):
-        paired_bootstrap([1.0, 0.0], [1.0])
+def test_shape_words_follow_the_curve_not_rho() -> None:
+    # the issue's ramp: 0.05-0.23 at positions 0-5, then 0.70, 0.93 -- rho is large, yet it is no U
+    ramp = [0.05, 0.08, 0.12, 0.15, 0.20, 0.23, 0.70, 0.93]
+    assert u_shape_rho(list(range(8)), ramp, 8) > 0
+    assert classify_shape(_intervals(ramp)) == "ramp up"
+    assert classify_shape(_intervals(ramp[::-1])) == "ramp down"
+    assert classify_shape(_intervals([1.0, 0.5, 0.55, 0.6, 0.5, 1.0])) == "U"
+    assert classify_shape(_intervals([0.9, 0.5, 0.5, 0.7])) == "U"  # lower at the last edge, still a lost middle
+    assert classify_shape(_intervals([0.3, 0.9, 0.9, 0.3])) == "other"  # inverted U
+    assert classify_shape(_intervals([0.9, 0.2, 0.9, 0.2, 0.9])) == "U"
+    assert classify_shape(_intervals([0.5, 0.9, 0.5, 0.1])) == "other"  # falls to the end but peaks above the start
+    # flat: identical values, or differences smaller than the intervals
+    assert classify_shape(_intervals([1.0] * 8, 0.0)) == "flat"
+    assert classify_shape(_intervals([0.50, 0.55, 0.45, 0.52])) == "flat"
+    assert classify_shape({0: (0.4, 0.6)}) is None

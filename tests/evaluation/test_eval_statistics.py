@@ -1,0 +1,238 @@
+"""Clustered uncertainty, the paired sign-flip test, Holm, and the summary that uses them.
+
+References are independent of the code under test: a binomial sign test computed with
+math.comb, the normal approximation of a mean's interval, Holm's rule applied by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from evaluation.report import render_report
+from evaluation.results import (
+    FORMAT_VERSION,
+    ResultsFormatError,
+    build_summary,
+    load_summary,
+    read_records,
+    resummarize,
+    summarize_group,
+    write_json_atomic,
+)
+from evaluation.statistics import (
+    EXACT_SIGN_FLIP_MAX,
+    bootstrap_ci,
+    holm_adjust,
+    mean_std_over_seeds,
+    sign_flip_test,
+)
+
+POSITIONS = 8
+
+
+def record(question: int, position: int, score: float, method: str = "baseline", task: str = "kv") -> dict:
+    return {
+        "id": f"q{question:03d}-p{position}",
+        "example_id": f"q{question:03d}",  # zero-padded: sorted ids = question order
+        "task": task,
+        "method": method,
+        "gold_position": position,
+        "num_positions": POSITIONS,
+        "prediction": "",
+        "answers": ["x"],
+        "score": float(score),
+        "prompt_tokens": 10,
+        "truncated": False,
+    }
+
+
+def grid(score_of, questions: int = 50, method: str = "baseline") -> list[dict]:
+    """Every question at every position, scored by `score_of(question, position)`."""
+    return [record(q, p, score_of(q, p), method) for q in range(questions) for p in range(POSITIONS)]
+
+
+def binomial_sign_test(k: int, m: int) -> float:
+    """Two-sided exact sign test: P(|B - m/2| >= |k - m/2|) for B ~ Binomial(m, 1/2)."""
+    observed = abs(k - m / 2)
+    return sum(math.comb(m, b) for b in range(m + 1) if abs(b - m / 2) >= observed - 1e-12) / 2**m
+
+
+# --- clustered intervals -------------------------------------------------------------------------
+
+
+def test_accuracy_interval_resamples_questions_not_rows() -> None:
+    # 50 questions whose score does not depend on position: 50 independent units, not 400
+    records = grid(lambda q, p: q < 25)
+    result = summarize_group(records, None)
+    low, high = result["accuracy_ci"]
+    assert result["n"] == 400 and result["n_examples"] == 50
+    normal_width = 2 * 1.96 * math.sqrt(0.25 / 50)  # the interval of a mean of 50 independent 0/1 scores
+    assert 0.8 * normal_width < high - low < 1.2 * normal_width
+    rows = bootstrap_ci([r["score"] for r in records])  # what resampling rows would claim
+    assert (high - low) / (rows.high - rows.low) > 2.2  # ≈ √8 too narrow
+
+
+def test_balanced_cluster_interval_equals_the_bootstrap_of_question_means() -> None:
+    rng = np.random.default_rng(3)
+    table = rng.random((40, POSITIONS)) < np.linspace(0.9, 0.4, 40)[:, None]
+    result = summarize_group(grid(lambda q, p: table[q, p], questions=40), None, seed=5)
+    means = bootstrap_ci(table.mean(axis=1), seed=5)  # same seed: the same questions are drawn
+    assert result["accuracy"] == pytest.approx(means.mean, rel=1e-12)
+    assert result["accuracy_ci"] == pytest.approx([means.low, means.high], rel=1e-9)
+
+
+def test_middle_minus_edges_and_rho_get_clustered_intervals() -> None:
+    u_curve = [1.0, 0.4, 0.3, 0.3, 0.3, 0.3, 0.4, 1.0]
+    rng = np.random.default_rng(0)
+    draws = rng.random((60, POSITIONS))
+    result = summarize_group(grid(lambda q, p: draws[q, p] < u_curve[p], questions=60), None)
+    low, high = result["middle_minus_edges_ci"]
+    assert low < result["middle_minus_edges"] < high < 0
+    rho_low, rho_high = result["rho_ci"]
+    assert 0 < rho_low < result["rho"] < rho_high <= 100
+    assert result["shape"] == "U" and result["worst_position"] in range(1, 7)
+
+
+# --- the paired test -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m, k", [(5, 5), (12, 9), (EXACT_SIGN_FLIP_MAX, 15), (EXACT_SIGN_FLIP_MAX, 10)])
+def test_exact_sign_flip_on_unit_differences_is_the_binomial_sign_test(m, k) -> None:
+    differences = [1.0] * k + [-1.0] * (m - k) + [0.0] * 7  # zeros do not count
+    result = sign_flip_test(differences)
+    assert result.exact and result.n_nonzero == m
+    assert result.p_value == pytest.approx(binomial_sign_test(k, m), rel=1e-12)
+
+
+def test_monte_carlo_sign_flip_agrees_with_the_exact_test() -> None:
+    m, k = 40, 27
+    result = sign_flip_test([1.0] * k + [-1.0] * (m - k), n_permutations=20_000, seed=1)
+    exact = binomial_sign_test(k, m)
+    assert not result.exact
+    assert abs(result.p_value - exact) < 4 * math.sqrt(exact * (1 - exact) / 20_000) + 1e-4
+
+
+def test_p_value_is_two_sided_and_one_for_identical_scores() -> None:
+    base = grid(lambda q, p: q % 2 == 0)
+    better = grid(lambda q, p: q % 2 == 0 or q % 4 == 1, method="better")  # fixes half the errors
+    worse = grid(lambda q, p: q % 4 == 0, method="worse")  # breaks half the successes
+    same = grid(lambda q, p: q % 2 == 0, method="same")
+    up = summarize_group(better, base)["vs_baseline"]
+    down = summarize_group(worse, base)["vs_baseline"]
+    tie = summarize_group(same, base)["vs_baseline"]
+    assert up["mean_diff"] == pytest.approx(13 / 50) and down["mean_diff"] == pytest.approx(-12 / 50)
+    assert up["p_value"] < 0.001 and down["p_value"] < 0.001  # a far worse method is not "p = 1"
+    assert up["low"] > 0 and down["high"] < 0
+    assert tie["p_value"] == 1.0 and tie["identical"] and not up["identical"]
+    assert up["n"] == 400 and up["n_examples"] == 50 and "sign-flip" in up["test"]
+
+
+def test_paired_interval_is_clustered() -> None:
+    base = grid(lambda q, p: 0)
+    method = grid(lambda q, p: q < 10, method="m")  # 10 questions fixed at every position
+    vs = summarize_group(method, base)["vs_baseline"]
+    normal_width = 2 * 1.96 * math.sqrt(0.2 * 0.8 / 50)
+    assert 0.75 * normal_width < vs["high"] - vs["low"] < 1.25 * normal_width
+
+
+def test_holm_by_hand() -> None:
+    p = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005}
+    # sorted: d 0.005*4 = 0.02; a 0.01*3 = 0.03; c 0.03*2 = 0.06; b 0.04*1 = 0.04 -> running max 0.06
+    assert holm_adjust(p) == pytest.approx({"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06})
+    assert holm_adjust({"x": 0.7, "y": 0.8}) == {"x": 1.0, "y": 1.0}
+    assert holm_adjust({}) == {}
+
+
+def test_summary_adds_holm_over_the_methods_of_a_task() -> None:
+    base = grid(lambda q, p: q % 2 == 0)
+    better = grid(lambda q, p: q % 2 == 0 or q % 4 == 1, method="better")
+    same = grid(lambda q, p: q % 2 == 0, method="same")
+    summary = build_summary(base + better + same, {"name": "m"}, {"kv": {}}, ["baseline", "better", "same"])
+    results = summary["results"]["kv"]
+    raw = {m: results[m]["vs_baseline"]["p_value"] for m in ("better", "same")}
+    assert {m: results[m]["vs_baseline"]["p_holm"] for m in raw} == pytest.approx(holm_adjust(raw))
+    assert results["baseline"]["vs_baseline"] is None
+    assert summary["format_version"] == FORMAT_VERSION == 2 and summary["bootstrap"]["unit"] == "example_id"
+
+
+def test_flat_curve_has_no_worst_position() -> None:
+    result = summarize_group(grid(lambda q, p: 1.0), None)
+    assert result["shape"] == "flat" and result["worst_position"] is None
+    ramp = [0.05, 0.08, 0.12, 0.15, 0.20, 0.23, 0.70, 0.93]
+    draws = np.random.default_rng(1).random((100, POSITIONS))
+    ramped = summarize_group(grid(lambda q, p: draws[q, p] < ramp[p], questions=100), None)
+    assert ramped["shape"] == "ramp up" and ramped["rho"] > 0
+
+
+def test_mean_std_over_seeds() -> None:
+    result = mean_std_over_seeds([0.5, 0.6, 0.7])
+    assert result == pytest.approx((0.6, 0.1, 3))
+    assert math.isnan(mean_std_over_seeds([0.5]).std)
+    with pytest.raises(ValueError, match=r"got no values"):
+        mean_std_over_seeds([])
+
+
+def test_bootstrap_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
+        bootstrap_ci([1.0, 0.0], alpha=1.5)
+    with pytest.raises(ValueError, match=r"n_resamples must be >= 1"):
+        summarize_group(grid(lambda q, p: 1.0), None, n_resamples=0)
+
+
+# --- files: duplicates, versions, seeds ------------------------------------------------------------
+
+
+def _write_records(path, records) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def test_a_record_written_twice_is_counted_once_or_refused(tmp_path) -> None:
+    records = grid(lambda q, p: 1.0, questions=3)
+    path = tmp_path / "records.jsonl"
+    _write_records(path, [*records, records[4]])
+    with pytest.warns(UserWarning, match=r"records.jsonl:25 repeats line 5 exactly"):
+        assert len(read_records(path)) == len(records)
+    _write_records(path, [*records, {**records[4], "score": 0.0}])
+    with pytest.raises(ResultsFormatError, match=r"records.jsonl:25 repeats prompt 'q000-p4' .* from line 5"):
+        read_records(path)
+
+
+def _run_dir(tmp_path, name, score_of, version=FORMAT_VERSION):
+    out = tmp_path / name
+    out.mkdir()
+    records = grid(lambda q, p: 1.0, questions=20) + grid(score_of, questions=20, method="pi:scale=2")
+    _write_records(out / "records.jsonl", records)
+    summary = build_summary(records, {"name": "tiny"}, {"kv": {"metric": "kv_containment"}}, ["baseline", "pi:scale=2"])
+    write_json_atomic(out / "summary.json", {**summary, "format_version": version})
+    return out
+
+
+def test_old_summaries_are_refused_with_the_command_that_rebuilds_them(tmp_path) -> None:
+    out = _run_dir(tmp_path, "old", lambda q, p: p != 3, version=1)
+    with pytest.raises(ResultsFormatError, match=r"format_version 1 .*`python -m evaluation summarize --out DIR`"):
+        load_summary(out)
+    rebuilt = resummarize(out)
+    assert load_summary(out) == json.loads(json.dumps(rebuilt))
+    assert rebuilt["results"]["kv"]["pi:scale=2"]["vs_baseline"]["mean_diff"] == pytest.approx(-1 / 8)
+
+
+def test_report_over_seed_runs_gives_mean_and_sample_std(tmp_path) -> None:
+    runs = [_run_dir(tmp_path, f"seed{i}", lambda q, p, i=i: not (p == 3 and q < 5 * (i + 1))) for i in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        render_report(runs[0], runs[1:], seeds=True)
+    text = (runs[0] / "report.md").read_text()
+    assert "Over 3 seeds" in text
+    # accuracy per seed 31/32, 30/32, 29/32: mean 0.9375, sample std 1/32
+    assert "| pi:scale=2 | 3 | 0.938 ± 0.031 |" in text
+    # position 3 per seed: 0.75, 0.5, 0.25 -> mean 0.50, sample std 0.25 (population std would be 0.20)
+    by_position = next(row for row in text.splitlines() if row.startswith("| pi:scale=2 | 1.00 ± 0.00 |"))
+    assert by_position.split(" | ")[4] == "0.50 ± 0.25"
+    single = render_report(runs[0])
+    assert "Over 3 seeds" not in single[-1].read_text()
+    assert "no difference on any example" not in text
