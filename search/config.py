@@ -108,8 +108,8 @@ class SpaceConfig:
 class HeldOutConfig:
     """Evaluation of the found scales on examples the search never saw."""
 
-    num_examples: int = 200
-    """Held-out source examples (each at the three positions); 0 = skip."""
+    num_examples: int = 500
+    """Held-out source examples (each at the three positions); the paper's 500; 0 = skip."""
     seed: int | None = None
     """Task seed of the held-out build; None = the search's task seed."""
     offset: int | None = None

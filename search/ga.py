@@ -9,9 +9,12 @@ the breeding rounds after generation 0.
 
 - Mutation (Eq. 9–10): every control point moves by an integer δx with
   |δx| ≤ M_x and by δy with |δy| ≤ M_y (0.1 steps), each drawn uniformly from
-  the part of that range that stays inside the search space; a child that
-  breaks Eq. 11 (x order) or repeats a genome already in the next generation
-  is redrawn (after `redraw_limit` draws a valid repeat is accepted).
+  the part of that range that stays inside the search space. x obeys Eq. 9's
+  neighbour bound by construction: the points move one at a time (random
+  order) and each new x lies strictly between its neighbours' x, both as they
+  were and as they are now, so the child keeps Eq. 11's x order. A child that
+  repeats a genome already in the next generation is redrawn (after
+  `redraw_limit` draws a valid repeat is accepted).
 - Crossover: two distinct parents swap one control point (brute force: one
   layer's scale); both children are scored and the better one is kept. Up to
   `crossover_tries` draws for a valid new child; if all fail, that slot is
@@ -95,21 +98,34 @@ class GAConfig:
 
 
 def mutate_once(space: SearchSpace, genome: Genome, rng: np.random.Generator, config: GAConfig) -> Genome:
-    """One mutation draw (Eq. 9–10), inside the box of the search space; x order is NOT checked here."""
+    """One mutation draw (Eq. 9–10) inside the search space.
+
+    y: every point moves by at most M_y, inside [y_min, y_max]. x: the points move one at a time, in a random
+    order (so neither direction wins when two neighbours compete for a gap); each new x is uniform over the
+    integers within ±M_x of the old one, inside [0, L − 1], and strictly between its neighbours' x both before
+    and after they moved. Independent ±M_x moves could let a point jump over its neighbour's old position (or
+    collide with it), which Eq. 9 forbids; this way every child of a valid genome satisfies the bound and Eq. 11.
+    """
     ys = np.asarray(genome.ys)
     my = config.mutation_y_tenths
     ys = ys + rng.integers(np.maximum(-my, space.y_min_tenths - ys), np.minimum(my, space.y_max_tenths - ys) + 1)
     if isinstance(genome, LayerGenome):
         return LayerGenome(tuple(int(y) for y in ys))
-    xs, mx = np.asarray(genome.xs), config.mutation_x
-    xs = xs + rng.integers(np.maximum(-mx, -xs), np.minimum(mx, space.num_layers - 1 - xs) + 1)
-    return CurveGenome(tuple(int(x) for x in xs), tuple(int(y) for y in ys))
+    before, xs, mx, last = genome.xs, list(genome.xs), config.mutation_x, len(genome.xs) - 1
+    for k in rng.permutation(len(xs)):
+        lo = 0 if k == 0 else max(before[k - 1], xs[k - 1]) + 1
+        hi = space.num_layers - 1 if k == last else min(before[k + 1], xs[k + 1]) - 1
+        lo, hi = max(lo, before[k] - mx), min(hi, before[k] + mx)
+        if lo <= hi:  # always, for a valid genome: the old x itself is in range
+            xs[k] = int(rng.integers(lo, hi + 1))
+    return CurveGenome(tuple(xs), tuple(int(y) for y in ys))
 
 
 def mutate(
     space: SearchSpace, genome: Genome, rng: np.random.Generator, config: GAConfig, avoid: set | None = None
 ) -> Genome:
-    """A valid mutation child not in `avoid` (keys), redrawing invalid or repeated draws."""
+    """A valid mutation child not in `avoid` (keys), redrawing repeated draws (and invalid ones: only an invalid
+    parent can give those, since `mutate_once` keeps the bounds by construction)."""
     avoid = avoid or set()
     fallback = genome
     for _ in range(config.redraw_limit):

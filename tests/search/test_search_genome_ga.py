@@ -1,12 +1,17 @@
-"""Search space, GA operators (property tests), the GA on a known optimum, cache, resume, early stopping, Eq. 7."""
+"""Search space, GA operators (property tests), the GA on a known optimum, cache, resume, early stopping, Eq. 7,
+the held-out default."""
 
 import json
+from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from search.bezier import CURVES
+from search.config import HeldOutConfig, SearchConfig, load_config
 from search.fitness import FitnessResult, SubsetWeights, SyntheticFitness, context_key
 from search.ga import GAConfig, SearchState, crossover, crossover_candidates, mutate, mutate_once, run
 from search.genome import CurveGenome, LayerGenome, SearchSpace, genome_from_json
@@ -95,6 +100,59 @@ def test_crossover_offspring_are_valid_and_new(case, num_parents, seed):
     for child in children:
         assert space.is_valid(child) and child.key() not in avoid
         assert set(zip(child.xs, child.ys)) <= points  # every control point comes from a parent
+
+
+def neighbour_bound_breaks(space, parent, child, max_step=CONFIG.mutation_x):
+    """Why `child` is not a legal move of `parent` (Eq. 9–11); empty when it is.
+
+    A moved x must lie strictly between its neighbours' x, both the parent's and the child's (whatever order
+    the points moved in), within ±max_step (M_x; None for crossover) and [0, L − 1]; y stays in the box.
+    Written out here, independent of `mutate_once`, so that a wrong bound in the operator cannot hide in it.
+    """
+    p, c, last = parent.xs, child.xs, len(parent.xs) - 1
+    found = [f"x {c} not strictly increasing"] if any(b <= a for a, b in pairwise(c)) else []
+    for k in (k for k in range(last + 1) if c[k] != p[k]):
+        lo = -1 if k == 0 else max(p[k - 1], c[k - 1])
+        hi = space.num_layers if k == last else min(p[k + 1], c[k + 1])
+        if not lo < c[k] < hi or (max_step is not None and abs(c[k] - p[k]) > max_step):
+            found.append(f"x_{k} {p[k]} -> {c[k]} outside ({lo}, {hi}) or beyond ±{max_step}")
+    if any(not space.y_min_tenths <= y <= space.y_max_tenths for y in child.ys):
+        found.append(f"y {child.ys} outside the box")
+    return found
+
+
+def random_curve_genome(space, rng):
+    """Uniform over distinct sorted x (often crowded at small L, where neighbours compete) and grid y."""
+    xs = np.sort(rng.choice(space.num_layers, size=space.num_points, replace=False))
+    return CurveGenome(tuple(int(x) for x in xs), tuple(int(y) for y in rng.integers(10, 21, size=space.num_points)))
+
+
+@pytest.mark.parametrize("curve", sorted(CURVES))
+def test_every_child_keeps_the_neighbour_bound_for_every_layer_count(curve):
+    """Eq. 9 by construction, for L = 4..64 and 2..5 points: the old independent ±M_x draw broke it for
+    about 20% of random genomes' children (up to ~50% at L = 8), which `is_valid` alone did not catch."""
+    rng = np.random.default_rng(12)
+    for num_layers in range(4, 65):
+        for num_points in range(2, min(5, num_layers) + 1):
+            space = SearchSpace(num_layers, num_points=num_points, curve=curve)
+            parents = [space.initial()] + [random_curve_genome(space, rng) for _ in range(3)]
+            for parent in list(parents):
+                seed = int(rng.integers(2**32))
+                draw = mutate_once(space, parent, np.random.default_rng(seed), CONFIG)
+                assert draw == mutate_once(space, parent, np.random.default_rng(seed), CONFIG)  # seeded
+                assert not neighbour_bound_breaks(space, parent, draw), (parent, draw)
+                child = mutate(space, parent, rng, CONFIG, {p.key() for p in parents})
+                assert space.is_valid(child) and not neighbour_bound_breaks(space, parent, child), (parent, child)
+                parents.append(child)
+            avoid = {p.key() for p in parents}
+            for child in crossover_candidates(space, parents, rng, CONFIG, avoid):
+                assert space.is_valid(child) and child.key() not in avoid
+                # the GA keeps a child with one control point swapped in: it must fit between its new neighbours
+                assert any(
+                    sum(a != b for a, b in zip(p.xs, child.xs)) <= 1
+                    and not neighbour_bound_breaks(space, p, child, max_step=None)
+                    for p in parents
+                ), child
 
 
 def test_crossover_swaps_exactly_one_control_point():
@@ -243,3 +301,15 @@ def test_synthetic_fitness_optimum_and_context_key():
     best, worse = fitness.evaluate([[1.0, 1.5, 2.0, 1.2, 1.1, 1.9], [1.0, 1.5, 2.0, 1.2, 1.1, 1.0]])
     assert best.overall == 0.0 and worse.per_subset["end"] < 0 and worse.per_subset["begin"] == 0
     assert context_key(model="a", data="b") == context_key(data="b", model="a") != context_key(model="a")
+
+
+# ---------------------------------------------------------------- paper defaults
+
+
+def test_held_out_check_defaults_to_the_papers_500_examples():
+    """The paper evaluates the final scales on 500 held-out examples; only the tiny smoke preset uses fewer."""
+    assert HeldOutConfig().num_examples == SearchConfig().held_out.num_examples == 500
+    configs = Path(__file__).resolve().parents[2] / "configs" / "search"
+    for name in ("lpes.yaml", "lpes-vicuna-mdqa10.yaml", "lpes-qwen-kv50.yaml"):
+        assert load_config(configs / name).held_out.num_examples == 500, name
+    assert load_config(configs / "tiny.yaml").held_out.num_examples == SearchConfig.tiny().held_out.num_examples == 4
