@@ -5,6 +5,10 @@ offline (OLMo-2, Llama, Qwen2, Mistral) and this project's `repo_olmo2`
 checkpoints (registered by `import repo_train`). Published RePo directories
 say `model_type: olmo2` with a `pe_config`; they are routed to
 `RePoOlmo2ForCausalLM`, since the plain Auto class would drop the REPO weights.
+Every load is strict: a checkpoint whose weights miss, add or mis-shape any
+parameter of the model its config describes is refused in one line naming
+the first keys (transformers would put random weights there and evaluate
+them).
 
 `tiny_default` builds, with no files at all, a random 4-layer OLMo-2 and a
 byte-level tokenizer, so the whole pipeline runs end to end (its answers are
@@ -32,6 +36,7 @@ from transformers import (
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.olmo2 import load_checked
 from repo_train.modeling.presets import tiny
 
 TINY_DEFAULT_NAME = "tiny-default"
@@ -128,10 +133,11 @@ def load_model(
     raw_config = _check_directory(path)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     kwargs = dict(local_files_only=True, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
-    if raw_config.get("model_type") == "olmo2" and raw_config.get("pe_config") is not None:
-        model = RePoOlmo2ForCausalLM.from_pretrained(path, **kwargs)  # published RePo layout
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model_type = raw_config.get("model_type")
+    if model_type == "repo_olmo2" or (model_type == "olmo2" and raw_config.get("pe_config") is not None):
+        model = RePoOlmo2ForCausalLM.from_pretrained(path, **kwargs)  # strict itself; also the published RePo layout
+    else:  # a missing, unexpected or mis-shaped weight would be evaluated as random numbers: refused
+        model = load_checked(AutoModelForCausalLM.from_pretrained, path, **kwargs)
     model.eval()
     _prepare(model, tokenizer)
     return model, tokenizer

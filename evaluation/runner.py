@@ -60,6 +60,7 @@ from evaluation.results import (
     write_json_atomic,
 )
 from evaluation.tasks import Task, build_task
+from repo_train.run_lock import locked_directory
 
 MANIFEST_FILE = "run.json"
 
@@ -329,8 +330,16 @@ def run(
 
     `max_records` stops (raising `RunInterrupted`) after that many new records;
     `on_record` sees each record once it is on disk. A given model/tokenizer
-    is used as is (`config.model` is then only a label).
+    is used as is (`config.model` is then only a label). The run owns
+    `config.out` for its whole length (`OUT/run.lock`, `repo_train.run_lock`):
+    a second run into the same directory is refused before loading anything.
     """
+    with locked_directory(config.out, f"evaluation run directory {config.out}"):
+        return _run_locked(config, model, tokenizer, max_records, on_record, progress)
+
+
+def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress) -> dict[str, Any]:
+    """`run` while holding the directory's lock."""
     stacks = [MethodStack.parse(spec) for spec in config.methods]  # fail on a bad spec before loading anything
     labels = [stack.label for stack in stacks]
     if len(set(labels)) != len(labels):

@@ -7,6 +7,8 @@
     NAME.curve.png     the per-layer scales with the control points
     NAME.fitness.png   fitness over generations
     NAME.state.json    the GA state after every generation (`--resume` continues it)
+    NAME.lock          while the search runs: its pid and host (repo_train/run_lock.py); a second
+                       search with the same --out is refused until this one ends
 
 Under torchrun every rank loads the model and runs the same GA; the fitness
 splits the prompts across ranks (search/harness_fitness.py) and only rank 0
@@ -22,6 +24,7 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +110,12 @@ def output_paths(out: str | Path) -> dict[str, Path]:
         "fitness": stem.with_name(stem.name + ".fitness.png"),
         "state": stem.with_name(stem.name + ".state.json"),
     }
+
+
+def lock_path(out: str | Path) -> Path:
+    """The lock file of the search writing `out` (NAME.json -> NAME.lock), held by rank 0 while it runs."""
+    out = Path(out)
+    return out.with_name(out.with_suffix("").name + ".lock")
 
 
 def resolve_config(args: argparse.Namespace):
@@ -195,12 +204,16 @@ def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=Non
 
     Returns a summary dict. `fitness_cls` replaces `HarnessFitness` (tests use a scorer with varied values).
     """
-    from search.harness_fitness import HarnessFitness, barrier, init_distributed
+    from repo_train.run_lock import run_lock
+    from search.harness_fitness import HarnessFitness, barrier, init_distributed, rank_and_world
 
     started = init_distributed()
     try:
-        summary = _run_search(config, out, resume, fitness_cls or HarnessFitness, progress)
-        barrier()  # no rank leaves before rank 0 has written the files
+        # rank 0 owns the outputs; if it is refused, it exits and torchrun stops the other ranks
+        owner = run_lock(lock_path(out), f"search output {out}") if rank_and_world()[0] == 0 else nullcontext()
+        with owner:
+            summary = _run_search(config, out, resume, fitness_cls or HarnessFitness, progress)
+            barrier()  # no rank leaves before rank 0 has written the files
         return summary
     finally:
         if started:

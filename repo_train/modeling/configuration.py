@@ -3,9 +3,17 @@
 Also reads the published RePo layout, whose `config.json` is a plain OLMo-2
 config with a `pe_config` object (`dynamic_pe_mode`, `dynamic_pe_start_layer`,
 some files spelling it `dynmaic_pe_start_layer`).
+
+`from_pretrained` (also reached through `RePoOlmo2ForCausalLM.from_pretrained`)
+reads only directories of those kinds: one without `config.json`, or whose
+`config.json` names another architecture, is refused at once. transformers
+itself would fill every missing field with the 7B defaults and build a model of
+that size from the wrong weights.
 """
 
 from __future__ import annotations
+
+import os
 
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
@@ -14,6 +22,28 @@ from repo_train.modeling.methods import LAYER_PLANS, default_repo_start_layer, l
 
 #: `pe_config.dynamic_pe_mode` values of the published code and what they mean here.
 PUBLISHED_PE_MODES = {"swigluex_multihead": "repo", "none": "rope", "nope": "nope"}
+#: `model_type`s of the config.json files `from_pretrained` reads: OLMo-2 (also the published RePo
+#: layout, OLMo-2 plus `pe_config`) and this project's own.
+ACCEPTED_MODEL_TYPES = ("olmo2", "repo_olmo2")
+ACCEPTED_DESCRIPTION = (
+    "OLMo-2 (model_type 'olmo2'), this project's 'repo_olmo2', or the published RePo layout ('olmo2' with a pe_config)"
+)
+
+
+def check_model_type(config_dict: dict, source: str) -> None:
+    """Refuse, in one line, a config.json that is missing or belongs to another architecture."""
+    if not config_dict:
+        raise FileNotFoundError(
+            f"{source} has no config.json; RePoOlmo2Config/RePoOlmo2ForCausalLM load a save_pretrained directory "
+            f"of {ACCEPTED_DESCRIPTION}"
+        )
+    model_type = config_dict.get("model_type")
+    if model_type not in ACCEPTED_MODEL_TYPES:
+        found = f"model_type {model_type!r}" if model_type is not None else "no model_type"
+        raise ValueError(
+            f"{source}: config.json has {found}; RePoOlmo2Config/RePoOlmo2ForCausalLM load only "
+            f"{ACCEPTED_DESCRIPTION} (load other architectures with AutoModelForCausalLM)"
+        )
 
 
 def position_fields_from_pe_config(pe_config: dict, num_layers: int) -> dict:
@@ -62,6 +92,19 @@ class RePoOlmo2Config(Olmo2Config):
             self.repo_hidden_size = self.hidden_size // 8
         super().__post_init__(**kwargs)
         self.check_position_fields()
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """transformers' reader, refusing a missing config.json or another architecture (see the module doc).
+
+        Every `from_pretrained` of this config (and of the model classes) goes
+        through here, before any weight is allocated.
+        """
+        source = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "").rstrip(os.sep)
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        check_model_type(config_dict, source or str(pretrained_model_name_or_path))
+        # Accepted: read as this class (also silences transformers' "olmo2 instantiates repo_olmo2" warning).
+        return {**config_dict, "model_type": cls.model_type}, kwargs
 
     def check_position_fields(self) -> None:
         """Fail early, naming the field and the fix."""

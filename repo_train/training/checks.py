@@ -30,6 +30,9 @@ def check_init_from(path: str | None) -> None:
             f"model.init_from={path!r} is not an HF model directory (no config.json there); point it to a "
             "downloaded OLMo-2 checkpoint (e.g. the stage-1 1B at step 1907359) or omit it to train from scratch."
         )
+    # Another architecture's config.json fails here, before the run writes anything; weights that do not fit
+    # the model are refused when `configure_model` loads them (RePoOlmo2ForCausalLM.from_pretrained is strict).
+    RePoOlmo2Config.get_config_dict(str(directory))
 
 
 def zero_checkpoint_world_size(checkpoint: Path) -> int | None:

@@ -10,10 +10,12 @@ environment).
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
 
+from repo_train.run_lock import locked_directory
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
 from repo_train.training.callbacks import ThroughputMonitor
 from repo_train.training.checks import check_config_overrides, check_init_from, check_resume
@@ -59,12 +61,25 @@ class RePoCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
-            super()._run_subcommand(subcommand)
+            with self._root_dir_lock(subcommand):
+                super()._run_subcommand(subcommand)
         except NonFiniteLossError as err:
             callback = self.trainer.checkpoint_callback
             last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
             print(f"{err}\nlast good checkpoint: {last or 'none saved yet'}", file=sys.stderr)
             raise SystemExit(1) from None
+
+    def _root_dir_lock(self, subcommand: str):
+        """`fit` owns `trainer.default_root_dir` (ROOT/run.lock, held by global rank 0) until it ends.
+
+        Lightning does not guard it: a second run there would interleave
+        checkpoints, logs and config.yaml with the first (`last_checkpoint`
+        would then pick either run's). Remote roots (s3://...) are not locked.
+        """
+        root = str(self.trainer.default_root_dir)
+        if subcommand != "fit" or self.trainer.global_rank != 0 or "://" in root:
+            return nullcontext()
+        return locked_directory(root, f"training root dir {root}")
 
 
 def run(argv: list[str]) -> int:

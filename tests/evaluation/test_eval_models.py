@@ -61,7 +61,7 @@ def test_each_family_loads_from_a_directory_and_generates(tmp_path, family):
     assert loaded_tok.padding_side == "left" and loaded_tok.pad_token_id == 0
     with torch.no_grad():
         ids = torch.tensor([[5, 6, 7, 8]])
-        assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
+        assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)  # exact: same weights, same kernels
     out = generate(loaded, loaded_tok, ["hello there", "hi"], DecodeSettings(max_new_tokens=3, batch_size=2))
     assert all(len(o.token_ids) == 3 or o.stop_reason == "eos" for o in out)
     assert model_identity(loaded)["name"] == str(path)
@@ -69,12 +69,18 @@ def test_each_family_loads_from_a_directory_and_generates(tmp_path, family):
 
 def test_published_repo_layout_loads_with_repo_layers(tmp_path):
     tokenizer = byte_tokenizer()
-    path = save(Olmo2ForCausalLM(Olmo2Config(vocab_size=len(tokenizer), **SHAPE)), tokenizer, tmp_path / "published")
+    repo = RePoOlmo2ForCausalLM(tiny(vocab_size=len(tokenizer), position_method="repo", repo_start_layer=1, **SHAPE))
+    path = save(repo, tokenizer, tmp_path / "published")  # REPO weights under self_attn: the published layout
     config = json.loads((path / "config.json").read_text())
+    for key in ("position_method", "repo_start_layer", "repo_hidden_size"):
+        del config[key]
+    config["model_type"] = "olmo2"
     config["pe_config"] = {"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 1}
     (path / "config.json").write_text(json.dumps(config))
     model, _ = load_model(path)
     assert isinstance(model, RePoOlmo2ForCausalLM) and isinstance(layer_policies(model)[1], RepoPolicy)
+    for key, value in repo.state_dict().items():  # the predictors are the saved ones, not fresh weights
+        assert torch.equal(model.state_dict()[key], value), key
 
 
 def test_missing_pad_token_falls_back_to_eos(tmp_path):

@@ -1,0 +1,671 @@
+"""Bad inputs are refused with one line, and leave earlier outputs byte-identical.
+
+`BAD_INPUTS` is one table (issue 13): a row builds its input (and any earlier
+outputs) under a fresh directory, names the command line and its arguments,
+the expected exit code, a phrase the one-line message must contain, and
+optionally a path that must not exist afterwards (a crafted file's side
+effect). `test_bad_input` runs every row in this process: the command's
+`main(argv)`, then checks code, message and files. Add a row per new bad input.
+
+Below the table: the Python-API checks that are not command lines (the
+`from_pretrained` refusal under a memory cap, the lock module itself, the
+training `init_from` load).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import resource
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
+
+import repo_train  # noqa: F401  (registers repo_olmo2)
+from evaluation.models import byte_tokenizer
+from repo_train.cli_errors import EXIT_USAGE
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
+from repo_train.run_lock import LOCK_FILE, RunLockedError, run_lock
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_LOCK_PY = ROOT / "repo_train" / "run_lock.py"
+CLIS = {"evaluation": "evaluation.cli", "search": "search.cli", "repo_train": "repo_train.cli"}
+VOCAB = 258  # the byte tokenizer
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _fields(**overrides) -> dict:
+    """A tiny OLMo-2 shape as plain config fields (no position method)."""
+    config = tiny(vocab_size=VOCAB, pad_token_id=0, eos_token_id=1, bos_token_id=None, **overrides)
+    drop = ("model_type", "architectures", "transformers_version", "position_method", "repo_start_layer")
+    return {k: v for k, v in config.to_dict().items() if k not in (*drop, "repo_hidden_size")}
+
+
+def _write_config(path: Path, **changes) -> None:
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    for key in [k for k, v in changes.items() if v is None]:
+        config.pop(key)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def _with_tokenizer(path: Path) -> Path:
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def llama_as_olmo2(tmp: Path) -> Path:
+    """Llama weights of the same width under an OLMo-2 config.json (names differ: q/k norms, layer norms)."""
+    path = tmp / "llama_as_olmo2"
+    LlamaForCausalLM(LlamaConfig(**_fields())).save_pretrained(path)
+    _write_config(path, model_type="olmo2", architectures=["Olmo2ForCausalLM"])
+    return _with_tokenizer(path)
+
+
+def llama_as_repo(tmp: Path) -> Path:
+    path = tmp / "llama_as_repo"
+    LlamaForCausalLM(LlamaConfig(**_fields())).save_pretrained(path)
+    _write_config(path, model_type="repo_olmo2", architectures=["RePoOlmo2ForCausalLM"], position_method="rope")
+    return _with_tokenizer(path)
+
+
+def olmo2_other_ffn(tmp: Path) -> Path:
+    """OLMo-2 weights with a 128-wide MLP, config.json saying 96: mis-shaped."""
+    path = tmp / "olmo2_other_ffn"
+    Olmo2ForCausalLM(Olmo2Config(**_fields())).save_pretrained(path)
+    _write_config(path, intermediate_size=96)
+    return _with_tokenizer(path)
+
+
+def repo_model(tmp: Path, name: str = "repo") -> Path:
+    path = tmp / name
+    RePoOlmo2ForCausalLM(
+        tiny(vocab_size=VOCAB, pad_token_id=0, eos_token_id=1, position_method="repo")
+    ).save_pretrained(path)
+    return _with_tokenizer(path)
+
+
+def repo_partial(tmp: Path) -> Path:
+    """A REPO checkpoint missing one layer's predictor."""
+    path = repo_model(tmp, "repo_partial")
+    state = load_file(path / "model.safetensors")
+    del state["model.layers.3.self_attn.final_map.weight"]
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+def repo_weights_as_olmo2(tmp: Path) -> Path:
+    """REPO weights under a plain OLMo-2 config.json (no pe_config): the predictors would be dropped."""
+    path = repo_model(tmp, "repo_as_olmo2")
+    _write_config(path, model_type="olmo2", architectures=["Olmo2ForCausalLM"], position_method=None)
+    return path
+
+
+def published_without_repo_weights(tmp: Path) -> Path:
+    """The published RePo layout (olmo2 + pe_config) whose REPO predictor weights are absent."""
+    path = tmp / "published_no_repo"
+    Olmo2ForCausalLM(Olmo2Config(**_fields())).save_pretrained(path)
+    _write_config(path, pe_config={"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 1})
+    return _with_tokenizer(path)
+
+
+def config_only(tmp: Path, name: str, **config) -> Path:
+    """A directory with only a config.json (and a tiny weights file), e.g. of another architecture."""
+    path = tmp / name
+    path.mkdir()
+    if config:
+        (path / "config.json").write_text(json.dumps(config))
+    save_file({"x": torch.zeros(2)}, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+class Evil:
+    """Unpickling this creates the file named by `target` (what a crafted checkpoint could do)."""
+
+    def __init__(self, target: Path):
+        self.target = str(target)
+
+    def __reduce__(self):
+        return (open, (self.target, "w"))
+
+
+def lightning_like(path: Path) -> Path:
+    """What export reads from a Lightning .ckpt: model.* weights and the model config."""
+    model = RePoOlmo2ForCausalLM(tiny(position_method="repo"))
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"state_dict": state, "model_config": model.config.to_dict(), "global_step": 1}, path)
+    return path
+
+
+def zero_dir_with(tmp: Path, payload) -> Path:
+    """A DeepSpeed ZeRO checkpoint directory layout whose model and optimizer shards are `payload`."""
+    path = tmp / "zero.ckpt"
+    (path / "checkpoint").mkdir(parents=True)
+    (path / "latest").write_text("checkpoint")
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"):
+        torch.save(payload, path / "checkpoint" / name)
+    return path
+
+
+# ----------------------------------------------------------------------------- lock holders
+
+
+HOLDER = textwrap.dedent(
+    """
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("run_lock", sys.argv[1])
+    run_lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_lock)
+    with run_lock.run_lock(sys.argv[2], command="holder"):
+        print("held", flush=True)
+        sys.stdin.read()
+    """
+)
+
+
+class Context:
+    """What a row's setup gets: the directory, and `hold(lock_file)` to have another process own a lock."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.holders: list[subprocess.Popen] = []
+
+    def hold(self, lock_file: Path) -> subprocess.Popen:
+        """Start a process (stdlib only, about 50 ms) that holds `lock_file` until `release_all`."""
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(RUN_LOCK_PY), str(lock_file)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout.readline().strip() == "held"
+        self.holders.append(proc)
+        return proc
+
+    def release_all(self) -> None:
+        for proc in self.holders:
+            proc.stdin.close()
+            proc.wait(timeout=10)
+
+
+def _earlier_run(out: Path) -> Path:
+    """An evaluation run directory with earlier results."""
+    out.mkdir(parents=True)
+    (out / "records.jsonl").write_text('{"id": "a", "task": "kv", "method": "baseline", "score": 1.0}\n')
+    (out / "run.json").write_text('{"format_version": 1}\n')
+    return out
+
+
+def _foreign_lock(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": 4242, "host": "elsewhere.example", "command": "evaluation run"}))
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class BadInput:
+    id: str
+    cli: str
+    """Key of CLIS: whose `main(argv)` runs."""
+    setup: Callable[[Context], list[str]]
+    """Builds the input (and earlier outputs) under ctx.tmp; returns argv."""
+    code: int
+    phrase: str
+    """Must appear in the one stderr line."""
+    absent: str | None = None
+    """A path (relative to ctx.tmp) that must not exist afterwards."""
+
+
+EVAL = ["run", "--tasks", "kv", "--num-examples", "2", "--num-keys", "2", "--max-new-tokens", "2", "--no-progress"]
+EVAL += ["--no-report"]
+
+
+def _eval(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: [*EVAL, "--model", str(model(ctx.tmp)), "--out", str(_earlier_run(ctx.tmp / "out"))]
+
+
+def _search(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: ["run", "--model", str(model(ctx.tmp)), "--out", str(ctx.tmp / "scales" / "s.json")]
+
+
+def _export(make: Callable[[Context], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: ["export", "--checkpoint", str(make(ctx)), "--out", str(ctx.tmp / "hf")]
+
+
+def _bytes(name: str, data: bytes) -> Callable[[Context], Path]:
+    def make(ctx: Context) -> Path:
+        (ctx.tmp / name).write_bytes(data)
+        return ctx.tmp / name
+
+    return make
+
+
+def _truncated(ctx: Context) -> Path:
+    whole = lightning_like(ctx.tmp / "whole.ckpt").read_bytes()
+    (ctx.tmp / "cut.ckpt").write_bytes(whole[: len(whole) // 2])
+    return ctx.tmp / "cut.ckpt"
+
+
+def _saved(name: str, obj) -> Callable[[Context], Path]:
+    def make(ctx: Context) -> Path:
+        payload = obj(ctx) if callable(obj) else obj
+        torch.save(payload, ctx.tmp / name)
+        return ctx.tmp / name
+
+    return make
+
+
+def _locked_eval(ctx: Context) -> list[str]:
+    out = _earlier_run(ctx.tmp / "out")
+    ctx.hold(out / LOCK_FILE)
+    return [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(out)]
+
+
+def _foreign_eval(ctx: Context) -> list[str]:
+    out = _earlier_run(ctx.tmp / "out")
+    _foreign_lock(out / LOCK_FILE)
+    return [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(out)]
+
+
+def _locked_search(ctx: Context) -> list[str]:
+    scales = ctx.tmp / "scales"
+    scales.mkdir()
+    (scales / "s.state.json").write_text('{"earlier": true}\n')
+    ctx.hold(scales / "s.lock")
+    return ["run", "--model", str(repo_model(ctx.tmp)), "--out", str(scales / "s.json"), "--resume"]
+
+
+def _locked_training(ctx: Context) -> list[str]:
+    root = ctx.tmp / "run"
+    root.mkdir()
+    (root / "earlier.txt").write_text("an earlier run's file\n")
+    ctx.hold(root / LOCK_FILE)
+    return ["fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(root)]
+
+
+def _init_from(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: [
+        "fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(ctx.tmp / "run"),
+        "--model.init_from", str(model(ctx.tmp)),
+    ]  # fmt: skip
+
+
+def _gpt2_dir(tmp: Path) -> Path:
+    return config_only(tmp, "gpt2", model_type="gpt2", n_embd=64, n_layer=2)
+
+
+BAD_INPUTS = [
+    # -- weights that do not fit the model (issue 13, item 2): evaluation and search loading
+    BadInput(
+        "eval-llama-weights-olmo2-config",
+        "evaluation",
+        _eval(llama_as_olmo2),
+        EXIT_USAGE,
+        "do not fit Olmo2ForCausalLM",
+    ),
+    BadInput("eval-llama-weights-repo-config", "evaluation", _eval(llama_as_repo), EXIT_USAGE, "12 missing"),
+    BadInput("eval-mis-shaped-mlp", "evaluation", _eval(olmo2_other_ffn), EXIT_USAGE, "mis-shaped (model.layers.0.mlp"),
+    BadInput("eval-partial-repo", "evaluation", _eval(repo_partial), EXIT_USAGE, "its REPO weights are partial"),
+    BadInput("eval-repo-weights-dropped", "evaluation", _eval(repo_weights_as_olmo2), EXIT_USAGE, "9 unexpected"),
+    BadInput(
+        "eval-published-no-repo", "evaluation", _eval(published_without_repo_weights), EXIT_USAGE, "no REPO weights"
+    ),
+    BadInput("search-llama-weights", "search", _search(llama_as_olmo2), EXIT_USAGE, "do not fit Olmo2ForCausalLM"),
+    # -- another architecture's config.json (item 1): training init_from refuses before writing anything
+    BadInput(
+        "fit-init-from-gpt2", "repo_train", _init_from(_gpt2_dir), EXIT_USAGE, "config.json has model_type 'gpt2'"
+    ),
+    BadInput(
+        "fit-init-from-no-model-type",
+        "repo_train",
+        _init_from(lambda tmp: config_only(tmp, "typeless", hidden_size=64)),
+        EXIT_USAGE,
+        "config.json has no model_type",
+    ),
+    # -- one writer per output (item 3)
+    BadInput("eval-out-locked", "evaluation", _locked_eval, EXIT_USAGE, "is in use by pid"),
+    BadInput("eval-out-locked-other-host", "evaluation", _foreign_eval, EXIT_USAGE, "on host elsewhere.example"),
+    BadInput("search-out-locked", "search", _locked_search, EXIT_USAGE, "is in use by pid"),
+    BadInput("fit-root-locked", "repo_train", _locked_training, EXIT_USAGE, "training root dir"),
+    # -- checkpoints export reads (item 6)
+    BadInput(
+        "export-crafted-pickle",
+        "repo_train",
+        _export(_saved("evil.ckpt", lambda ctx: {"state_dict": {}, "x": Evil(ctx.tmp / "pwned")})),
+        EXIT_USAGE,
+        "refused to unpickle",
+        absent="pwned",
+    ),
+    BadInput(
+        "export-random-bytes",
+        "repo_train",
+        _export(_bytes("r.ckpt", random.Random(0).randbytes(4096))),
+        EXIT_USAGE,
+        "not a readable",
+    ),
+    BadInput("export-empty-file", "repo_train", _export(_bytes("e.ckpt", b"")), EXIT_USAGE, "empty file"),
+    BadInput("export-truncated", "repo_train", _export(_truncated), EXIT_USAGE, "not a readable PyTorch checkpoint"),
+    BadInput(
+        "export-not-a-dict",
+        "repo_train",
+        _export(_saved("l.ckpt", [1, 2])),
+        EXIT_USAGE,
+        "holds no Lightning state_dict",
+    ),
+    BadInput(
+        "export-no-model-config",
+        "repo_train",
+        _export(_saved("n.ckpt", {"state_dict": {}})),
+        EXIT_USAGE,
+        "has no 'model_config'",
+    ),
+]
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    context = Context(tmp_path)
+    yield context
+    context.release_all()
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@contextmanager
+def address_space_cap(extra: int = 2 * 2**30):
+    """Limit this process to its current address space + `extra` bytes for the block (soft RLIMIT_AS).
+
+    A regression that builds a full-size model from a bad input then fails
+    with an allocation error within a second instead of eating the machine.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    current = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+    cap = current + extra if hard == resource.RLIM_INFINITY else min(current + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def run_cli(cli: str, argv: list[str]) -> int:
+    try:
+        return importlib.import_module(CLIS[cli]).main(argv)
+    except SystemExit as stop:  # argparse
+        return int(stop.code or 0)
+
+
+@pytest.mark.parametrize("row", BAD_INPUTS, ids=lambda row: row.id)
+def test_bad_input(row: BadInput, ctx, capsys, monkeypatch, one_thread):
+    argv = row.setup(ctx)
+    before = _snapshot(ctx.tmp)
+    monkeypatch.setattr(sys, "argv", [f"python -m {row.cli}"])
+    capsys.readouterr()
+    with address_space_cap():
+        code = run_cli(row.cli, argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == row.code, err
+    assert len(lines) == 1 and "error:" in lines[0], err
+    assert row.phrase in lines[0], lines[0]
+    after = _snapshot(ctx.tmp)
+    assert {k: v for k, v in after.items() if k in before} == before, "an earlier output changed"
+    assert set(after) == set(before), "files were added or removed"
+    if row.absent is not None:
+        assert not (ctx.tmp / row.absent).exists()
+
+
+# ----------------------------------------------------------------------------- item 1: from_pretrained
+
+
+WRONG_DIRECTORIES = {
+    "no-config": ({}, "has no config.json"),
+    "gpt2": ({"model_type": "gpt2", "n_embd": 64}, "model_type 'gpt2'"),
+    "llama": ({"model_type": "llama", "hidden_size": 64}, "model_type 'llama'"),
+    "no-model-type": ({"hidden_size": 64}, "no model_type"),
+}
+
+
+@pytest.mark.parametrize("loader", ["config", "model"])
+@pytest.mark.parametrize("name", WRONG_DIRECTORIES)
+def test_from_pretrained_refuses_other_directories_before_building(tmp_path, name, loader, monkeypatch):
+    """Refused from config.json alone: building any model (the 7B default shape) fails this test."""
+    config, phrase = WRONG_DIRECTORIES[name]
+    path = config_only(tmp_path, name, **config)
+
+    def tripwire(self, *args, **kwargs):
+        raise AssertionError("a model was built from a directory that should have been refused")
+
+    monkeypatch.setattr(RePoOlmo2ForCausalLM, "__init__", tripwire)
+    load = RePoOlmo2Config.from_pretrained if loader == "config" else RePoOlmo2ForCausalLM.from_pretrained
+    start = time.perf_counter()
+    with pytest.raises((ValueError, FileNotFoundError), match=phrase) as info:
+        load(path)
+    assert time.perf_counter() - start < 1.0
+    message = str(info.value)
+    assert "\n" not in message and "'olmo2'" in message and "'repo_olmo2'" in message and "pe_config" in message
+
+
+MEMORY_CAPPED = """
+import json, resource, sys, time
+cap = 3 * 2**30
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
+results = {}
+for path in sys.argv[1:]:
+    for load in (RePoOlmo2Config.from_pretrained, RePoOlmo2ForCausalLM.from_pretrained):
+        start = time.perf_counter()
+        try:
+            load(path)
+            outcome = "loaded"
+        except (ValueError, OSError) as err:
+            outcome = f"{type(err).__name__}: {err}"
+        except BaseException as err:  # MemoryError, RuntimeError from the allocator: the regression
+            outcome = f"CRASH {type(err).__name__}: {str(err)[:200]}"
+        results[f"{path}|{load.__qualname__}"] = [outcome, time.perf_counter() - start]
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_from_pretrained_refuses_under_a_memory_cap(tmp_path):
+    """The same refusals in a process limited to 3 GB of address space (a regression fails, not the machine)."""
+    paths = [str(config_only(tmp_path, name, **WRONG_DIRECTORIES[name][0])) for name in WRONG_DIRECTORIES]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_CAPPED, *paths], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(results) == 2 * len(WRONG_DIRECTORIES)
+    for key, (outcome, seconds) in results.items():
+        name = Path(key.split("|")[0]).name
+        assert WRONG_DIRECTORIES[name][1] in outcome, (key, outcome)
+        assert seconds < 1.0, (key, seconds)
+
+
+# ----------------------------------------------------------------------------- item 2: allowed and refused loads
+
+
+def test_fresh_repo_weights_only_when_asked_for(tmp_path):
+    """A vanilla OLMo-2 with position_method='repo' starts REPO fresh; the same directory claiming REPO does not."""
+    path = tmp_path / "vanilla"
+    Olmo2ForCausalLM(Olmo2Config(**_fields())).save_pretrained(path)
+    model = RePoOlmo2ForCausalLM.from_pretrained(path, position_method="repo", repo_start_layer=2)
+    assert model.config.position_method == "repo"
+    _write_config(path, pe_config={"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 2})
+    with pytest.raises(ValueError, match="holds no REPO weights .* pass position_method='repo'"):
+        RePoOlmo2ForCausalLM.from_pretrained(path)
+    # transformers' own opt-in for mis-shaped weights stays available
+    wide = olmo2_other_ffn(tmp_path)
+    with pytest.raises(ValueError, match="mis-shaped"):
+        RePoOlmo2ForCausalLM.from_pretrained(wide, position_method="rope")
+    model = RePoOlmo2ForCausalLM.from_pretrained(wide, position_method="rope", ignore_mismatched_sizes=True)
+    assert model.config.intermediate_size == 96
+
+
+def test_training_init_from_refuses_weights_of_another_architecture(tmp_path):
+    from repo_train.training.module import RePoLightningModule
+
+    module = RePoLightningModule(init_from=str(llama_as_olmo2(tmp_path)), position_method="repo")
+    with pytest.raises(ValueError, match="do not fit RePoOlmo2ForCausalLM as configured: 12 missing"):
+        module.configure_model()
+    assert module.model is None
+
+
+# ----------------------------------------------------------------------------- item 3: the lock itself
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_lock(ctx):
+    lock = ctx.tmp / "out" / LOCK_FILE
+    holder = ctx.hold(lock)
+    owner = json.loads(lock.read_text())
+    assert owner["pid"] == holder.pid and owner["host"] == socket.gethostname()
+    with pytest.raises(RunLockedError) as info, run_lock(lock, "OUT"):
+        pass
+    message = str(info.value)
+    assert f"pid {holder.pid} on host {socket.gethostname()}" in message and str(lock) in message
+    assert "\n" not in message
+    ctx.release_all()
+    assert not lock.exists()  # released on exit
+    with run_lock(lock):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(tmp_path, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = tmp_path / LOCK_FILE
+    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "command": "crashed run"}))
+    with run_lock(lock):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"taking over the stale lock {lock} of pid {dead.pid}" in err
+    assert not lock.exists()
+
+
+def test_a_lock_from_another_host_is_refused_not_taken_over(tmp_path):
+    lock = tmp_path / LOCK_FILE
+    _foreign_lock(lock)
+    with (
+        pytest.raises(RunLockedError, match="pid 4242 on host elsewhere.example .* delete the lock file"),
+        run_lock(lock),
+    ):
+        pass
+    assert json.loads(lock.read_text())["host"] == "elsewhere.example"  # left alone
+
+
+def test_the_lock_is_released_on_an_exception(tmp_path):
+    lock = tmp_path / "d" / LOCK_FILE
+    with pytest.raises(KeyError), run_lock(lock):
+        raise KeyError("boom")
+    assert not lock.exists()
+    with run_lock(lock):  # free again
+        pass
+
+
+STARTER = textwrap.dedent(
+    """
+    import importlib.util, sys, time
+    spec = importlib.util.spec_from_file_location("run_lock", sys.argv[1])
+    run_lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_lock)
+    time.sleep(max(0.0, float(sys.argv[3]) - time.time()))  # all start at once
+    try:
+        with run_lock.run_lock(sys.argv[2]):
+            print("won", flush=True)
+            time.sleep(1.0)
+    except run_lock.RunLockedError as err:
+        print("refused", flush=True)
+    """
+)
+
+
+def test_of_simultaneous_starters_exactly_one_wins(tmp_path):
+    lock = tmp_path / "out" / LOCK_FILE
+    start = time.time() + 0.5
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, str(RUN_LOCK_PY), str(lock), str(start)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outcomes = sorted(proc.communicate(timeout=30)[0].strip() for proc in procs)
+    assert outcomes == ["refused", "refused", "refused", "won"]
+    assert not lock.exists()
+
+
+def test_an_evaluation_run_leaves_no_lock_and_no_directory_when_refused_early(tmp_path):
+    from evaluation.runner import RunConfig, run
+
+    out = tmp_path / "new"
+    with pytest.raises(ValueError, match="unknown method"):
+        run(RunConfig(out=str(out), tasks={"kv": {"num_examples": 1}}, methods=["no-such-method"]))
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- item 6: safe export
+
+
+def test_export_reads_a_real_lightning_checkpoint_with_weights_only(tmp_path, one_thread):
+    """A checkpoint Lightning really wrote (1 step) exports; nothing in it needs an allow-listed global."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from repo_train.export import export_checkpoint
+    from repo_train.training.datamodule import RePoDataModule
+    from repo_train.training.module import RePoLightningModule
+
+    pl.seed_everything(0, verbose=False)
+    data = RePoDataModule(
+        train={"source": "synthetic", "seq_len": 16, "num_samples": 32, "seed": 1},
+        global_batch_size=4,
+        micro_batch_size=4,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1)],
+    )
+    trainer.fit(RePoLightningModule(lr=1e-3, attn_implementation="sdpa"), data)
+    checkpoint = next((tmp_path / "ckpt").glob("*.ckpt"))
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(checkpoint) == []
+    model = export_checkpoint(checkpoint, tmp_path / "hf")
+    assert model.config.position_method == "repo"
+
+
+def test_export_refuses_a_crafted_zero_shard(tmp_path):
+    """The ZeRO path: DeepSpeed's reader asks for weights_only=False; export forces weights_only anyway."""
+    from repo_train.export import export_checkpoint
+
+    path = zero_dir_with(tmp_path, {"optimizer_state_dict": {"zero_stage": 2}, "x": Evil(tmp_path / "pwned")})
+    with pytest.raises(ValueError, match="refused to unpickle"):
+        export_checkpoint(path, tmp_path / "hf")
+    assert not (tmp_path / "pwned").exists()
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
