@@ -312,6 +312,10 @@ def _gpt2_dir(tmp: Path) -> Path:
     return config_only(tmp, "gpt2", model_type="gpt2", n_embd=64, n_layer=2)
 
 
+# == evaluation and search setups: insert above this line ==
+# == training and export setups: insert above this line ==
+
+
 BAD_INPUTS = [
     # -- weights that do not fit the model (issue 13, item 2): evaluation and search loading
     BadInput(
@@ -377,6 +381,8 @@ BAD_INPUTS = [
         EXIT_USAGE,
         "has no 'model_config'",
     ),
+    # == evaluation and search rows: insert above this line ==
+    # == training and export rows: insert above this line ==
 ]
 
 
