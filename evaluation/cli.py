@@ -17,7 +17,7 @@ from evaluation.methods import METHODS, MethodStack, parse_value
 from evaluation.models import DEVICES
 from evaluation.tasks import GRID_NAMES, TASKS
 from repo_train.argtypes import positive_int
-from repo_train.cli_errors import report_user_errors
+from repo_train.cli_errors import OneLineArgumentParser, report_user_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
@@ -32,8 +32,8 @@ data:
   mdqa   reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release). Without --data-dir
          it falls back to the 40-question test fixture {FIXTURE_NQ.relative_to(REPO_ROOT)}
          (a smoke test, not a benchmark).
-  kv     reads DATA_DIR/kv-retrieval-<num_keys>_keys.jsonl(.gz) when present; otherwise generates
-         --num-examples examples of --num-keys random UUID pairs from --seed.
+  kv     reads DATA_DIR/kv-retrieval-<num_keys>_keys.jsonl(.gz) (an error if --data-dir lacks it); without
+         --data-dir generates --num-examples examples of --num-keys random UUID pairs from --seed.
   other task parameters: --task-param TASK:key=value (e.g. mdqa_release:path=FILE).
 
 methods: {", ".join(sorted(METHODS))}; NAME or NAME:key=value,...; stack with '+' (a+b:k=v).
@@ -94,7 +94,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="python -m evaluation",
         description="Evaluate a model, with training-free position methods, on long-context tasks with the "
         "relevant item at each position; write per-example records, a summary, plots and a report.",
@@ -155,6 +155,11 @@ def task_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         elif name == "kv":
             keys = args.num_keys or defaults["num_keys"]
             path = _find(data_dir, f"kv-retrieval-{keys}_keys.jsonl*") if data_dir else None
+            if data_dir is not None and path is None and "path" not in extra.get("kv", {}):
+                raise FileNotFoundError(
+                    f"no kv-retrieval-{keys}_keys.jsonl(.gz) in --data-dir {str(data_dir)!r}; pass the --num-keys "
+                    "of a file there (the release has 75, 140 and 300), or drop --data-dir to generate examples"
+                )
             params.update(path=str(path.resolve()) if path else None, num_keys=keys)
             if path is None and num_examples is None:
                 raise ValueError("kv without a data file generates its examples: pass --num-examples N")

@@ -11,14 +11,17 @@ same tokens; the tests check that token for token.
 Pipeline: `tokenize_prompts` (token ids + each item's token span, from the
 tokenizer's offset mapping) -> `fit_to_length` (length check, or an explicit
 truncation) -> `plan_batches` (by length) -> `collate` -> `generate_batch`.
-`generate` chains them for a list of strings.
+`generate` chains them for a list of strings. `tokenize_and_fit` is the first
+two in bounded memory (chunks of `TOKENIZE_CHUNK` prompts, lengths checked as
+it goes, a refusal counts the rest by length only), for the harness's tasks of
+tens of thousands of long prompts.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,21 +100,154 @@ def token_spans(offsets: Sequence[tuple[int, int]], char_spans: Sequence[Sequenc
     return out
 
 
+#: Prompts tokenised per call of the tokenizer: its output (ids, and offset mappings when item spans are
+#: needed) exists for one chunk at a time, so tokenising a task costs memory for its token ids only.
+TOKENIZE_CHUNK = 256
+#: ... and at most this many characters per call (at least one prompt): long prompts make smaller calls
+#: (a call's output takes ~0.3 KB per token with offsets: ~150 MB at this size).
+TOKENIZE_CHARS = 2**19
+
+
+class PromptsTooLongError(ValueError):
+    """Prompts exceed the length budget and no truncation was asked for; the message gives counts and the options."""
+
+    def __init__(self, too_long: int, total: int, limit: int, longest: int):
+        self.too_long, self.total, self.limit, self.longest = too_long, total, limit, longest
+        super().__init__(
+            f"{too_long} of {total} prompts exceed the {limit}-token prompt limit (longest {longest} tokens; the "
+            "limit is --max-length, else the model's max_position_embeddings, minus --max-new-tokens); raise "
+            "--max-length, use fewer items per prompt (--num-keys / --num-documents), or pass --truncate middle|left"
+        )
+
+
 def tokenize_prompts(
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
     item_spans: Sequence[Sequence[Sequence[int]]] | None = None,
+    chunk_size: int = TOKENIZE_CHUNK,
 ) -> list[TokenizedPrompt]:
-    """Token ids of each prompt and, from the offset mapping, the token span of each item (char spans)."""
+    """Token ids of each prompt and, from the offset mapping, the token span of each item (char spans).
+
+    Tokenises `chunk_size` prompts at a time (`prompts` and `item_spans` are
+    only sliced, so lazy columns such as a `datasets` column work): the
+    tokenizer's output for a chunk, offset mappings included, is dropped
+    before the next one.
+    """
+    return list(_tokenized_chunks(tokenizer, prompts, item_spans, chunk_size))
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], offsets: bool) -> dict[str, Any]:
+    """The tokenizer's output for a list of prompts, as every pass of this module calls it."""
+    return tokenizer(texts, add_special_tokens=True, return_offsets_mapping=offsets)
+
+
+def _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size: int, start: int = 0):
+    """`TokenizedPrompt`s of prompts[start:], tokenised `chunk_size` at a time."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     need_offsets = item_spans is not None and getattr(tokenizer, "is_fast", False)
-    encoded = tokenizer(list(prompts), add_special_tokens=True, return_offsets_mapping=need_offsets)
-    out = []
-    for index, ids in enumerate(encoded["input_ids"]):
-        spans: tuple[tuple[int, int], ...] = ()
-        if need_offsets:
-            spans = tuple(token_spans(encoded["offset_mapping"][index], item_spans[index]))
-        out.append(TokenizedPrompt(tuple(ids), spans))
-    return out
+    for first in range(start, len(prompts), chunk_size):
+        last = min(first + chunk_size, len(prompts))
+        chunk_spans = list(item_spans[first:last]) if need_offsets else None
+        done = 0
+        for texts in _by_characters(list(prompts[first:last])):
+            encoded = _encode(tokenizer, texts, need_offsets)
+            for index, ids in enumerate(encoded["input_ids"]):
+                spans: tuple[tuple[int, int], ...] = ()
+                if need_offsets:
+                    spans = tuple(token_spans(encoded["offset_mapping"][index], chunk_spans[done + index]))
+                yield TokenizedPrompt(tuple(ids), spans)
+            done += len(texts)
+            del encoded
+
+
+def _by_characters(texts: list[str]) -> Iterator[list[str]]:
+    """`texts` in consecutive groups of at most `TOKENIZE_CHARS` characters (a longer text alone)."""
+    group: list[str] = []
+    size = 0
+    for text in texts:
+        if group and size + len(text) > TOKENIZE_CHARS:
+            yield group
+            group, size = [], 0
+        group.append(text)
+        size += len(text)
+    if group:
+        yield group
+
+
+def token_lengths(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], chunk_size: int = TOKENIZE_CHUNK, start: int = 0
+) -> Iterator[int]:
+    """Token counts of prompts[start:], as `tokenize_prompts` counts them, a chunk at a time; keeps nothing else.
+
+    A fast tokenizer's backend then counts without offsets or Python lists
+    (`encode_batch_fast`, about twice as fast), once its counts have equalled
+    the full call's on the first chunk (otherwise every chunk takes the full call).
+    """
+    counter, checked = None, False
+    for first in range(start, len(prompts), chunk_size):
+        for texts in _by_characters(list(prompts[first : first + chunk_size])):
+            if counter is not None:
+                yield from counter(texts)
+                continue
+            lengths = [len(ids) for ids in _encode(tokenizer, texts, False)["input_ids"]]
+            if not checked:
+                fast, checked = _backend_counter(tokenizer), True
+                counter = fast if fast is not None and fast(texts) == lengths else None
+            yield from lengths
+
+
+def _backend_counter(tokenizer: PreTrainedTokenizerBase):
+    """Token counts straight from a fast tokenizer's backend (no offsets, no id lists), or None."""
+    backend = getattr(tokenizer, "_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    encode = getattr(backend, "encode_batch_fast", None)
+    if encode is None:
+        return None
+    return lambda texts: [len(encoding) for encoding in encode(texts, add_special_tokens=True)]
+
+
+def tokenize_and_fit(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    item_spans: Sequence[Sequence[Sequence[int]]] | None,
+    limit: int | None,
+    truncate: str | None,
+    chunk_size: int = TOKENIZE_CHUNK,
+) -> list[TokenizedPrompt]:
+    """`fit_to_length(tokenize_prompts(...), limit, truncate)` in bounded memory; the same prompts.
+
+    Lengths are checked chunk by chunk. A too-long prompt is truncated at
+    once when `truncate` is set (only its kept tokens stay); without
+    `truncate`, the first too-long prompt drops everything kept so far and the
+    remaining prompts are only counted (no offsets, no token lists), so an
+    impossible task is refused (`PromptsTooLongError`) in the memory of one
+    chunk, however many prompts it has.
+    """
+    if truncate is not None and truncate not in TRUNCATION_POLICIES:
+        raise ValueError(f"truncate must be one of {list(TRUNCATION_POLICIES)} or None, got {truncate!r}")
+    fitted: list[TokenizedPrompt] = []
+    too_long, longest, rest = 0, 0, len(prompts)
+    chunks = _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size)
+    for index, prompt in enumerate(chunks):
+        length = len(prompt.input_ids)
+        if limit is not None and length > limit:
+            if truncate is None:
+                too_long, longest = too_long + 1, max(longest, length)
+                fitted.clear()  # refused: nothing is kept from here on
+            else:
+                prompt = _truncate(prompt, limit, truncate)
+        if not too_long:
+            fitted.append(prompt)
+        elif (index + 1) % chunk_size == 0:  # the chunk of the first too-long prompt is done
+            rest = index + 1
+            break
+    chunks.close()
+    for length in token_lengths(tokenizer, prompts, chunk_size, start=rest):
+        if limit is not None and length > limit:
+            too_long, longest = too_long + 1, max(longest, length)
+    if too_long:
+        raise PromptsTooLongError(too_long, len(prompts), limit, longest)
+    return fitted
 
 
 def prompt_limit(model: PreTrainedModel, settings: DecodeSettings) -> int | None:
@@ -137,17 +273,15 @@ def _truncate(prompt: TokenizedPrompt, limit: int, policy: str) -> TokenizedProm
 
 
 def fit_to_length(prompts: Sequence[TokenizedPrompt], limit: int | None, truncate: str | None) -> list[TokenizedPrompt]:
-    """Prompts within `limit` tokens: unchanged, truncated by the chosen policy, or a clear error. Never silent."""
+    """Prompts within `limit` tokens: unchanged, truncated by the chosen policy, or a clear error. Never silent.
+
+    For prompts still to be tokenised, `tokenize_and_fit` does the same in bounded memory.
+    """
     if limit is None:
         return list(prompts)
-    too_long = [i for i, p in enumerate(prompts) if len(p.input_ids) > limit]
+    too_long = [len(p.input_ids) for p in prompts if len(p.input_ids) > limit]
     if too_long and truncate is None:
-        longest = max(len(prompts[i].input_ids) for i in too_long)
-        raise ValueError(
-            f"{len(too_long)} of {len(prompts)} prompts exceed the {limit}-token prompt limit (longest {longest} "
-            "tokens; the limit is the model's max_position_embeddings or --max-length, minus --max-new-tokens); "
-            "use fewer documents/keys, raise --max-length, or pass --truncate middle|left"
-        )
+        raise PromptsTooLongError(len(too_long), len(prompts), limit, max(too_long))
     return [_truncate(p, limit, truncate) if len(p.input_ids) > limit else p for p in prompts]
 
 
@@ -302,9 +436,11 @@ def generate(
 ) -> list[Generation]:
     """Greedy outputs for `prompts` (strings or pre-tokenized), in the given order."""
     settings = settings or DecodeSettings()
+    limit = prompt_limit(model, settings)
     if prompts and isinstance(prompts[0], str):
-        prompts = tokenize_prompts(tokenizer, prompts, item_spans)
-    fitted = fit_to_length(prompts, prompt_limit(model, settings), settings.truncate)
+        fitted = tokenize_and_fit(tokenizer, prompts, item_spans, limit, settings.truncate)
+    else:
+        fitted = fit_to_length(prompts, limit, settings.truncate)
     results: list[Generation | None] = [None] * len(fitted)
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
     for indices in tqdm(plan, desc="generate", unit="batch", disable=not progress):

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer, decoders
 from tokenizers import models as tok_models
 from tokenizers.pre_tokenizers import ByteLevel
@@ -123,6 +124,24 @@ def _check_directory(path: Path) -> dict:
         raise ValueError(f"{config_file} is not valid JSON ({err.msg})") from err
 
 
+def _unreadable_weights(path: Path, err: Exception) -> str:
+    """One line naming the unreadable safetensors file of `path` (the first that fails to open) and the fix."""
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(weights, framework="pt"):  # reads and checks the header (sizes against the file)
+                pass
+        except (SafetensorError, OSError) as problem:
+            err = problem
+            break
+    else:
+        weights = path
+    detail = " ".join(str(err).split())
+    return (
+        f"{weights} is not a readable safetensors file ({detail}): it is truncated or corrupt; copy it again "
+        "from where the model came from, or save the model again with save_pretrained"
+    )
+
+
 def load_model(
     path: str | Path, dtype: str = "float32", attn_implementation: str = "sdpa"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -134,10 +153,13 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     kwargs = dict(local_files_only=True, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
     model_type = raw_config.get("model_type")
-    if model_type == "repo_olmo2" or (model_type == "olmo2" and raw_config.get("pe_config") is not None):
-        model = RePoOlmo2ForCausalLM.from_pretrained(path, **kwargs)  # strict itself; also the published RePo layout
-    else:  # a missing, unexpected or mis-shaped weight would be evaluated as random numbers: refused
-        model = load_checked(AutoModelForCausalLM.from_pretrained, path, **kwargs)
+    try:
+        if model_type == "repo_olmo2" or (model_type == "olmo2" and raw_config.get("pe_config") is not None):
+            model = RePoOlmo2ForCausalLM.from_pretrained(path, **kwargs)  # strict itself; also the published layout
+        else:  # a missing, unexpected or mis-shaped weight would be evaluated as random numbers: refused
+            model = load_checked(AutoModelForCausalLM.from_pretrained, path, **kwargs)
+    except SafetensorError as err:
+        raise ValueError(_unreadable_weights(path, err)) from err
     model.eval()
     _prepare(model, tokenizer)
     return model, tokenizer

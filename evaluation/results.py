@@ -41,6 +41,7 @@ from evaluation.statistics import (
     sign_flip_test,
 )
 from repo_train import atomic
+from repo_train.cli_errors import writing_to
 
 FORMAT_VERSION = 2
 RECORDS_FILE = "records.jsonl"
@@ -96,8 +97,12 @@ def _clean(value: Any) -> Any:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON to `path` through a temporary file in the same directory and `os.replace`."""
-    atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
+    """Write JSON to `path` through a temporary file in the same directory and `os.replace`.
+
+    A failed write (a full disk) is an OSError naming `path` (`repo_train.cli_errors.writing_to`).
+    """
+    with writing_to(path):
+        atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
 
 
 def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
@@ -155,12 +160,16 @@ class RecordWriter:
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed by close())
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._handle.write(json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        """Append one record and force it to disk; a failed write (a full disk) is an OSError naming the file."""
+        line = json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False) + "\n"
+        with writing_to(self.path):
+            self._handle.write(line)
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        self._handle.close()
+        with writing_to(self.path):
+            self._handle.close()
 
 
 def summarize_group(
@@ -346,8 +355,12 @@ def load_summary(path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"no summary at {str(path)!r}; run `python -m evaluation run --out DIR` first")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ResultsFormatError(f"{path} is not valid JSON ({err.msg})") from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else err.reason
+        raise ResultsFormatError(
+            f"{path} is not valid JSON ({reason}): it is truncated or corrupt; rerun the `python -m evaluation run` "
+            "command that wrote it (it resumes from records.jsonl and rewrites the summary without generating again)"
+        ) from err
     return validate_summary(summary, str(path))
 
 

@@ -8,10 +8,14 @@ companions change padding, hence floating-point sums), writing only the
 missing records. So an interrupted-and-resumed run writes the same bytes as an
 uninterrupted one.
 
-Tokenised prompts are cached in memory, keyed by (tokenizer fingerprint,
-task name + parameters): every method stack of a grid, and every later call
-in the same process (a search scoring many candidates), reuses them; a new
-process tokenises again, which is cheap next to generation.
+Tokenised, length-checked prompts are cached in memory, keyed by (tokenizer
+fingerprint, task name + parameters, length budget, truncation): every method
+stack of a grid, and every later call in the same process (a search scoring
+many candidates), reuses them; a new process tokenises again, which is cheap
+next to generation. Tokenising runs a chunk of prompts at a time, and prompts
+that do not fit are only counted, so refusing an impossible task (say 37,500
+KV prompts of 6,000 tokens for a 2,048-token model) takes the memory of one
+chunk, not of every prompt's tokens and offsets.
 
 `OUT/run.json` records what the records depend on (model, task parameters,
 decoding); resuming into a directory made with other settings is refused
@@ -41,11 +45,10 @@ from evaluation.generation import (
     DecodeSettings,
     TokenizedPrompt,
     collate,
-    fit_to_length,
     generate_batch,
     plan_batches,
     prompt_limit,
-    tokenize_prompts,
+    tokenize_and_fit,
 )
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
@@ -69,7 +72,8 @@ TASK_GENERATION: dict[str, tuple[int, tuple[str, ...]]] = {
     "mdqa": (100, ("\n",)),
     "mdqa_release": (100, ("\n",)),
 }
-_ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers", "item_spans")
+#: Columns a prepared row keeps (the prompt and its item spans live on as tokens: `PreparedTask.prompts`).
+_ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers")
 #: Extra columns of tasks scored by log-likelihood (`scoring = "loglikelihood"`): the context and its options.
 _LOGLIK_COLUMNS = ("prompt", "choices")
 #: Method hooks that act on generation steps, which log-likelihood scoring does not run.
@@ -158,7 +162,7 @@ class PreparedTask:
 
 
 _DATASETS: dict[str, datasets.Dataset] = {}
-_TOKENS_CACHE: dict[tuple[str, str], list[TokenizedPrompt]] = {}
+_TOKENS_CACHE: dict[tuple[str, str, int | None, str | None], list[TokenizedPrompt]] = {}
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -178,7 +182,13 @@ def _takes_tokenizer(name: str) -> bool:
 
 
 def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, settings: DecodeSettings) -> PreparedTask:
-    """Build, tokenise (cached in memory by tokenizer and task parameters), length-check and plan one task."""
+    """Build, tokenise (cached in memory by tokenizer, task parameters and length budget), length-check, plan.
+
+    Tokenising and the length check run in bounded memory (`tokenize_and_fit`:
+    chunks of prompts read from the task's dataset, the prompts that do not fit
+    counted by length only), so a task whose prompts exceed the budget is
+    refused before anything of it is kept.
+    """
     build_params = dict(params)
     injected = _takes_tokenizer(name) and params.get("tokenizer") is None
     if injected:  # tasks that measure lengths in tokens use the evaluated model's own tokenizer
@@ -191,13 +201,15 @@ def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, setting
     dataset = _DATASETS[key]
     if len(dataset) == 0:
         raise ValueError(f"task {name!r} built no rows with {dict(params)}; check num_examples and the data file")
+    limit = prompt_limit(model, settings)
+    token_key = (tokenizer_fingerprint(tokenizer), key, limit, settings.truncate)
+    if token_key not in _TOKENS_CACHE:  # lazy columns: tokenize_and_fit reads them a chunk at a time
+        _TOKENS_CACHE[token_key] = tokenize_and_fit(
+            tokenizer, dataset["prompt"], dataset["item_spans"], limit, settings.truncate
+        )
+    fitted = _TOKENS_CACHE[token_key]
     columns = list(_ROW_COLUMNS) + (list(_LOGLIK_COLUMNS) if scores_by_loglikelihood(task) else [])
     rows = dataset.select_columns(columns).to_list()
-    token_key = (tokenizer_fingerprint(tokenizer), key)
-    if token_key not in _TOKENS_CACHE:
-        spans = [row["item_spans"] for row in rows]
-        _TOKENS_CACHE[token_key] = tokenize_prompts(tokenizer, dataset["prompt"], spans)
-    fitted = fit_to_length(_TOKENS_CACHE[token_key], prompt_limit(model, settings), settings.truncate)
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
     return PreparedTask(name, task, rows, fitted, settings, plan)
 
@@ -284,7 +296,14 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                 yield {**record, "loglikelihoods": [total for total, _ in scores]}
 
 
+def task_metric(name: str, params: Mapping[str, Any]) -> str:
+    """The metric a task scores with (kv's depends on its parameters: `metric`, default kv_containment)."""
+    return build_task(name, **params).metric_name
+
+
 def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
+    """What the records depend on; per task its parameters, decoding and metric (a score of another metric
+    must not be mixed in: kv's default changed from best_subspan_em to kv_containment)."""
     tasks = {}
     for name, params in config.tasks.items():
         settings = config.settings(name)
@@ -292,6 +311,7 @@ def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
             "params": dict(params),
             "max_new_tokens": settings.max_new_tokens,
             "stop_strings": list(settings.stop_strings),
+            "metric": task_metric(name, params),
         }
     decode = {"batch_size": config.batch_size, "max_length": config.max_length, "truncate": config.truncate}
     return {"format_version": FORMAT_VERSION, "model": dict(identity), "decode": decode, "tasks": tasks}
@@ -302,14 +322,21 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     path = out / MANIFEST_FILE
     if not path.is_file():
         return manifest
-    old = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        old = err
+    if not isinstance(old, dict):  # which settings made the records is unknown: never resume into it
+        raise ValueError(  # noqa: TRY004  (a user's file: a user error, exit code 2)
+            f"{path} (the settings of the records in {out}) is not a JSON object, truncated or corrupt; "
+            "use another --out directory, or delete this one to start over"
+        )
     fresh = json.loads(json.dumps(manifest, default=str))
     differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
-    differs += [
-        f"tasks.{name}"
-        for name, spec in fresh["tasks"].items()
-        if name in old.get("tasks", {}) and old["tasks"][name] != spec
-    ]
+    for name, spec in fresh["tasks"].items():
+        before = old.get("tasks", {}).get(name)
+        if before is not None and before != spec:  # e.g. tasks.kv.metric: absent (an older run) or another one
+            differs += [f"tasks.{name}.{key}" for key in sorted({*spec, *before}) if before.get(key) != spec.get(key)]
     if differs:
         raise ValueError(
             f"{out} holds results of a run with other settings (differs in {', '.join(differs)}); "
@@ -334,6 +361,11 @@ def run(
     `config.out` for its whole length (`OUT/run.lock`, `repo_train.run_lock`):
     a second run into the same directory is refused before loading anything.
     """
+    if Path(config.out).exists() and not Path(config.out).is_dir():
+        raise NotADirectoryError(
+            f"the output directory {config.out} is a file; pass --out a directory (a new one, or an earlier "
+            "run's to resume it)"
+        )
     with locked_directory(config.out, f"evaluation run directory {config.out}"):
         return _run_locked(config, model, tokenizer, max_records, on_record, progress)
 
@@ -350,6 +382,9 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     elif model is None:
         model, tokenizer = tiny_default(config.seed)
         model = place_model(model, config.device)
+    for stack in stacks:  # a method that cannot apply to this model fails before anything is written
+        with stack.attached(model, tokenizer):
+            pass
     identity = model_identity(model)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

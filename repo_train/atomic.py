@@ -6,12 +6,18 @@ which is atomic on POSIX file systems. The temporary file is removed if the
 write fails. `tempfile.mkstemp` creates files readable by their owner only;
 the finished file gets the permissions a plain `open(path, "w")` would give
 (0o666 minus the umask), so shared result directories stay readable.
+
+A whole output directory (an exported model) is written the same way by
+`atomic_directory`: built in a hidden staging directory next to the target,
+given ordinary permissions (files 0o666, directories 0o777, minus the umask),
+then moved into place; on any failure the staging directory is removed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,10 +25,76 @@ from pathlib import Path
 from typing import Any
 
 
-def _default_mode() -> int:
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def _default_mode() -> int:
+    return 0o666 & ~_umask()
+
+
+def apply_default_permissions(root: str | os.PathLike) -> None:
+    """Give `root` and everything under it the permissions plain `open`/`mkdir` would (the umask's)."""
+    root = Path(root)
+    file_mode, dir_mode = _default_mode(), 0o777 & ~_umask()
+    for directory, _, files in os.walk(root):
+        os.chmod(directory, dir_mode)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.chmod(path, file_mode)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """A staging directory next to `path`, filled by the caller, moved onto `path` when the block succeeds.
+
+    An existing `path` directory is replaced only then (moved aside, then
+    deleted), so a failed or interrupted write leaves the old one as it was.
+    Missing parent directories are created, and removed again on failure if
+    they stayed empty. OSError while creating the staging directory (a
+    read-only or unwritable place) propagates before anything was written.
+    """
+    path = Path(path)
+    created = []
+    parent = path.parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    except BaseException:
+        _remove_empty(created)
+        raise
+    old = None
+    try:
+        yield staging
+        apply_default_permissions(staging)
+        if path.is_dir() and not path.is_symlink():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
+            os.replace(path, old / path.name)
+        os.replace(staging, path)
+    except BaseException:
+        if old is not None and (old / path.name).exists() and not path.exists():
+            os.replace(old / path.name, path)  # put the earlier directory back
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None:
+            _remove_empty([old])  # only if the earlier directory went back
+        _remove_empty(created)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for directory in directories:  # innermost first
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 @contextmanager

@@ -11,11 +11,11 @@ import argparse
 import sys
 
 from repo_train import demo, export
-from repo_train.cli_errors import report_user_errors
+from repo_train.cli_errors import OneLineArgumentParser, report_user_errors
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(  # a bad option of demo / export: one line, not the usage block
         prog="python -m repo_train",
         description="repo-train: OLMo-2 with learned (REPO) and baseline position methods.",
     )

@@ -7,148 +7,197 @@ checkpoint, and writes `save_pretrained` output that
 `AutoModelForCausalLM.from_pretrained` loads after `import repo_train`. The
 export is also how a ZeRO run moves to another number of processes.
 
-Checkpoints are unpickled with `torch.load(weights_only=True)` (also inside
-DeepSpeed's shard merging, via `TORCH_FORCE_WEIGHTS_ONLY_LOAD`): a crafted
-`.ckpt` cannot run code. Besides tensors and plain containers, only the
-globals in `SAFE_GLOBALS` are allowed; anything else, and files that are not
-checkpoints at all, end in one line naming the problem.
+Checkpoints are read by `repo_train.checkpoints` (`torch.load(weights_only=True)`,
+also inside DeepSpeed's shard merging): a crafted `.ckpt` cannot run code, and
+files that are not checkpoints end in one line naming the problem.
+
+The tokenizer goes next to the weights, so the export can be evaluated as it
+is: `--tokenizer DIR` if given, else the one the run used, read from the
+checkpoint (the training data's `tokenizer`, else the `init_from` model's
+tokenizer files); a hub name is taken from the local Hugging Face cache, never
+downloaded here. The tokenizer must load and fit the model's vocabulary. A run
+on synthetic token ids has none; `--no-tokenizer` exports the weights alone.
+
+`--out` is written atomically (`repo_train.atomic.atomic_directory`): built in
+a hidden staging directory next to it, moved into place complete, with the
+umask's permissions; nothing is left behind on failure. An existing `--out`
+is replaced only if it is an earlier export (it holds config.json); a file or
+another non-empty directory there is refused.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import pickle
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from repo_train.atomic import atomic_directory
+from repo_train.checkpoints import load_lightning_checkpoint
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt file or DeepSpeed checkpoint directory")
-    parser.add_argument("--out", required=True, help="output HF directory")
-    parser.add_argument("--tokenizer", default=None, help="directory whose tokenizer files are copied alongside")
+    parser.add_argument("--out", required=True, help="output HF directory (replaced if it holds an earlier export)")
+    tokenizer = parser.add_mutually_exclusive_group()
+    tokenizer.add_argument(
+        "--tokenizer",
+        default=None,
+        help="directory whose tokenizer files are copied alongside (default: the tokenizer the run used)",
+    )
+    tokenizer.add_argument("--no-tokenizer", action="store_true", help="export the weights without a tokenizer")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
 
 
-#: Globals (besides tensors and plain containers, which weights_only allows anyway) that repo_train's
-#: checkpoints hold: a plain Lightning .ckpt needs none; the optimizer shards of a DeepSpeed ZeRO-2
-#: checkpoint hold these three plain-data classes (found by saving real checkpoints with
-#: tests/training/tiny_run.py). Module paths, imported only for a ZeRO checkpoint.
-SAFE_GLOBALS = {
-    "zero": (
-        "deepspeed.runtime.fp16.loss_scaler.LossScaler",  # static loss scale (1.0 in fp32/bf16): numbers
-        "deepspeed.runtime.zero.config.ZeroStageEnum",  # enum of the ZeRO stage
-        "deepspeed.utils.tensor_fragment.fragment_address",  # dataclass (numel, start)
-    )
-}
-ACCEPTED = "only Lightning checkpoints written by repo_train (python -m repo_train fit) are accepted"
+def check_out(out: Path) -> None:
+    """`--out` may be new, empty, or an earlier export (replaced); anything else is refused untouched."""
+    if out.is_symlink():
+        raise ValueError(f"--out {out} is a symbolic link: pass the real directory path (or a new one)")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory: pass a new directory path for the HF model")
+    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise ValueError(
+            f"--out {out} is a non-empty directory that is not an earlier export (no config.json): it is left as "
+            "it is; pass a new directory path"
+        )
 
 
-def _import_global(dotted: str):
-    module, _, name = dotted.rpartition(".")
-    return getattr(__import__(module, fromlist=[name]), name)
+def run_tokenizer(state: dict) -> tuple[str, str] | None:
+    """(location, where it was found) of the tokenizer the checkpoint's run used, or None (synthetic ids)."""
+    data = state.get("datamodule_hyper_parameters") or {}
+    train = data.get("train") if isinstance(data, dict) else None
+    if isinstance(train, dict) and train.get("tokenizer"):
+        return str(train["tokenizer"]), "data.train.tokenizer"
+    model = state.get("hyper_parameters") or {}
+    init_from = model.get("init_from") if isinstance(model, dict) else None
+    if init_from and any((Path(init_from) / name).is_file() for name in TOKENIZER_FILES):
+        return str(init_from), "model.init_from"
+    return None
 
 
-@contextmanager
-def _weights_only(kind: str) -> Iterator[None]:
-    """Every torch.load inside (also in library code asking for weights_only=False) is weights_only."""
-    previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+def _load_tokenizer(location: str, what: str, vocab_size: int):
+    """(files to copy, or a tokenizer object to save): refuses a tokenizer that is not there, does not load, or
+    does not fit the model. A local directory's files are copied as they are; a hub name (a run whose data named
+    one) is loaded from the Hugging Face cache and saved with save_pretrained."""
+    from transformers import AutoTokenizer
+
+    from repo_train.data.text import tokenizer_vocab_size
+
+    directory = Path(location).expanduser()
+    local = directory.exists()
+    hub_name = not local and re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", location) is not None
+    if not local and not hub_name:
+        raise FileNotFoundError(
+            f"the tokenizer {what} {location!r} does not exist: pass --tokenizer DIR (a directory with "
+            "tokenizer.json), or --no-tokenizer to export the weights alone"
+        )
+    files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    if local and not files:
+        raise FileNotFoundError(
+            f"the tokenizer {what} {location!r} has none of {', '.join(TOKENIZER_FILES[:2])}, ...: pass --tokenizer "
+            "DIR (a directory with tokenizer.json), or --no-tokenizer to export the weights alone"
+        )
     try:
-        with torch.serialization.safe_globals([_import_global(g) for g in SAFE_GLOBALS.get(kind, ())]):
-            yield
-    finally:
-        if previous is None:
-            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
-        else:
-            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
+        # a hub name from the Hugging Face cache only (where training put it): no network access while exporting
+        tokenizer = AutoTokenizer.from_pretrained(str(directory) if local else location, local_files_only=True)
+    except Exception as err:  # not cached, a damaged tokenizer.json: name it, export nothing
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        state = "does not load" if local else "is not a directory here nor a hub tokenizer in the local cache"
+        raise FileNotFoundError(
+            f"the tokenizer {what} {location!r} {state} ({detail}): pass --tokenizer DIR (a directory with "
+            "tokenizer.json), or --no-tokenizer to export the weights alone"
+        ) from err
+    size = tokenizer_vocab_size(tokenizer)
+    if size > vocab_size:
+        raise ValueError(
+            f"the tokenizer {what} {location!r} has ids up to {size - 1} but the model's vocab_size is {vocab_size}: "
+            "it is not this model's tokenizer; pass --tokenizer DIR with the run's own"
+        )
+    return (files, None) if local else ([], tokenizer)
 
 
-def _refusal(path: Path, err: Exception) -> ValueError:
-    """One line for a checkpoint torch could not (or would not) unpickle."""
-    text = str(err)
-    refused = re.findall(r"GLOBAL ([\w.]+)", text)
-    if isinstance(err, pickle.UnpicklingError) and refused:
-        return ValueError(f"{path}: refused to unpickle {refused[0]}; {ACCEPTED}")
-    detail = text.split("WeightsUnpickler error:", 1)[-1].strip().splitlines()
-    detail = detail[0][:200] if detail else ("empty file" if isinstance(err, EOFError) else type(err).__name__)
-    return ValueError(
-        f"{path}: not a readable PyTorch checkpoint (damaged, truncated or another format: {detail}); {ACCEPTED}"
-    )
+def export_checkpoint(
+    checkpoint: str | Path,
+    out: str | Path,
+    tokenizer: str | Path | None = None,
+    dtype: str = "float32",
+    *,
+    with_tokenizer: bool = True,
+):
+    """Write the HF directory; returns the model that was saved (its `.tokenizer_source` says what went with it).
 
-
-def _load_lightning_checkpoint(path: Path) -> dict:
-    if path.is_dir():
-        from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
-
-        with tempfile.TemporaryDirectory() as tmp:
-            merged = Path(tmp) / "merged.ckpt"
-            try:
-                with _weights_only("zero"):  # DeepSpeed's shard reader hard-codes weights_only=False
-                    convert_zero_checkpoint_to_fp32_state_dict(str(path), str(merged))
-            except Exception as err:  # any failure to read the user's files is one line
-                if isinstance(err, pickle.UnpicklingError):
-                    raise _refusal(path, err) from err
-                raise ValueError(
-                    f"{path}: not a readable DeepSpeed ZeRO checkpoint directory ({type(err).__name__}: "
-                    f"{(str(err).strip().splitlines() or [''])[0][:200]}); {ACCEPTED}"
-                ) from err
-            return _load_file(merged, path)
-    return _load_file(path, path)
-
-
-def _load_file(file: Path, shown: Path) -> dict:
-    try:
-        with _weights_only("lightning"):
-            state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as err:  # random bytes, a truncated zip, a refused global: one line each
-        raise _refusal(shown, err) from err
-    if not isinstance(state, dict) or not isinstance(state.get("state_dict"), dict):
-        raise ValueError(f"{shown}: holds no Lightning state_dict; {ACCEPTED}")  # noqa: TRY004 (a user error)
-    return state
-
-
-def export_checkpoint(checkpoint: str | Path, out: str | Path, tokenizer: str | Path | None = None, dtype="float32"):
-    """Write the HF directory; returns the model that was saved."""
+    `tokenizer` None takes the run's own (see the module doc); `with_tokenizer=False` writes the weights alone.
+    """
     checkpoint, out = Path(checkpoint), Path(out)
+    check_out(out)
     if not checkpoint.exists():
-        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
-    state = _load_lightning_checkpoint(checkpoint)
+        raise FileNotFoundError(
+            f"checkpoint {checkpoint} does not exist: pass a .ckpt file (or ZeRO directory) under the run's "
+            "lightning_logs/version_N/checkpoints/"
+        )
+    state = load_lightning_checkpoint(checkpoint)
     if "model_config" not in state:
         raise ValueError(f"{checkpoint} has no 'model_config': it was not written by repo_train's training module")
     config = RePoOlmo2Config.from_dict(state["model_config"])
+    tokenizer_files, tokenizer_object, source = [], None, None
+    if tokenizer is not None:
+        source = (str(tokenizer), "--tokenizer")
+    elif with_tokenizer:
+        source = run_tokenizer(state)
+    if source is not None:
+        tokenizer_files, tokenizer_object = _load_tokenizer(source[0], source[1], config.vocab_size)
     model = RePoOlmo2ForCausalLM(config)
     weights = {k.removeprefix("model."): v for k, v in state["state_dict"].items() if k.startswith("model.")}
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if k != "lm_head.weight" or not config.tie_word_embeddings]
     if missing or unexpected:
-        raise ValueError(f"checkpoint weights do not match the model: missing {missing}, unexpected {unexpected}")
+        raise ValueError(
+            f"{checkpoint}: its weights do not match its model config: {len(missing)} missing "
+            f"({', '.join(missing[:3])}), {len(unexpected)} unexpected ({', '.join(unexpected[:3])})"
+        )
     model = model.to(getattr(torch, dtype))
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    if tokenizer is not None:
-        copied = [name for name in TOKENIZER_FILES if (Path(tokenizer) / name).is_file()]
-        if not copied:
-            raise FileNotFoundError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {tokenizer}")
-        for name in copied:
-            shutil.copy2(Path(tokenizer) / name, tmp / name)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # the directory appears complete or not at all
+    try:
+        with atomic_directory(out) as staging:  # complete or not at all; no staging directory left behind
+            model.save_pretrained(staging)
+            for file in tokenizer_files:
+                shutil.copyfile(file, staging / file.name)
+            if tokenizer_object is not None:
+                tokenizer_object.save_pretrained(staging)
+    except OSError as err:  # read-only place, disk full: the path and the reason
+        raise ValueError(
+            f"cannot write the export to {out} ({err.strerror or type(err).__name__}"
+            f"{': ' + str(err.filename) if err.filename else ''}): pass a writable --out with free space"
+        ) from err
+    model.tokenizer_source = source
     return model
 
 
 def run(args: argparse.Namespace) -> int:
-    export_checkpoint(args.checkpoint, args.out, args.tokenizer, args.dtype)
-    print(f"[export] wrote {args.out}")
+    model = export_checkpoint(
+        args.checkpoint, args.out, args.tokenizer, args.dtype, with_tokenizer=not args.no_tokenizer
+    )
+    if model.tokenizer_source is not None:
+        location, what = model.tokenizer_source
+        print(f"[export] wrote {args.out} (weights, and the tokenizer of {what}: {location})")
+    elif args.no_tokenizer:
+        print(f"[export] wrote {args.out} (weights only, as asked)")
+    else:
+        print(
+            f"[export] wrote {args.out} (weights only: the checkpoint names no tokenizer, as for a run on synthetic "
+            "ids; add one with --tokenizer DIR before evaluating it)"
+        )
     return 0

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repo_train.argtypes import non_negative_int, positive_int
-from repo_train.cli_errors import EXIT_USAGE, report_user_errors
+from repo_train.cli_errors import OneLineArgumentParser, report_user_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
@@ -45,15 +45,8 @@ resume: rerun the same command with --resume; it continues NAME.state.json (or s
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage block): `PROG: error: MESSAGE`, exit code 2."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineArgumentParser(
         prog="python -m search",
         description="LPES: search one RoPE scaling factor per layer of a frozen model with a Bézier-constrained "
         "genetic algorithm scored by the evaluation harness, and write a scale file.",
@@ -225,13 +218,17 @@ def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=Non
 def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
     from repo_train.modeling.scaling import current_policies
     from search.ga import run
-    from search.harness_fitness import evaluate_held_out, model_fingerprint, rank_and_world
+    from search.harness_fitness import check_held_out_available, evaluate_held_out, model_fingerprint, rank_and_world
     from search.search_log import search_with_log
 
     rank, _ = rank_and_world()
     paths = output_paths(out)
     if paths["state"].exists() and not resume:
         raise ValueError(f"{paths['state']} exists: pass --resume to continue that search, or delete it to start over")
+    if paths["state"].exists():
+        from search.ga import SearchState
+
+        SearchState.load(paths["state"])  # a truncated or corrupt state fails before the model is loaded
     wall = time.perf_counter()
     model, tokenizer = load_search_model(config.model)
     num_layers = len(current_policies(model))
@@ -254,6 +251,13 @@ def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
         settings=settings,
         progress=progress,
     )
+    held = config.held_out
+    held_offset = task.num_examples if held.offset is None else held.offset
+    held_seed = task.seed if held.seed is None else held.seed
+    if held.num_examples > 0:  # a data file too small for it fails now, not after the search
+        check_held_out_available(
+            task.name, params, num_examples=held.num_examples, example_offset=held_offset, seed=held_seed
+        )
     space = config.space.build(num_layers)
     echo = print if rank == 0 else (lambda *a, **k: None)
     echo(
@@ -269,8 +273,7 @@ def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
         result = run(space, fitness, config.ga, context=fitness.context, state_path=state, resume=resume, save=False)
 
     held_out = None
-    if config.held_out.num_examples > 0:
-        held = config.held_out
+    if held.num_examples > 0:
         held_out = evaluate_held_out(
             model,
             tokenizer,
@@ -278,8 +281,8 @@ def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
             params,
             result.scales,
             num_examples=held.num_examples,
-            example_offset=task.num_examples if held.offset is None else held.offset,
-            seed=task.seed if held.seed is None else held.seed,
+            example_offset=held_offset,
+            seed=held_seed,
             weights=config.weights,
             settings=settings,
             exclude_example_ids=fitness.example_ids,

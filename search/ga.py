@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from repo_train.atomic import write_json_atomic
+from repo_train.cli_errors import writing_to
 from search.fitness import Fitness, FitnessResult, SyntheticFitness
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
 
@@ -85,7 +86,14 @@ class GAConfig:
         bad = {k: v for k, v in counts.items() if not isinstance(v, int) or v < 0}
         if bad or self.parents < 1 or self.redraw_limit < 1:
             raise ValueError(f"GA settings must be non-negative integers (parents, redraw_limit >= 1), got {bad}")
-        if self.population != self.parents + self.crossover_offspring + self.mutation_offspring:
+        needed = self.parents + self.crossover_offspring + self.mutation_offspring
+        if self.population < self.parents:
+            raise ValueError(
+                f"population {self.population} is smaller than parents {self.parents} (the parents are kept from "
+                "each generation's population): change the counts so they add up, population = parents + "
+                f"crossover_offspring + mutation_offspring = {needed}"
+            )
+        if self.population != needed:
             raise ValueError(
                 f"population {self.population} != parents {self.parents} + crossover {self.crossover_offspring} "
                 f"+ mutation {self.mutation_offspring}: change the counts so they add up"
@@ -283,11 +291,31 @@ class SearchState:
         )
 
     def save(self, path: str | Path) -> None:
-        write_json_atomic(path, self.to_json())
+        with writing_to(path):  # a full disk names the file
+            write_json_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> SearchState:
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """The state saved at `path`; an unreadable file is a ValueError naming it and what to do."""
+        path = Path(path)
+        restart = "delete it to start the search over (or restore an intact copy to continue it)"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"search state {path} is not text ({err.reason}): {restart}") from err
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"search state {path} is not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}): it is "
+                f"truncated or corrupt; {restart}"
+            ) from err
+        if not isinstance(data, dict):
+            raise ValueError(f"search state {path} is not a JSON object: {restart}")  # noqa: TRY004  (user error)
+        try:
+            return cls.from_json(data)
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"search state {path} lacks or mangles {err}: {restart}") from err
+        except ValueError as err:
+            raise ValueError(f"search state {path}: {err}") from err
 
 
 # ---------------------------------------------------------------- the search
@@ -360,8 +388,8 @@ def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> S
         raise ValueError(f"{path} searched {state.space}, not {space}: pass the same space or a new state file")
     if state.context != context:
         raise ValueError(
-            f"{path} was scored with fitness context {state.context!r}, not {context!r} (another model or "
-            "search set): resume with the same ones, or use a new state file"
+            f"{path} was scored with fitness context {state.context!r}, not {context!r} (another model, search "
+            "set, decoding, weights or metric): resume with the same ones, or use a new state file"
         )
     changed = [
         f.name
@@ -452,7 +480,8 @@ def run(
 def _accumulate_timing(path: Path, timing: dict[str, float]) -> None:
     sidecar = path.with_name(path.name + ".timing.json")
     total = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-    write_json_atomic(sidecar, {k: total.get(k, 0.0) + v for k, v in timing.items()})
+    with writing_to(sidecar):
+        write_json_atomic(sidecar, {k: total.get(k, 0.0) + v for k, v in timing.items()})
 
 
 def measure_bookkeeping(num_layers: int = 32, state_path: str | Path | None = None) -> dict[str, float]:

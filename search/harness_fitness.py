@@ -51,6 +51,7 @@ from tqdm.auto import tqdm
 from evaluation.generation import DecodeSettings, plan_batches
 from evaluation.methods import MethodStack
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
+from evaluation.tasks import build_task
 from repo_train.modeling.scaling import current_policies, scaled_policies
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
@@ -179,12 +180,14 @@ class HarnessFitness:
         self.num_layers = len(current_policies(model))
         scaled_policies(model, [1.0] * self.num_layers, method="LPES")  # a REPO model fails here, not mid-search
         self.data_sha256 = self._data_hash()
-        self.context = context_key(
+        self.metric = self.prepared.task.metric_name
+        self.context = context_key(  # a resumed search reuses cached fitness values only if all of these agree
             model=model_fingerprint(model),
             data=self.data_sha256,
             decode=dataclasses.asdict(self.settings),
             weights=self.weights.as_dict(),
             scorer=type(self).__qualname__,
+            metric=self.metric,  # kv's default changed (best_subspan_em -> kv_containment): never mix the two
         )
 
     def _data_hash(self) -> str:
@@ -231,6 +234,7 @@ class HarnessFitness:
             "num_examples": len(self.example_ids),
             "positions": dict(self.positions),
             "rows": len(self.prepared.rows),
+            "metric": self.metric,
             "max_new_tokens": self.settings.max_new_tokens,
             "data_sha256": self.data_sha256,
         }
@@ -248,6 +252,28 @@ def _drop_examples(prepared: PreparedTask, offset: int) -> PreparedTask:
     return dataclasses.replace(prepared, rows=[prepared.rows[i] for i in keep], prompts=prompts, plan=plan)
 
 
+def check_held_out_available(
+    task: str, task_params: Mapping[str, Any], *, num_examples: int, example_offset: int, seed: int
+) -> None:
+    """Fail before a search, not hours later: the held-out set (`evaluate_held_out`) can be built from the data.
+
+    The held-out set takes `num_examples` source examples after the first
+    `example_offset` (the search's); a data file with fewer is a ValueError
+    naming the count, the file and the options. Reads the file only.
+    """
+    total = example_offset + num_examples
+    params = {**task_params, "num_examples": total, "seed": seed, "gold_positions": [0]}
+    try:
+        next(iter(build_task(task, **params).rows()), None)  # the first row needs the whole source (num_examples)
+    except ValueError as err:
+        reason = str(err).split(";")[0]
+        raise ValueError(
+            f"the held-out check after the search needs {total} source examples (held_out.num_examples="
+            f"{num_examples} after {example_offset} skipped), but {reason}: lower held_out.num_examples (0 skips "
+            "the check) or held_out.offset, or use a data file with more examples"
+        ) from err
+
+
 def evaluate_held_out(
     model,
     tokenizer,
@@ -255,7 +281,7 @@ def evaluate_held_out(
     task_params: Mapping[str, Any],
     scales: Sequence[float],
     *,
-    num_examples: int = 200,
+    num_examples: int = 500,
     example_offset: int = 0,
     seed: int = 0,
     weights: SubsetWeights | None = None,
@@ -264,6 +290,9 @@ def evaluate_held_out(
     fitness_cls: type[HarnessFitness] = HarnessFitness,
 ) -> dict[str, Any]:
     """Score baseline (all 1), PI at the mean scale, and `scales` on examples the search did not use.
+
+    `num_examples` defaults to the paper's held-out size, 500 source examples
+    (`search.config.HeldOutConfig`), each at the three positions.
 
     `exclude_example_ids` are the search set's example ids; an overlap is an
     error (raise `example_offset` or change `seed`).

@@ -312,7 +312,307 @@ def _gpt2_dir(tmp: Path) -> Path:
     return config_only(tmp, "gpt2", model_type="gpt2", n_embd=64, n_layer=2)
 
 
+TINY_SEARCH = str(ROOT / "configs" / "search" / "tiny.yaml")
+
+
+def _tmp_args(ctx: Context, args) -> list[str]:
+    return [arg.replace("{tmp}", str(ctx.tmp)) for arg in args]
+
+
+def _ev_fresh(*extra: str, model: Callable[[Path], Path] = repo_model) -> Callable[[Context], list[str]]:
+    """EVAL of a tiny model into a new ctx.tmp/out (removed again when refused); `{tmp}` in `extra` is ctx.tmp."""
+    return lambda ctx: [*EVAL, *_tmp_args(ctx, extra), "--model", str(model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+
+def _ev_with(make: Callable[[Context], list[str]]) -> Callable[[Context], list[str]]:
+    """EVAL of a tiny model into a new ctx.tmp/out, plus the arguments `make` returns after building its files."""
+    return lambda ctx: [*EVAL, *make(ctx), "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+
+def _ev_data_dir(files: dict[str, str], *extra: str) -> Callable[[Context], list[str]]:
+    """`--data-dir ctx.tmp/data` holding `files` (name -> text), plus `extra` options."""
+
+    def make(ctx: Context) -> list[str]:
+        data = ctx.tmp / "data"
+        data.mkdir()
+        for name, text in files.items():
+            (data / name).write_text(text)
+        return ["--data-dir", str(data), *extra]
+
+    return _ev_with(make)
+
+
+def _ev_earlier(edit: Callable[[Path], None]) -> Callable[[Context], list[str]]:
+    """An earlier run of the same command stopped after one record (`--max-records 1`), then `edit(out)`."""
+
+    def make(ctx: Context) -> list[str]:
+        argv = [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+        assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+        edit(ctx.tmp / "out")
+        return argv
+
+    return make
+
+
+def _duplicate_first_record(out: Path) -> None:
+    """records.jsonl gets its first record again, with another prediction and score (two writers?)."""
+    record = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    record.update(prediction="another answer", score=1.0 - record["score"])
+    with open(out / "records.jsonl", "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def _manifest_without_metric(out: Path) -> None:
+    """run.json as an older version wrote it: no metric in the task entry (kv then scored best_subspan_em)."""
+    manifest = json.loads((out / "run.json").read_text())
+    del manifest["tasks"]["kv"]["metric"]
+    (out / "run.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _damaged_weights(damage: Callable[[bytes], bytes]) -> Callable[[Path], Path]:
+    """A tiny model whose model.safetensors is `damage`d (truncated, overwritten)."""
+
+    def make(tmp: Path) -> Path:
+        path = repo_model(tmp, "damaged")
+        weights = path / "model.safetensors"
+        weights.write_bytes(damage(weights.read_bytes()))
+        return path
+
+    return make
+
+
+def _other_width(tmp: Path) -> Path:
+    """A tiny model (hidden size 64) whose config.json says 128."""
+    path = repo_model(tmp, "other_width")
+    _write_config(path, hidden_size=128)
+    return path
+
+
+def _gpt2_model(tmp: Path) -> Path:
+    """A real tiny GPT-2 (absolute positions, `transformer.h`): no RoPE layers to scale."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    path = tmp / "gpt2_model"
+    config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=1)
+    GPT2LMHeadModel(config).save_pretrained(path)
+    return _with_tokenizer(path)
+
+
+def _scale_json(num_layers: int = 4, **changes) -> dict:
+    """A complete scale file of a 3-point Bézier curve whose scales follow it, then `changes`."""
+    from repo_train.modeling.scale_curves import curve_scales
+
+    points = [[0.0, 1.2], [2.0, 1.9], [3.0, 1.4]]
+    scales = curve_scales("bezier", [p[0] for p in points], [p[1] for p in points], num_layers).tolist()
+    data = {
+        "format_version": 1,
+        "num_layers": num_layers,
+        "curve": {"type": "bezier", "degree": 2},
+        "control_points": points,
+        "scales": scales,
+        "fitness": {"overall": 0.5, "per_subset": {"begin": 0.5, "middle": 0.5, "end": 0.5}},
+        "model": {"name": "tiny", "config_sha256": "0" * 64},
+        "search": {"ga": {}, "seed": 0, "weights": {}, "data_sha256": "0", "generations": 1, "wall_time_s": 1.0},
+    }
+    return {**data, **changes}
+
+
+def _scale_file(data: dict) -> Callable[[Context], Path]:
+    def make(ctx: Context) -> Path:
+        path = ctx.tmp / "scales" / "s.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+        return path
+
+    return make
+
+
+def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
+    """baseline and `lpes:scale_file=` a scale file holding `data`."""
+    return _ev_with(lambda ctx: ["--method", "baseline", "--method", f"lpes:scale_file={_scale_file(data)(ctx)}"])
+
+
+def _se_run(*extra: str, make: Callable[[Context], list[str]] | None = None) -> Callable[[Context], list[str]]:
+    """`search run` of configs/search/tiny.yaml to ctx.tmp/scales/s.json, plus `extra` and what `make` returns."""
+    return lambda ctx: [
+        "run", "--config", TINY_SEARCH, "--out", str(ctx.tmp / "scales" / "s.json"), *_tmp_args(ctx, extra),
+        *(make(ctx) if make is not None else []),
+    ]  # fmt: skip
+
+
+def _se_config(text: str) -> Callable[[Context], list[str]]:
+    def make(ctx: Context) -> list[str]:
+        (ctx.tmp / "search.yaml").write_text(text)
+        return ["--config", str(ctx.tmp / "search.yaml")]
+
+    return make
+
+
+def _truncated_state(ctx: Context) -> list[str]:
+    """scales/s.state.json cut off mid-way (a disk that filled up, a copy that broke off)."""
+    (ctx.tmp / "scales").mkdir()
+    state = '{"state_version": 1, "space": {"num_layers": 4, "num_points": 3, "curve": "bezier"}, "config": {"popu'
+    (ctx.tmp / "scales" / "s.state.json").write_text(state)
+    return ["--resume"]
+
+
+def _kv_release_file(ctx: Context, examples: int, keys: int = 4) -> Path:
+    """A kv-retrieval-<keys>_keys.jsonl in the release's format with `examples` lines, in ctx.tmp/data."""
+    data = ctx.tmp / "data"
+    data.mkdir(exist_ok=True)
+    lines = []
+    for index in range(examples):
+        pairs = [[f"key-{index}-{k}", f"value-{index}-{k}"] for k in range(keys)]
+        lines.append(json.dumps({"ordered_kv_records": pairs, "key": pairs[1][0], "value": pairs[1][1]}))
+    path = data / f"kv-retrieval-{keys}_keys.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _search_show(data: dict) -> Callable[[Context], list[str]]:
+    return lambda ctx: ["show", str(_scale_file(data)(ctx))]
+
+
 # == evaluation and search setups: insert above this line ==
+FIT = ["fit", "--trainer.max_steps", "1"]
+
+
+def _fit(*args: str) -> Callable[[Context], list[str]]:
+    """The fast `fit` of the tiny default under ctx.tmp/run; `{tmp}` in an argument is replaced by ctx.tmp."""
+    return lambda ctx: (
+        [*FIT, "--trainer.default_root_dir", str(ctx.tmp / "run")]
+        + [arg.replace("{tmp}", str(ctx.tmp)) for arg in args]
+    )
+
+
+def _fit_with(make: Callable[[Context], list[str]]) -> Callable[[Context], list[str]]:
+    """`fit` plus the arguments `make` returns after building its files under ctx.tmp."""
+    return lambda ctx: [*FIT, "--trainer.default_root_dir", str(ctx.tmp / "run"), *make(ctx)]
+
+
+def _file(name: str, data: str | bytes) -> Callable[[Context], Path]:
+    def make(ctx: Context) -> Path:
+        path = ctx.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
+        return path
+
+    return make
+
+
+def _data(source: str, file: Callable[[Context], Path] | None = None, **options) -> Callable[[Context], list[str]]:
+    """`--data.train` of one source reading `file` (text sources get the byte tokenizer saved under ctx.tmp)."""
+
+    def make(ctx: Context) -> list[str]:
+        train = {"source": source, **options}
+        if file is not None:
+            train["mix_file" if source == "olmo_numpy" else "paths"] = (
+                str(file(ctx)) if source == "olmo_numpy" else [str(file(ctx))]
+            )
+        if source in ("text", "prompt_completion"):
+            train["tokenizer"] = str(_with_tokenizer(ctx.tmp / "tokenizer"))
+        return ["--data.train", json.dumps(train)]
+
+    return make
+
+
+def _numpy_mix(shard: bytes | None) -> Callable[[Context], Path]:
+    """A mix file listing shard.npy, which holds `shard` (None: the shard is not there)."""
+
+    def make(ctx: Context) -> Path:
+        if shard is not None:
+            (ctx.tmp / "shard.npy").write_bytes(shard)
+        (ctx.tmp / "mix.txt").write_text("shard.npy\n")
+        return ctx.tmp / "mix.txt"
+
+    return make
+
+
+NUMPY = {"seq_len": 16, "vocab_size": 256, "eos_token_id": 1, "pad_token_id": 0, "check_token_ids": False}
+
+
+def _unwritable(ctx: Context, name: str) -> Path:
+    """A path no file can be created at: under a 0o555 directory, or (root ignores modes) under sysfs."""
+    if os.geteuid() != 0:
+        parent = ctx.tmp / "read-only"
+        parent.mkdir()
+        parent.chmod(0o555)
+        return parent / name
+    return Path("/sys/fs/repo-train-bad-input") / name
+
+
+#: What a checkpoint of the tiny default saves about its run (Lightning's hyper_parameters of both modules).
+SAVED_MODEL = {"init_from": None, "preset_name": "tiny", "position_method": "repo", "lr": 0.01}
+SAVED_DATA = {"train": {"source": "synthetic", "seq_len": 32}, "global_batch_size": 16, "micro_batch_size": 4}
+
+
+def _run_checkpoint(ctx: Context, model: dict | None = None, data: dict | None = None, weights: bool = True) -> Path:
+    """A .ckpt as `fit` writes it: tiny model weights, model_config and both modules' hyperparameters."""
+    state = torch.load(lightning_like(ctx.tmp / "base.ckpt"), weights_only=True) if weights else {"state_dict": {}}
+    (ctx.tmp / "base.ckpt").unlink(missing_ok=True)
+    state["hyper_parameters"] = {**SAVED_MODEL, **(model or {}), "_instantiator": "pytorch_lightning.cli.x"}
+    state["datamodule_hyper_parameters"] = {**SAVED_DATA, **(data or {})}
+    torch.save(state, ctx.tmp / "run.ckpt")
+    return ctx.tmp / "run.ckpt"
+
+
+def _resume(*args: str, model: dict | None = None, data: dict | None = None) -> Callable[[Context], list[str]]:
+    """`fit --ckpt_path` of a checkpoint saved with SAVED_MODEL/SAVED_DATA (+ changes), with `args` given."""
+    return _fit_with(lambda ctx: ["--ckpt_path", str(_run_checkpoint(ctx, model, data, weights=False)), *args])
+
+
+def _ckpt(make: Callable[[Context], Path]) -> Callable[[Context], list[str]]:
+    return _fit_with(lambda ctx: ["--ckpt_path", str(make(ctx))])
+
+
+def _zero_without(*names: str) -> Callable[[Context], Path]:
+    """A ZeRO checkpoint directory (tiny shards) missing `names` (relative paths inside it)."""
+
+    def make(ctx: Context) -> Path:
+        path = zero_dir_with(ctx.tmp, {"optimizer_state_dict": {"zero_stage": 2}})
+        for name in names:
+            (path / name).unlink()
+        return path
+
+    return make
+
+
+def _init_dir(ctx: Context, weights: str | None, shards: list[str] = ()) -> Path:
+    """An OLMo-2 config.json with only `weights` (a file name) or an index naming `shards` that are absent."""
+    path = ctx.tmp / "base"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "olmo2", **_fields()}))
+    if weights is not None:
+        index = {"metadata": {}, "weight_map": {f"w{i}": shard for i, shard in enumerate(shards)}}
+        (path / weights).write_text(json.dumps(index))
+    return path
+
+
+def _export_to(out: Callable[[Context], Path], checkpoint=lambda ctx: lightning_like(ctx.tmp / "run.ckpt"), *extra):
+    return lambda ctx: ["export", "--checkpoint", str(checkpoint(ctx)), "--out", str(out(ctx)), *extra]
+
+
+def _dir_with_file(ctx: Context) -> Path:
+    (ctx.tmp / "results").mkdir()
+    (ctx.tmp / "results" / "notes.txt").write_text("not a model\n")
+    return ctx.tmp / "results"
+
+
+def _run_tokenizer_checkpoint(tokenizer: Callable[[Context], Path]) -> Callable[[Context], Path]:
+    """A checkpoint whose run read text with the tokenizer `tokenizer(ctx)` (what export takes by default)."""
+
+    def make(ctx: Context) -> Path:
+        data = {"train": {"source": "text", "tokenizer": str(tokenizer(ctx)), "paths": ["a.txt"], "seq_len": 16}}
+        return _run_checkpoint(ctx, data=data)
+
+    return make
+
+
+def _big_tokenizer(ctx: Context) -> Path:
+    """A tokenizer with more ids (258) than the tiny model's 256 embeddings: not this model's."""
+    return _with_tokenizer(ctx.tmp / "big_tokenizer")
+
+
 # == training and export setups: insert above this line ==
 
 
@@ -381,7 +681,536 @@ BAD_INPUTS = [
         EXIT_USAGE,
         "has no 'model_config'",
     ),
+    # -- evaluation: prompts that cannot fit (issue 13, item 5), refused from lengths alone
+    BadInput(
+        "eval-kv-75-keys-over-max-length",
+        "evaluation",
+        _ev_fresh("--num-keys", "75", "--max-length", "2048"),
+        EXIT_USAGE,
+        "10 of 10 prompts exceed the 2046-token prompt limit (longest 6231 tokens; the limit is --max-length",
+    ),
+    # -- evaluation: the model directory
+    BadInput(
+        "eval-truncated-safetensors",
+        "evaluation",
+        _eval(_damaged_weights(lambda data: data[: len(data) // 2])),
+        EXIT_USAGE,
+        "damaged/model.safetensors is not a readable safetensors file",
+    ),
+    BadInput(
+        "eval-corrupt-safetensors",
+        "evaluation",
+        _eval(_damaged_weights(lambda data: random.Random(1).randbytes(len(data)))),
+        EXIT_USAGE,
+        "is truncated or corrupt; copy it again",
+    ),
+    BadInput(
+        "eval-other-width",
+        "evaluation",
+        _eval(_other_width),
+        EXIT_USAGE,
+        "[258, 64] in the checkpoint, [258, 128] here",
+    ),
+    BadInput(
+        "eval-pi-on-gpt2",
+        "evaluation",
+        _ev_fresh("--method", "pi:scale=2", model=_gpt2_model),
+        EXIT_USAGE,
+        "GPT2LMHeadModel does not look like a HF decoder",
+    ),
+    # -- evaluation: data and options
+    BadInput(
+        "eval-empty-mdqa-file",
+        "evaluation",
+        _ev_data_dir({"nq-open-oracle.jsonl": ""}, "--tasks", "mdqa", "--num-documents", "3"),
+        EXIT_USAGE,
+        "nq-open-oracle.jsonl' is empty (no JSON lines)",
+    ),
+    BadInput(
+        "eval-empty-kv-file",
+        "evaluation",
+        _ev_data_dir({"kv-retrieval-2_keys.jsonl": "\n\n"}),
+        EXIT_USAGE,
+        "kv-retrieval-2_keys.jsonl' is empty (no JSON lines)",
+    ),
+    BadInput(
+        "eval-data-dir-without-kv-file",
+        "evaluation",
+        _ev_data_dir({"README": "not the data\n"}),
+        EXIT_USAGE,
+        "no kv-retrieval-2_keys.jsonl(.gz) in --data-dir",
+    ),
+    BadInput(
+        "eval-data-dir-missing",
+        "evaluation",
+        _ev_fresh("--data-dir", "{tmp}/no_such_dir"),
+        EXIT_USAGE,
+        "no_such_dir' is not a directory",
+    ),
+    BadInput(
+        "eval-batch-size-zero",
+        "evaluation",
+        _ev_fresh("--batch-size", "0"),
+        EXIT_USAGE,
+        "argument --batch-size: expected a positive integer, got '0' (see python -m evaluation run --help)",
+    ),
+    BadInput(
+        "eval-bad-gold-positions",
+        "evaluation",
+        _ev_fresh("--gold-positions", "first"),
+        EXIT_USAGE,
+        "argument --gold-positions: expected one of ['caliope', 'lpes', 'all'] or comma-separated",
+    ),
+    BadInput(
+        "eval-gold-position-out-of-range",
+        "evaluation",
+        _ev_fresh("--gold-positions", "0,5"),
+        EXIT_USAGE,
+        "gold position(s) [5] outside [0, 1] for 2 items",
+    ),
+    BadInput(
+        "eval-unknown-method", "evaluation", _ev_fresh("--method", "nosuch"), EXIT_USAGE, "unknown method 'nosuch'"
+    ),
+    BadInput(
+        "eval-unknown-method-parameter",
+        "evaluation",
+        _ev_fresh("--method", "pi:factor=2"),
+        EXIT_USAGE,
+        "unknown parameter(s) ['factor'] for method 'pi'; valid parameters are ['scale']",
+    ),
+    BadInput(
+        "eval-lpes-curve-mismatch",
+        "evaluation",
+        _ev_lpes(_scale_json(scales=[1.0, 1.0, 1.0, 1.0])),
+        EXIT_USAGE,
+        "scales differ from the bezier curve through control_points",
+    ),
+    BadInput(
+        "eval-lpes-format-version",
+        "evaluation",
+        _ev_lpes(_scale_json(format_version=2)),
+        EXIT_USAGE,
+        "format_version 2 is not supported",
+    ),
+    BadInput(
+        "eval-lpes-other-layer-count",
+        "evaluation",
+        _ev_lpes({"format_version": 1, "num_layers": 8, "scales": [1.0] * 8}),
+        EXIT_USAGE,
+        "has scales for 8 layers, the model has 4",
+    ),
+    # -- evaluation: the output directory and earlier results
+    BadInput(
+        "eval-out-is-a-file",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(_file("out.txt", "notes\n")(ctx))],
+        EXIT_USAGE,
+        "out.txt is a file; pass --out a directory",
+    ),
+    BadInput(
+        "eval-records-duplicate-id-other-result",
+        "evaluation",
+        _ev_earlier(_duplicate_first_record),
+        EXIT_USAGE,
+        "records.jsonl:2 repeats prompt",
+    ),
+    BadInput(
+        "eval-resume-run-without-metric",
+        "evaluation",
+        _ev_earlier(_manifest_without_metric),
+        EXIT_USAGE,
+        "other settings (differs in tasks.kv.metric)",
+    ),
+    BadInput(
+        "eval-truncated-run-json",
+        "evaluation",
+        _ev_earlier(lambda out: (out / "run.json").write_text((out / "run.json").read_text()[:60])),
+        EXIT_USAGE,
+        "is not a JSON object, truncated or corrupt",
+    ),
+    BadInput(
+        "report-truncated-summary",
+        "evaluation",
+        lambda ctx: ["report", "--out", str(_file("out/summary.json", '{"format_version": 2, "results"')(ctx).parent)],
+        EXIT_USAGE,
+        "is truncated or corrupt; rerun the `python -m evaluation run` command",
+    ),
+    # -- search
+    BadInput(
+        "search-truncated-state",
+        "search",
+        _se_run(make=_truncated_state),
+        EXIT_USAGE,
+        "s.state.json is not valid JSON (Unterminated string starting at: line 1, column 97): it is truncated or "
+        "corrupt; delete it to start the search over",
+    ),
+    BadInput(
+        "search-unsupported-architecture",
+        "search",
+        lambda ctx: _se_run("--model", str(_gpt2_model(ctx.tmp)))(ctx),
+        EXIT_USAGE,
+        "GPT2LMHeadModel does not look like a HF decoder",
+    ),
+    BadInput(
+        "search-truncated-safetensors",
+        "search",
+        _search(_damaged_weights(lambda data: data[:4096])),
+        EXIT_USAGE,
+        "model.safetensors is not a readable safetensors file",
+    ),
+    BadInput(
+        "search-config-unknown-key",
+        "search",
+        _se_run(make=_se_config("task:\n  name: kv\n  num_itemz: 4\n")),
+        EXIT_USAGE,
+        "unknown key 'task.num_itemz' in task",
+    ),
+    BadInput(
+        "search-population-below-parents",
+        "search",
+        _se_run(make=_se_config("ga: {population: 2, parents: 3, mutation_offspring: 0, crossover_offspring: 0}\n")),
+        EXIT_USAGE,
+        "population 2 is smaller than parents 3",
+    ),
+    BadInput(
+        "search-held-out-beyond-the-data",
+        "search",
+        _se_run(make=lambda ctx: ["--data-dir", str(_kv_release_file(ctx, examples=6).parent)]),
+        EXIT_USAGE,
+        "the held-out check after the search needs 8 source examples",
+    ),
+    BadInput(
+        "search-unknown-task",
+        "search",
+        _se_run("--task", "ruler"),
+        EXIT_USAGE,
+        "argument --task: invalid choice: 'ruler'",
+    ),
+    BadInput(
+        "search-show-format-version",
+        "search",
+        _search_show(_scale_json(format_version=2)),
+        EXIT_USAGE,
+        "format_version 2 is not supported",
+    ),
+    BadInput(
+        "search-show-curve-mismatch",
+        "search",
+        _search_show(_scale_json(scales=[1.0, 1.5, 1.5, 1.0])),
+        EXIT_USAGE,
+        "scales differ from the bezier curve",
+    ),
     # == evaluation and search rows: insert above this line ==
+    # -- training: parser errors are one line (not LightningCLI's ~90-line usage)
+    BadInput("fit-unknown-option", "repo_train", _fit("--model.no_such_key", "1"), EXIT_USAGE, "--model.no_such_key"),
+    BadInput(
+        "fit-max-steps-not-int", "repo_train", _fit("--trainer.max_steps", "abc"), EXIT_USAGE, "'abc' is not valid"
+    ),
+    BadInput(
+        "fit-config-not-a-mapping",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(_file("list.yaml", "- model\n- data\n")(ctx))]),
+        EXIT_USAGE,
+        "the config is not a YAML mapping",
+    ),
+    BadInput(
+        "fit-config-missing", "repo_train", _fit("--config", "{tmp}/nowhere.yaml"), EXIT_USAGE, "File does not exist"
+    ),
+    BadInput(
+        "fit-config-broken-yaml",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(_file("broken.yaml", "model: {lr: [\n")(ctx))]),
+        EXIT_USAGE,
+        "the config is not valid YAML",
+    ),
+    BadInput(
+        "fit-config-unknown-key",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(_file("typo.yaml", "model:\n  learning_rate: 0.1\n")(ctx))]),
+        EXIT_USAGE,
+        "does not accept option 'model.learning_rate'",
+    ),
+    # -- training: model and batch settings
+    BadInput(
+        "fit-unknown-position-method",
+        "repo_train",
+        _fit("--model.position_method", "alibi"),
+        EXIT_USAGE,
+        "unknown position_method 'alibi'",
+    ),
+    BadInput(
+        "fit-batch-not-divisible",
+        "repo_train",
+        _fit("--data.global_batch_size", "10", "--data.micro_batch_size", "4"),
+        EXIT_USAGE,
+        "global_batch_size=10 is not divisible by micro_batch_size",
+    ),
+    # -- training: the root dir
+    BadInput(
+        "fit-root-is-a-file",
+        "repo_train",
+        lambda ctx: [*FIT, "--trainer.default_root_dir", str(_file("root", "a file\n")(ctx))],
+        EXIT_USAGE,
+        "is a file, not a directory",
+    ),
+    BadInput(
+        "fit-root-unwritable",
+        "repo_train",
+        lambda ctx: [*FIT, "--trainer.default_root_dir", str(_unwritable(ctx, "run"))],
+        EXIT_USAGE,
+        "cannot be written",
+    ),
+    # -- training: --ckpt_path that is not a readable checkpoint (read weights-only, as export does)
+    BadInput("fit-ckpt-missing", "repo_train", _fit("--ckpt_path", "{tmp}/no.ckpt"), EXIT_USAGE, "does not exist"),
+    BadInput(
+        "fit-ckpt-random-bytes",
+        "repo_train",
+        _ckpt(_bytes("r.ckpt", random.Random(1).randbytes(4096))),
+        EXIT_USAGE,
+        "not a readable PyTorch checkpoint",
+    ),
+    BadInput("fit-ckpt-truncated", "repo_train", _ckpt(_truncated), EXIT_USAGE, "truncated"),
+    BadInput("fit-ckpt-empty", "repo_train", _ckpt(_bytes("e.ckpt", b"")), EXIT_USAGE, "empty file"),
+    BadInput(
+        "fit-ckpt-crafted-pickle",
+        "repo_train",
+        _ckpt(_saved("evil.ckpt", lambda ctx: {"state_dict": {}, "x": Evil(ctx.tmp / "pwned")})),
+        EXIT_USAGE,
+        "refused to unpickle",
+        absent="pwned",
+    ),
+    BadInput(
+        "fit-ckpt-zero-incomplete",
+        "repo_train",
+        _ckpt(_zero_without("checkpoint/mp_rank_00_model_states.pt")),
+        EXIT_USAGE,
+        "incomplete DeepSpeed ZeRO checkpoint",
+    ),
+    # -- training: given values that differ from the resumed checkpoint's (issue 13, item 7)
+    BadInput(
+        "fit-ckpt-other-lr",
+        "repo_train",
+        _resume("--model.lr", "0.1"),
+        EXIT_USAGE,
+        "model.lr = 0.01 in the checkpoint, 0.1 given",
+    ),
+    BadInput(
+        "fit-ckpt-other-position-method",
+        "repo_train",
+        _resume("--model.position_method", "rope", "--allow_hparam_changes", "true"),
+        EXIT_USAGE,
+        "model.position_method = 'repo' in the checkpoint, 'rope' given",
+    ),
+    BadInput(
+        "fit-ckpt-other-data",
+        "repo_train",
+        _resume("--data.micro_batch_size", "2"),
+        EXIT_USAGE,
+        "data.micro_batch_size = 4 in the checkpoint, 2 given",
+    ),
+    # -- training: init_from that is not a whole OLMo-2 directory
+    BadInput(
+        "fit-init-from-missing-dir",
+        "repo_train",
+        _fit("--model.init_from", "{tmp}/nowhere"),
+        EXIT_USAGE,
+        "does not exist",
+    ),
+    BadInput(
+        "fit-init-from-no-weights",
+        "repo_train",
+        _fit_with(lambda ctx: ["--model.init_from", str(_init_dir(ctx, None))]),
+        EXIT_USAGE,
+        "has a config.json but no weights",
+    ),
+    BadInput(
+        "fit-init-from-missing-shard",
+        "repo_train",
+        _fit_with(
+            lambda ctx: [
+                "--model.init_from",
+                str(
+                    _init_dir(
+                        ctx, "model.safetensors.index.json", ["model-1-of-2.safetensors", "model-2-of-2.safetensors"]
+                    )
+                ),
+            ]
+        ),
+        EXIT_USAGE,
+        "2 of the 2 weight shards",
+    ),
+    # -- training: data files (named with file and line)
+    BadInput(
+        "fit-text-jsonl-empty",
+        "repo_train",
+        _fit_with(_data("text", _file("docs.jsonl", ""), seq_len=16)),
+        EXIT_USAGE,
+        "docs.jsonl' is empty",
+    ),
+    BadInput(
+        "fit-text-jsonl-broken-line",
+        "repo_train",
+        _fit_with(_data("text", _file("docs.jsonl", '{"text": "a b"}\n{"text": "c\n'), seq_len=16)),
+        EXIT_USAGE,
+        "docs.jsonl:2 is not valid JSON",
+    ),
+    BadInput(
+        "fit-text-jsonl-not-an-object",
+        "repo_train",
+        _fit_with(_data("text", _file("docs.jsonl", '{"text": "a b"}\n["a", "b"]\n'), seq_len=16)),
+        EXIT_USAGE,
+        "docs.jsonl:2 holds a JSON list, not an object",
+    ),
+    BadInput(
+        "fit-text-txt-empty",
+        "repo_train",
+        _fit_with(_data("text", _file("docs.txt", ""), seq_len=16)),
+        EXIT_USAGE,
+        "docs.txt' is empty",
+    ),
+    BadInput(
+        "fit-text-txt-not-utf8",
+        "repo_train",
+        _fit_with(_data("text", _file("docs.txt", b"one line\n\xff\xfe binary\n"), seq_len=16)),
+        EXIT_USAGE,
+        "docs.txt:2 is not UTF-8 text",
+    ),
+    BadInput(
+        "fit-prompt-completion-broken-line",
+        "repo_train",
+        _fit_with(
+            _data("prompt_completion", _file("pc.jsonl", '{"prompt": "a", "completion": "b"}\n{"prompt": "a"\n'))
+        ),
+        EXIT_USAGE,
+        "pc.jsonl:2 is not valid JSON",
+    ),
+    BadInput(
+        "fit-prompt-completion-empty",
+        "repo_train",
+        _fit_with(_data("prompt_completion", _file("pc.jsonl", "\n"))),
+        EXIT_USAGE,
+        "no prompt/completion examples",
+    ),
+    BadInput(
+        "fit-prompt-completion-not-utf8",
+        "repo_train",
+        _fit_with(_data("prompt_completion", _file("pc.jsonl", b'{"prompt": "a", "completion": "\xff"}\n'))),
+        EXIT_USAGE,
+        "pc.jsonl:1 is not UTF-8 text",
+    ),
+    BadInput(
+        "fit-olmo-numpy-no-mix-file",
+        "repo_train",
+        _fit_with(_data("olmo_numpy", lambda ctx: ctx.tmp / "nowhere.txt", **NUMPY)),
+        EXIT_USAGE,
+        "nowhere.txt' does not exist",
+    ),
+    BadInput(
+        "fit-olmo-numpy-missing-shard",
+        "repo_train",
+        _fit_with(_data("olmo_numpy", _numpy_mix(None), **NUMPY)),
+        EXIT_USAGE,
+        "shard.npy' does not exist",
+    ),
+    BadInput(
+        "fit-olmo-numpy-empty-shard",
+        "repo_train",
+        _fit_with(_data("olmo_numpy", _numpy_mix(b""), **NUMPY)),
+        EXIT_USAGE,
+        "shard.npy' is empty",
+    ),
+    # -- export: where it writes (atomically: no staging directory is left behind)
+    BadInput(
+        "export-out-is-a-file",
+        "repo_train",
+        _export_to(_file("hf", "a file\n")),
+        EXIT_USAGE,
+        "is a file, not a directory",
+    ),
+    BadInput(
+        "export-out-unwritable",
+        "repo_train",
+        _export_to(lambda ctx: _unwritable(ctx, "hf")),
+        EXIT_USAGE,
+        "cannot write the export to",
+    ),
+    BadInput(
+        "export-out-not-an-export",
+        "repo_train",
+        _export_to(_dir_with_file),
+        EXIT_USAGE,
+        "is a non-empty directory that is not an earlier export",
+    ),
+    # -- export: checkpoints that are not there or not whole
+    BadInput(
+        "export-checkpoint-missing",
+        "repo_train",
+        _export_to(lambda ctx: ctx.tmp / "hf", lambda ctx: ctx.tmp / "no.ckpt"),
+        EXIT_USAGE,
+        "no.ckpt does not exist",
+    ),
+    BadInput(
+        "export-zero-no-latest",
+        "repo_train",
+        _export(_zero_without("latest")),
+        EXIT_USAGE,
+        "not a DeepSpeed ZeRO checkpoint (no 'latest' file",
+    ),
+    BadInput(
+        "export-zero-no-model-states",
+        "repo_train",
+        _export(_zero_without("checkpoint/mp_rank_00_model_states.pt")),
+        EXIT_USAGE,
+        "without mp_rank_00_model_states.pt",
+    ),
+    BadInput(
+        "export-zero-no-optimizer-shards",
+        "repo_train",
+        _export(_zero_without("checkpoint/zero_pp_rank_0_mp_rank_00_optim_states.pt")),
+        EXIT_USAGE,
+        "no *_optim_states.pt shard",
+    ),
+    # -- export: the tokenizer written next to the weights
+    BadInput(
+        "export-tokenizer-dir-without-files",
+        "repo_train",
+        lambda ctx: [
+            *_export(lambda c: lightning_like(c.tmp / "run.ckpt"))(ctx),
+            "--tokenizer",
+            str(_file("empty/notes.txt", "")(ctx).parent),
+        ],
+        EXIT_USAGE,
+        "has none of tokenizer.json",
+    ),
+    BadInput(
+        "export-run-tokenizer-gone",
+        "repo_train",
+        _export_to(lambda ctx: ctx.tmp / "hf", _run_tokenizer_checkpoint(lambda ctx: ctx.tmp / "moved_tokenizer")),
+        EXIT_USAGE,
+        "the tokenizer data.train.tokenizer",
+    ),
+    BadInput(
+        "export-tokenizer-of-another-model",
+        "repo_train",
+        _export_to(lambda ctx: ctx.tmp / "hf", _run_tokenizer_checkpoint(_big_tokenizer)),
+        EXIT_USAGE,
+        "is not this model's tokenizer",
+    ),
+    # -- export: its own options (argparse errors are one line too)
+    BadInput(
+        "export-without-out",
+        "repo_train",
+        lambda ctx: ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt"))],
+        EXIT_USAGE,
+        "the following arguments are required: --out",
+    ),
+    BadInput(
+        "export-unknown-dtype",
+        "repo_train",
+        lambda ctx: [*_export(lambda c: lightning_like(c.tmp / "run.ckpt"))(ctx), "--dtype", "int8"],
+        EXIT_USAGE,
+        "argument --dtype: invalid choice: 'int8'",
+    ),
     # == training and export rows: insert above this line ==
 ]
 

@@ -4,9 +4,10 @@ Identical to `pi` except that the scale is per layer and comes from a file.
 The file is what `python -m search run` writes; its format, reader and field
 checks are `repo_train.modeling.scale_file`, shared with `search`. Applying a
 file needs only `format_version`, `num_layers` (against the model, at attach)
-and `scales` (one finite number > 0 per layer), so only those are checked
-here; the full validator (every field, and the curve agrees with the control
-points) is `python -m search show FILE`.
+and `scales` (one finite number > 0 per layer), so a hand-made file of scales
+alone is accepted; a file with a curve must have scales that follow it through
+its control points, as `python -m search show FILE` checks (which also checks
+every other field).
 
 Stacked after `pi`, the scales multiply, as stacked `pi` scales do.
 """

@@ -44,6 +44,9 @@ GRID_NAMES = (*GRIDS, "all")
 
 GoldPositions = str | int | Sequence[int]
 
+#: Rows converted to Arrow at a time by `Task.build` (bounds the Python objects of a large build).
+BUILD_CHUNK = 2048
+
 BASE_FEATURES: dict[str, Any] = {
     "id": datasets.Value("string"),
     "example_id": datasets.Value("string"),
@@ -98,7 +101,10 @@ def example_rng(seed: int, *parts: object) -> random.Random:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All objects of a JSON-lines file, gzipped when the name ends in .gz; blank lines skipped."""
+    """All objects of a JSON-lines file, gzipped when the name ends in .gz; blank lines skipped.
+
+    A file without any (empty, or blank lines only) is an error: no task has anything to build from it.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -114,6 +120,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}); is this a JSON-lines file?") from err
+    if not rows:
+        raise ValueError(
+            f"data file {str(path)!r} is empty (no JSON lines); pass a .jsonl(.gz) file with examples, "
+            "e.g. the release's (docs/evaluation.md)"
+        )
     return rows
 
 
@@ -160,8 +171,24 @@ class Task(ABC):
         return datasets.Features({**BASE_FEATURES, **self.extra_features()})
 
     def build(self) -> datasets.Dataset:
-        """The task's rows as a `datasets.Dataset` (deterministic for a given config)."""
-        return datasets.Dataset.from_list(list(self.rows()), features=self.features())
+        """The task's rows as a `datasets.Dataset` (deterministic for a given config).
+
+        Rows are converted to Arrow `BUILD_CHUNK` at a time, so the Python
+        objects of a large build (75 KV positions × 500 examples = 37,500
+        prompts with their spans) never exist all at once; the dataset holds
+        the same rows in the same order as one `from_list` of them all.
+        """
+        features = self.features()
+        parts: list[datasets.Dataset] = []
+        chunk: list[dict[str, Any]] = []
+        for row in self.rows():
+            chunk.append(row)
+            if len(chunk) == BUILD_CHUNK:
+                parts.append(datasets.Dataset.from_list(chunk, features=features))
+                chunk = []
+        if chunk or not parts:
+            parts.append(datasets.Dataset.from_list(chunk, features=features))
+        return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
     def score(self, prediction: str, answers: Sequence[str]) -> float:
         """Score one generated answer against the gold answers with the task's metric."""

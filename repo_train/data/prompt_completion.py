@@ -46,16 +46,31 @@ class PromptCompletionDataset(TokenSequenceDataset):
     def _encode(self, files: list[Path], prompt_field: str, completion_field: str):
         input_ids, labels = [], []
         for path in files:
-            for line_number, line in enumerate(path.read_text().splitlines(), 1):
+            for line_number, raw in enumerate(path.read_bytes().splitlines(), 1):
+                where = f"{path}:{line_number}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise ValueError(
+                        f"{where} is not UTF-8 text (byte {err.object[err.start]:#04x} at column {err.start + 1}): "
+                        "re-encode the file as UTF-8 or drop that line"
+                    ) from None
                 if not line.strip():
                     continue
-                where = f"{path}:{line_number}"
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{where} is not valid JSON ({err.msg})") from None
+                    raise ValueError(
+                        f"{where} is not valid JSON ({err.msg}, column {err.colno}): each line must be one object "
+                        f"with {prompt_field!r} and {completion_field!r}; fix or delete that line"
+                    ) from None
                 if not isinstance(record, dict) or prompt_field not in record or completion_field not in record:
-                    raise ValueError(f"{where}: expected fields {prompt_field!r} and {completion_field!r}")
+                    raise ValueError(
+                        f"{where}: expected fields {prompt_field!r} and {completion_field!r} (set prompt_field / "
+                        "completion_field if the file names them otherwise)"
+                    )
+                if not all(isinstance(record[k], str) for k in (prompt_field, completion_field)):
+                    raise ValueError(f"{where}: {prompt_field!r} and {completion_field!r} must be strings")
                 prompt = self.tokenizer(record[prompt_field], add_special_tokens=False)["input_ids"]
                 answer = self.tokenizer(record[completion_field], add_special_tokens=False)["input_ids"]
                 ids = prompt + answer + [self.eos_token_id]
@@ -65,7 +80,10 @@ class PromptCompletionDataset(TokenSequenceDataset):
                 input_ids.append(ids + [self.pad_token_id] * padding)
                 labels.append([IGNORE_INDEX] * len(prompt) + answer + [self.eos_token_id] + [IGNORE_INDEX] * padding)
         if not input_ids:
-            raise ValueError(f"no prompt/completion examples in {[str(f) for f in files]}")
+            raise ValueError(
+                f"no prompt/completion examples in {[str(f) for f in files]} (empty or blank): add lines such as "
+                f'{{"{prompt_field}": "...", "{completion_field}": "..."}}'
+            )
         return np.asarray(input_ids, dtype=np.int64), np.asarray(labels, dtype=np.int64)
 
     def __len__(self) -> int:

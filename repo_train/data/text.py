@@ -11,6 +11,7 @@ packed view is a zero-copy look at that file's token column, never a Python list
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,53 @@ def _tokenize(batch: dict[str, list[Any]], tokenizer: PreTrainedTokenizerBase, f
     texts = [text for text in batch[field] if text is not None and text.strip()]
     ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
     return {"input_ids": [doc + [eos] for doc in ids]}
+
+
+def find_unreadable_line(files: Sequence[Path]) -> str | None:
+    """The first problem a reader of these files meets, as "FILE:LINE ... : fix", or None if none is found.
+
+    Only called after `datasets` failed (its errors name neither file nor
+    line); streams each file once. .txt must be UTF-8; .jsonl lines must be
+    JSON objects (blank lines are skipped); a .json file is one JSON document.
+    """
+    for path in files:
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            try:
+                json.loads(path.read_bytes().decode("utf-8"))
+            except UnicodeDecodeError as err:
+                return (
+                    f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): re-encode it"
+                )
+            except json.JSONDecodeError as err:
+                return f"{path}:{err.lineno} is not valid JSON ({err.msg}, column {err.colno}): fix or drop that file"
+            continue
+        if suffix not in (".txt", ".jsonl"):
+            continue
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    return (
+                        f"{path}:{number} is not UTF-8 text (byte {err.object[err.start]:#04x} at column "
+                        f"{err.start + 1}): re-encode the file as UTF-8 or drop it"
+                    )
+                if suffix == ".txt" or not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    return (
+                        f"{path}:{number} is not valid JSON ({err.msg}, column {err.colno}): each line of a .jsonl "
+                        "file must be one JSON object; fix or delete that line"
+                    )
+                if not isinstance(record, dict):
+                    return (
+                        f"{path}:{number} holds a JSON {type(record).__name__}, not an object: each line of a .jsonl "
+                        'file must be one object such as {"text": "..."}'
+                    )
+    return None
 
 
 class TextDataset(TokenSequenceDataset):
@@ -163,15 +211,31 @@ class TextDataset(TokenSequenceDataset):
             if txt_sample_by not in TXT_SAMPLE_BY:
                 raise ValueError(f"txt_sample_by must be one of {TXT_SAMPLE_BY}, got {txt_sample_by!r}.")
             options["sample_by"] = txt_sample_by
+        for path in files:
+            if path.stat().st_size == 0:
+                raise ValueError(
+                    f"the text data file {str(path)!r} is empty: add documents to it or drop it from paths."
+                )
+        # A failing read would print half a progress bar and datasets' own log lines before the one-line error.
+        bars_were_off, verbosity = datasets.are_progress_bars_disabled(), datasets.logging.get_verbosity()
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity(datasets.logging.CRITICAL)
         try:
             data = datasets.load_dataset(
                 builder, data_files=[str(p) for p in files], split=split, cache_dir=cache, **options
             )
-        except Exception as error:  # datasets wraps parser errors in its own types
+        except Exception as error:  # datasets wraps parser errors in its own types: find the file and line
+            problem = find_unreadable_line(files)
+            if problem is not None:
+                raise ValueError(f"could not read {len(files)} {builder} file(s): {problem}") from error
             raise ValueError(
                 f"could not read {len(files)} {builder} file(s) starting with {str(files[0])!r}: {error}. "
                 "Check that every file is valid and uses the suffix of its format."
             ) from error
+        finally:
+            datasets.logging.set_verbosity(verbosity)
+            if not bars_were_off:
+                datasets.enable_progress_bars()
         return data
 
     @property

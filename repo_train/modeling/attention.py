@@ -28,6 +28,14 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from repo_train.modeling.policy import PositionPolicy
 
 
+class UnsupportedModelError(TypeError, ValueError):
+    """A model whose attention position policies cannot hook (not an OLMo-2/Llama/Qwen/Mistral-style decoder).
+
+    A TypeError (what it always was) and a ValueError, so command lines report
+    it as a user's mistake: one line naming the model class and what is supported.
+    """
+
+
 def _expand_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
     """`[B, KVH, S, D]` -> `[B, KVH*groups, S, D]`, each kv head repeated for its query group."""
     if groups == 1:
@@ -147,9 +155,9 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
         root = getattr(root, attr, root)
     layers = getattr(root, "layers", None)
     if layers is None or not all(hasattr(layer, "self_attn") for layer in layers):
-        raise TypeError(
+        raise UnsupportedModelError(
             f"{type(model).__name__} does not look like a HF decoder with `model.layers[i].self_attn`; "
-            "position policies support OLMo-2, Llama, Qwen2, Qwen3 and Mistral style models."
+            "position policies support OLMo-2, Llama, Qwen2, Qwen3 and Mistral style models: use one of those."
         )
     return [layer.self_attn for layer in layers]
 
@@ -158,9 +166,9 @@ def _check_supported(attn: nn.Module) -> None:
     needed = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling", "config", "layer_idx")
     missing = [name for name in needed if not hasattr(attn, name)]
     if missing:
-        raise TypeError(
+        raise UnsupportedModelError(
             f"{type(attn).__name__} lacks {missing}: it is not a q/k/v/o RoPE attention this hook supports "
-            "(OLMo-2, Llama, Qwen2, Qwen3, Mistral)."
+            "(OLMo-2, Llama, Qwen2, Qwen3, Mistral): use a model of one of those families."
         )
 
 

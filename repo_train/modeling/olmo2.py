@@ -105,14 +105,22 @@ def check_loaded_weights(
 
 @contextmanager
 def _quiet_load_report():
-    """Hide transformers' multi-line LOAD REPORT: `check_loaded_weights` reports in one line instead."""
-    hf_logger = modeling_utils.logger
-    level = hf_logger.level
-    hf_logger.setLevel(logging.ERROR)
+    """Hide transformers' multi-line LOAD REPORT: `check_loaded_weights` reports in one line instead.
+
+    transformers checks a tensor-parallel plan exactly when its loader's log
+    level is WARNING or above (ERROR here), and warns "The following layers
+    were not sharded" for every model with a plan, also when nothing is
+    sharded: that logger is quieted for the load too.
+    """
+    loggers = [modeling_utils.logger, logging.getLogger("transformers.distributed.tensor_parallel")]
+    levels = [hf_logger.level for hf_logger in loggers]
+    for hf_logger in loggers:
+        hf_logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        hf_logger.setLevel(level)
+        for hf_logger, level in zip(loggers, levels):
+            hf_logger.setLevel(level)
 
 
 def load_checked(load: Callable, source, *args, allow_fresh_repo: bool = False, **kwargs):

@@ -14,11 +14,13 @@ JSON, `format_version` 1:
      "model": {"name": …, "config_sha256": …},
      "search": {"ga": {…}, "seed": …, "weights": {…}, "data_sha256": …, "generations": …, "wall_time_s": …}}
 
-`validate_scale_data` checks every field and names the problem and the fix;
-with `complete=False` only what applying the scales needs (`format_version`,
-`num_layers`, `scales`). Whether `scales` follow the curve through the control
-points needs the curves of `search.bezier`: `search.scale_file` checks that on
-top of this.
+`validate_scale_data` checks every field and names the problem and the fix,
+including that `scales` follow the curve through the control points
+(`repo_train.modeling.scale_curves`), so a hand-edited file cannot silently
+disagree with itself. With `complete=False` (what applying the scales needs:
+evaluation's `lpes` method) `format_version`, `num_layers` and `scales` must
+be there, and `curve` / `control_points` are checked the same way whenever
+the file has them; a hand-made file of scales alone stays usable.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from __future__ import annotations
 import json
 import math
 import os
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, NoReturn
+
+from repo_train.modeling.scale_curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "num_layers", "curve", "control_points", "scales", "fitness", "model", "search")
@@ -35,6 +40,8 @@ REQUIRED_KEYS = ("format_version", "num_layers", "curve", "control_points", "sca
 SCALE_KEYS = ("format_version", "num_layers", "scales")
 SEARCH_KEYS = ("ga", "seed", "weights", "data_sha256", "generations", "wall_time_s")
 REGENERATE = "regenerate it with `python -m search run`"
+#: Largest |scale − curve(control points)| a file may have (the JSON round trip of float64 is exact).
+CURVE_TOLERANCE = 1e-6
 
 
 class ScaleFileError(ValueError):
@@ -74,9 +81,10 @@ def read_scale_file(path: str | os.PathLike, *, complete: bool = True, context: 
 def validate_scale_data(data: Any, source: str, *, complete: bool = True) -> None:
     """Raise `ScaleFileError` naming the first problem of `data` and its fix.
 
-    `complete=False` checks only `format_version`, `num_layers` and `scales`
-    (what applying the file needs); `complete=True` every field, except that
-    the scales follow the curve (`search.scale_file` adds that).
+    `complete=False` requires only `format_version`, `num_layers` and
+    `scales` (what applying the file needs) and checks `curve` and
+    `control_points` (and that the scales follow them) when present;
+    `complete=True` requires and checks every field.
     """
     if not isinstance(data, dict):
         fail(source, f"top level must be a JSON object, got {type(data).__name__}")
@@ -107,8 +115,13 @@ def validate_scale_data(data: Any, source: str, *, complete: bool = True) -> Non
     bad = [(i, s) for i, s in enumerate(scales) if s <= 0]
     if bad:
         fail(source, f"scales must be > 0 (positions are divided by them), got (layer, scale) {bad[:5]}")
-    if complete:
+    if complete or "curve" in data or "control_points" in data:
+        missing = [key for key in ("curve", "control_points") if key not in data]
+        if missing:
+            fail(source, f"has {'control_points' if missing == ['curve'] else 'curve'} but lacks {missing}")
         _validate_curve_shape(data, source)
+        validate_curve(data, source)
+    if complete:
         _validate_sections(data, source)
 
 
@@ -122,6 +135,33 @@ def _validate_curve_shape(data: dict[str, Any], source: str) -> None:
         fail(source, "control_points must be a list of [x, y] number pairs")
     if curve["type"] == "none" and (points or curve["degree"] is not None):
         fail(source, "curve type 'none' (per-layer scales) takes no control points and degree null")
+
+
+def validate_curve(data: dict[str, Any], source: str) -> None:
+    """The curve type is known and `scales` follow it through the control points (shapes already checked)."""
+    curve, points, num_layers = data["curve"], data["control_points"], data["num_layers"]
+    kind = curve["type"]
+    if kind == "none":
+        return
+    if kind not in CURVES:
+        fail(source, f"unknown curve type {kind!r}", f"use one of {sorted(CURVES)} or 'none'")
+    if not MIN_POINTS <= len(points) <= MAX_POINTS or curve["degree"] != len(points) - 1:
+        fail(
+            source,
+            f"a {kind} curve needs {MIN_POINTS}–{MAX_POINTS} control points and degree = points − 1, "
+            f"got {len(points)} points and degree {curve['degree']!r}",
+        )
+    xs = [p[0] for p in points]
+    if any(b <= a for a, b in pairwise(xs)) or xs[0] < 0 or xs[-1] > num_layers - 1:
+        fail(source, f"control x {xs} must increase strictly within [0, {num_layers - 1}] (Eq. 11)")
+    expected = curve_scales(kind, xs, [p[1] for p in points], num_layers)
+    worst = max(abs(a - b) for a, b in zip(expected, data["scales"]))
+    if worst > CURVE_TOLERANCE:
+        fail(
+            source,
+            f"scales differ from the {kind} curve through control_points by up to {worst:.3g}",
+            "regenerate the file, or set curve type 'none' with control_points [] for hand-made scales",
+        )
 
 
 def _validate_sections(data: dict[str, Any], source: str) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_model_states_file, zero_optimizer_shards
 from repo_train.modeling import RePoOlmo2Config
 
 
@@ -21,39 +23,159 @@ def check_config_overrides(overrides: dict | None) -> None:
         )
 
 
+#: Weight files `from_pretrained` reads, in its order of preference.
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
 def check_init_from(path: str | None) -> None:
+    """`model.init_from` is an HF model directory of OLMo-2 (config.json and its weights), checked before any write."""
     if path is None:
         return
     directory = Path(path)
+    fix = "point it to a downloaded OLMo-2 checkpoint (e.g. the stage-1 1B at step 1907359) or omit it to train from scratch."
+    if not directory.exists():
+        raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory: it does not exist; {fix}")
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(
-            f"model.init_from={path!r} is not an HF model directory (no config.json there); point it to a "
-            "downloaded OLMo-2 checkpoint (e.g. the stage-1 1B at step 1907359) or omit it to train from scratch."
-        )
+        raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory (no config.json there); {fix}")
     # Another architecture's config.json fails here, before the run writes anything; weights that do not fit
     # the model are refused when `configure_model` loads them (RePoOlmo2ForCausalLM.from_pretrained is strict).
     RePoOlmo2Config.get_config_dict(str(directory))
+    present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
+    if not present:
+        raise FileNotFoundError(
+            f"model.init_from={path!r} has a config.json but no weights ({' or '.join(WEIGHT_FILES[::2])}); copy the "
+            "whole model directory (save_pretrained output), or omit init_from to train from scratch."
+        )
+    if present[0].endswith(".index.json"):
+        index = directory / present[0]
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"{index} is not a valid weight index (no readable weight_map: {err}).") from err
+        missing = [name for name in shards if not (directory / name).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"model.init_from={path!r}: {len(missing)} of the {len(shards)} weight shards its {present[0]} lists "
+                f"are missing ({', '.join(missing[:3])}); the download is incomplete: copy them too."
+            )
+
+
+def check_root_dir(root: str) -> None:
+    """`trainer.default_root_dir` must be a directory (or not exist yet); writability is probed by the run lock."""
+    path = Path(root)
+    if path.exists() and not path.is_dir():
+        raise ValueError(
+            f"trainer.default_root_dir={root!r} is a file, not a directory: pass a directory for the run's "
+            "checkpoints and logs (it is created if missing)."
+        )
+
+
+def unwritable_root_dir(root: str, err: OSError) -> ValueError:
+    return ValueError(
+        f"trainer.default_root_dir={root!r} cannot be written ({err.strerror or type(err).__name__}): pass a "
+        "directory this user can write (it is created if missing)."
+    )
 
 
 def zero_checkpoint_world_size(checkpoint: Path) -> int | None:
     """Processes that wrote a DeepSpeed ZeRO checkpoint directory (None if it is not one)."""
     if not checkpoint.is_dir():
         return None
-    shards = list(checkpoint.rglob("*zero_pp_rank_*_mp_rank_*optim_states.pt"))
-    return len(shards) or None
+    return len(zero_optimizer_shards(checkpoint)) or None
 
 
 def check_resume(ckpt_path: str | None, world_size: int) -> None:
     """A ZeRO checkpoint holds one optimizer shard per process: it resumes only on the same count."""
-    if ckpt_path is None or ckpt_path in ("last", "best", "hpc", "registry"):
+    if ckpt_path is None or ckpt_path in LIGHTNING_CKPT_ALIASES:
         return
     path = Path(ckpt_path)
     if not path.exists():
         raise FileNotFoundError(f"ckpt_path={ckpt_path!r} does not exist.")
+    if path.is_dir():
+        zero_model_states_file(path)
     written_by = zero_checkpoint_world_size(path)
+    if path.is_dir() and written_by is None:
+        raise ValueError(
+            f"{ckpt_path} is an incomplete DeepSpeed ZeRO checkpoint: no *_optim_states.pt shard in it; copy the "
+            "whole checkpoint directory again, or resume from another checkpoint."
+        )
     if written_by is not None and written_by != world_size:
         raise ValueError(
             f"{ckpt_path} is a DeepSpeed ZeRO checkpoint written by {written_by} processes; it cannot resume on "
             f"{world_size}. Export it (`python -m repo_train export --checkpoint {ckpt_path} --out DIR`) and start "
             "a new run with `--model.init_from DIR` (optimizer state is not carried over)."
         )
+
+
+# ----------------------------------------------------------------- resume: saved vs given hyperparameters
+
+#: Option that lets given values differ from a resumed checkpoint's (a CLI flag and a top-level config key).
+ALLOW_HPARAM_CHANGES = "allow_hparam_changes"
+#: Saved values that fix what the checkpoint's weights and data position mean: they never change on resume.
+FIXED_ON_RESUME = {
+    "model": ("preset_name", "position_method", "repo_start_layer", "repo_hidden_size", "config_overrides"),
+    "data": ("train", "global_batch_size"),
+}
+
+
+def _plain(value):
+    """Tuples as lists, recursively: YAML, the command line and Lightning's hparams disagree only there."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _show(value) -> str:
+    return repr(_plain(value))
+
+
+def compare_resume_hparams(
+    ckpt_path: str, saved: dict[str, dict], given: dict[str, dict], allow_changes: bool
+) -> tuple[dict[str, dict], str | None]:
+    """Decide, before training, which hyperparameters a resumed run uses.
+
+    `saved`: the checkpoint's {"model": ..., "data": ...} hyperparameters;
+    `given`: the values the command line and config files set explicitly
+    (defaults excluded). A saved value that was not given is resumed as saved.
+    A given value that differs is an error naming each key and both values,
+    unless `allow_changes` (--allow_hparam_changes true): then the given value
+    wins, except for the keys in FIXED_ON_RESUME, which are always an error.
+
+    Returns (the saved values to use, per section; a one-line warning listing
+    the accepted changes, or None).
+    """
+    take: dict[str, dict] = {"model": {}, "data": {}}
+    changed, fixed = [], []
+    for section in ("model", "data"):
+        for key, value in saved.get(section, {}).items():
+            if key not in given.get(section, {}):
+                take[section][key] = value
+            elif _plain(given[section][key]) != _plain(value):
+                item = f"{section}.{key} = {_show(value)} in the checkpoint, {_show(given[section][key])} given"
+                (fixed if key in FIXED_ON_RESUME[section] else changed).append(item)
+    if fixed:
+        raise ValueError(
+            f"--ckpt_path {ckpt_path} cannot resume with other values of what its weights and data position depend "
+            f"on: {'; '.join(fixed)}. Nothing was started: drop these options to resume as saved, or export the "
+            "checkpoint (python -m repo_train export) and start a new run from it with --model.init_from."
+        )
+    if changed and not allow_changes:
+        raise ValueError(
+            f"--ckpt_path {ckpt_path} was saved with other values than given: {'; '.join(changed)}. Nothing was "
+            "started: drop these options to resume with the checkpoint's values, or add "
+            f"--{ALLOW_HPARAM_CHANGES} true to make the given values win."
+        )
+    warning = None
+    if changed:
+        warning = (
+            f"warning: --{ALLOW_HPARAM_CHANGES}: the given values win over the checkpoint's in this resume of "
+            f"{ckpt_path}: " + "; ".join(changed)
+        )
+    return take, warning

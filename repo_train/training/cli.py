@@ -4,22 +4,50 @@ Without a config file it trains the built-in tiny default (tiny OLMo-2 with
 REPO on the synthetic corpus, CPU, about a minute). With
 `--config configs/train/<run>.yaml` it runs a paper configuration; under
 `torchrun` each process runs this same command (Lightning reads the torchrun
-environment).
+environment), and ends by itself if the launcher dies (`launcher_watch`).
+
+Bad input ends in one line on stderr and exit code 2 (through
+`repo_train.cli_errors.report_user_errors`), before anything is written: parser
+errors (an unknown option, a value of the wrong type, a config file that is
+missing or not a YAML mapping) are raised instead of printing the ~90-line
+usage, and `before_fit` reads the data and checks the model config, the
+checkpoint and the root dir before the Trainer writes its first file.
+
+Resuming (`--ckpt_path`) compares the checkpoint's saved hyperparameters (the
+module's and the data module's) with the values given on the command line and
+in config files: values not given are resumed as saved; a given value that
+differs is an error naming the key and both values, unless
+`--allow_hparam_changes true`, which makes the given values win (the model's
+shape, position method and training data never change on resume). See
+`checks.compare_resume_hparams`.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
 from repo_train.run_lock import locked_directory
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
 from repo_train.training.callbacks import ThroughputMonitor
-from repo_train.training.checks import check_config_overrides, check_init_from, check_resume
+from repo_train.training.checks import (
+    ALLOW_HPARAM_CHANGES,
+    check_config_overrides,
+    check_init_from,
+    check_resume,
+    check_root_dir,
+    compare_resume_hparams,
+    unwritable_root_dir,
+)
 from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.launcher_watch import watch_launcher
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule
 
 TINY_TRAINER_DEFAULTS = {
@@ -43,8 +71,54 @@ class RePoCLI(LightningCLI):
             {"checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True, "checkpoint.save_top_k": -1}
         )
         parser.add_lightning_class_args(ThroughputMonitor, "throughput")
+        parser.add_argument(
+            f"--{ALLOW_HPARAM_CHANGES}",
+            type=bool,
+            default=False,
+            help="with --ckpt_path: resume with given model/data values that differ from the checkpoint's "
+            "(without it such a difference is an error; shape, position method and training data never change)",
+        )
+
+    def parse_arguments(self, parser, args) -> None:
+        """Lightning's parse, minus its warning about `args` and sys.argv together (main(argv) passes both)."""
+        self._argv = args
+        self.config = parser.parse_args(args)
+
+    def _parse_ckpt_path(self) -> None:
+        """Replaces Lightning's: it loaded the checkpoint's model hyperparameters over the given ones, silently.
+
+        Here the checkpoint is read with the project's safe reader (weights_only,
+        memory-mapped; a damaged file is one line), and the saved model and data
+        hyperparameters are compared with the explicitly given ones
+        (`compare_resume_hparams`): saved values fill in what was not given.
+        """
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        section = self.config[subcommand]
+        ckpt_path = section.get("ckpt_path")
+        if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
+            return
+        saved = read_hyperparameters(ckpt_path)
+        explicit = self.parser.parse_args(self._argv, defaults=False)[subcommand]
+        given = {}
+        for name in ("model", "data"):
+            values = explicit.get(name)
+            given[name] = values.as_dict() if hasattr(values, "as_dict") else dict(values or {})
+        take, warning = compare_resume_hparams(str(ckpt_path), saved, given, bool(section.get(ALLOW_HPARAM_CHANGES)))
+        update = {}
+        for name, values in take.items():
+            known = set(section[name].keys()) if section.get(name) is not None else set()
+            values = {k: v for k, v in values.items() if k in known}  # keys of an older version are dropped
+            if values:
+                update[name] = values
+        if update:
+            self.config = self.parser.parse_object({subcommand: update}, self.config)
+        if warning and rank_zero_only.rank == 0:
+            print(warning, file=sys.stderr, flush=True)
 
     def before_fit(self) -> None:
+        """Everything that can be checked before the Trainer writes its first file (a bad input then leaves none)."""
         model, trainer = self.model, self.trainer
         check_config_overrides(model.hparams.config_overrides)
         check_init_from(model.hparams.init_from)
@@ -58,10 +132,14 @@ class RePoCLI(LightningCLI):
         RePoDataModule.accumulation(
             self.datamodule.hparams.global_batch_size, self.datamodule.hparams.micro_batch_size, trainer.world_size
         )
+        config = model.model_config()  # unknown position method, bad init_from config: before any write
+        self.datamodule.build_sources()  # missing, empty or damaged data files
+        self.datamodule.check_model(config)
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
-            with self._root_dir_lock(subcommand):
+            with ExitStack() as stack:
+                self._lock_root_dir(stack, subcommand)
                 super()._run_subcommand(subcommand)
         except NonFiniteLossError as err:
             callback = self.trainer.checkpoint_callback
@@ -69,29 +147,71 @@ class RePoCLI(LightningCLI):
             print(f"{err}\nlast good checkpoint: {last or 'none saved yet'}", file=sys.stderr)
             raise SystemExit(1) from None
 
-    def _root_dir_lock(self, subcommand: str):
+    def _lock_root_dir(self, stack: ExitStack, subcommand: str) -> None:
         """`fit` owns `trainer.default_root_dir` (ROOT/run.lock, held by global rank 0) until it ends.
 
         Lightning does not guard it: a second run there would interleave
         checkpoints, logs and config.yaml with the first (`last_checkpoint`
-        would then pick either run's). Remote roots (s3://...) are not locked.
+        would then pick either run's). Taking the lock also shows whether the
+        root can be written at all. Remote roots (s3://...) are not locked.
         """
         root = str(self.trainer.default_root_dir)
-        if subcommand != "fit" or self.trainer.global_rank != 0 or "://" in root:
-            return nullcontext()
-        return locked_directory(root, f"training root dir {root}")
+        if subcommand != "fit" or "://" in root:
+            return
+        check_root_dir(root)
+        if self.trainer.global_rank != 0:
+            return
+        try:
+            stack.enter_context(locked_directory(root, f"training root dir {root}"))
+        except OSError as err:  # read-only, permission denied, a file on the way
+            raise unwritable_root_dir(root, err) from err
+
+
+def parse_error_line(message: str, subcommand: str | None) -> str:
+    """jsonargparse's (often multi-line) parse error as one line, with where to look up the options."""
+    text = message.strip()
+    squash = " ".join(text.split())
+    key = re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.DOTALL)
+    if text.startswith("Unexpected config:"):
+        got = " ".join(text.split(":", 1)[1].split())
+        line = f"the config is not a YAML mapping of sections (seed_everything, trainer, model, data, ...); got: {got}"
+    elif text.startswith("Problems parsing config:"):
+        line = f"the config is not valid YAML: {' '.join(text.split(':', 1)[1].split())}"
+    elif key and key.group(1) == "config":
+        line = f"--config: {' '.join(key.group(2).split())}"
+    elif key:
+        name, rest = key.groups()
+        got = re.search(r"(?:Got value|Given value): (.*)", rest)
+        expected = [
+            re.sub(r"<class '([\w.]+)'>", r"\1", e).strip()
+            for e in re.findall(r"Expected a (.+?)(?:\. Got value:.*)?$", rest, re.MULTILINE)
+        ]
+        line = f"--{name}: " + (f"{got.group(1).strip()!r} is not valid" if got else " ".join(rest.split()))
+        if expected:
+            line += f" (expected {' or '.join(expected)})"
+    else:
+        line = squash
+    if len(line) > 400:
+        line = line[:397] + "..."
+    command = f"python -m repo_train {subcommand}" if subcommand else "python -m repo_train fit"
+    return f"{line} ({command} --help lists the options)"
 
 
 def run(argv: list[str]) -> int:
-    RePoCLI(
-        RePoLightningModule,
-        RePoDataModule,
-        trainer_defaults=TINY_TRAINER_DEFAULTS,
-        seed_everything_default=42,
-        save_config_kwargs={"overwrite": True},
-        args=argv,
-        parser_kwargs={"prog": "python -m repo_train"},
-    )
+    watch_launcher()  # a torchrun worker ends when its launcher is gone
+    try:
+        RePoCLI(
+            RePoLightningModule,
+            RePoDataModule,
+            trainer_defaults=TINY_TRAINER_DEFAULTS,
+            seed_everything_default=42,
+            save_config_kwargs={"overwrite": True},
+            args=argv,
+            parser_kwargs={"prog": "python -m repo_train", "exit_on_error": False},
+        )
+    except argparse.ArgumentError as err:
+        subcommand = argv[0] if argv and not argv[0].startswith("-") else None
+        raise ValueError(parse_error_line(str(err), subcommand)) from None
     return 0
 
 

@@ -84,14 +84,15 @@ class RePoDataModule(pl.LightningDataModule):
             )
         return global_batch // per_step
 
-    def setup(self, stage: str) -> None:
+    def build_sources(self) -> None:
+        """Read (and check) the data sources; the training command calls it before anything is written."""
         if self.train_dataset is None:
             self.train_dataset = build_data_source(self.train_config)
         if self.val_config and self.val_dataset is None:
             self.val_dataset = build_data_source(self.val_config)
-        if self.trainer is None:
-            return
-        config = self.trainer.lightning_module.model_config()
+
+    def check_model(self, config) -> None:
+        """The data fits a model of this config: ids below its vocabulary, sequences within its context."""
         self.train_dataset.check_model_vocab_size(config.vocab_size)
         if self.val_dataset is not None:
             self.val_dataset.check_model_vocab_size(config.vocab_size)
@@ -100,6 +101,12 @@ class RePoDataModule(pl.LightningDataModule):
                 f"data seq_len={self.train_dataset.seq_len} exceeds the model's max_position_embeddings="
                 f"{config.max_position_embeddings}; shorten seq_len or extend the context (e.g. YaRN)."
             )
+
+    def setup(self, stage: str) -> None:
+        self.build_sources()
+        if self.trainer is None:
+            return
+        self.check_model(self.trainer.lightning_module.model_config())
         self.trainer.accumulate_grad_batches = self.accumulation(
             self.hparams.global_batch_size, self.hparams.micro_batch_size, self.trainer.world_size
         )

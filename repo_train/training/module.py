@@ -215,6 +215,42 @@ class RePoLightningModule(pl.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_decay(total, hp.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def on_train_start(self) -> None:
+        self.apply_optimizer_hparams()
+
+    def apply_optimizer_hparams(self) -> None:
+        """Make the optimizer and the schedule use this module's lr, betas, eps and weight decay.
+
+        On a fresh run they already do. On a resume Lightning restores the
+        checkpoint's optimizer and scheduler state, values included; the
+        training command refuses given values that differ from the
+        checkpoint's unless `--allow_hparam_changes true`, and then they must
+        win: this writes them over the restored ones (only where they differ,
+        so a plain resume stays bit-exact).
+        """
+        hp = self.hparams
+        for optimizer in self.trainer.optimizers:
+            groups = optimizer.param_groups
+            if groups and groups[0].get("weight_decay") != hp.weight_decay:
+                groups[0]["weight_decay"] = hp.weight_decay  # the decayed group; embeddings (group 1) stay at 0
+            for group in groups:
+                if "betas" in group and list(group["betas"]) != list(hp.betas):
+                    group["betas"] = tuple(hp.betas)
+                if "eps" in group and group["eps"] != hp.eps:
+                    group["eps"] = hp.eps
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR) or scheduler.base_lrs == [hp.lr] * len(
+                scheduler.base_lrs
+            ):
+                continue
+            scheduler.base_lrs = [hp.lr] * len(scheduler.base_lrs)
+            groups = scheduler.optimizer.param_groups
+            for group, factor in zip(groups, scheduler.lr_lambdas, strict=True):
+                group["initial_lr"] = hp.lr
+                group["lr"] = hp.lr * factor(scheduler.last_epoch)
+            scheduler._last_lr = [group["lr"] for group in groups]
+
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint):
         checkpoint["model_config"] = self.model.config.to_dict()

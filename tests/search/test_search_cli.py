@@ -112,6 +112,7 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     assert rebuilt == {**expected, "num_examples": task["num_examples"], "gold_positions": "all"}
 
 
+@pytest.mark.slow  # two whole searches (the reference fixture and the crashed + resumed one)
 def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, reference):
     _, reference_paths, reference_calls = reference
     assert reference_calls == 4  # generations 0, 1, 2 and the held-out check
@@ -131,6 +132,7 @@ def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, ref
     assert _comparable(paths) == _comparable(reference_paths)
 
 
+@pytest.mark.slow  # torchrun: the search on two processes
 def test_two_processes_equal_one(tmp_path, reference):
     summary, reference_paths, _ = reference
     assert len({line["best"] for line in map(json.loads, reference_paths["log"].open())} | {0.0}) > 1  # non-trivial
@@ -169,7 +171,8 @@ def test_other_mistakes(tmp_path, capsys):
         main(["run", "--out", str(tmp_path / "s.json"), "--generations", "many"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err == (
-        "python -m search run: error: argument --generations: expected an integer >= 0, got 'many'\n"
+        "python -m search run: error: argument --generations: expected an integer >= 0, got 'many' "
+        "(see python -m search run --help)\n"
     )
     assert main(["run", "--out", str(tmp_path / "s.txt")]) == 2
     assert "must name a .json scale file" in capsys.readouterr().err

@@ -1,0 +1,192 @@
+"""Reading the training checkpoints repo_train writes: safely, and with one line per problem.
+
+One reader for everything that opens a user's checkpoint: `python -m repo_train
+export` (the weights) and `fit/validate --ckpt_path` (the saved hyperparameters,
+compared with the command line before training starts).
+
+- A Lightning `.ckpt` file is unpickled with `torch.load(weights_only=True)`;
+  a DeepSpeed ZeRO checkpoint directory is merged by DeepSpeed's own
+  zero_to_fp32 code with every `torch.load` inside forced to weights_only
+  (`TORCH_FORCE_WEIGHTS_ONLY_LOAD`). A crafted checkpoint cannot run code.
+  Besides tensors and plain containers only the globals in `SAFE_GLOBALS`
+  are allowed.
+- Random bytes, a truncated file, a refused global, a directory that is not
+  a complete ZeRO checkpoint: each is a `ValueError` with one line naming the
+  file and what is accepted.
+- `read_hyperparameters` reads only what Lightning saved about the run
+  (memory-mapped: a 7B checkpoint is not read into memory to compare a few
+  numbers).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+#: Globals (besides tensors and plain containers, which weights_only allows anyway) that repo_train's
+#: checkpoints hold: a plain Lightning .ckpt needs none; the optimizer shards of a DeepSpeed ZeRO-2
+#: checkpoint hold these three plain-data classes (found by saving real checkpoints with
+#: tests/training/tiny_run.py). Module paths, imported only for a ZeRO checkpoint.
+SAFE_GLOBALS = {
+    "zero": (
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",  # static loss scale (1.0 in fp32/bf16): numbers
+        "deepspeed.runtime.zero.config.ZeroStageEnum",  # enum of the ZeRO stage
+        "deepspeed.utils.tensor_fragment.fragment_address",  # dataclass (numel, start)
+    )
+}
+ACCEPTED = "only Lightning checkpoints written by repo_train (python -m repo_train fit) are accepted"
+#: What a ZeRO directory must hold, for the messages.
+ZERO_LAYOUT = "a ZeRO checkpoint directory holds 'latest' (naming a tag) and TAG/mp_rank_00_model_states.pt"
+#: `ckpt_path` values Lightning resolves itself (not files).
+LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
+
+
+def _import_global(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+@contextmanager
+def weights_only_loads(kind: str) -> Iterator[None]:
+    """Every torch.load inside (also in library code asking for weights_only=False) is weights_only."""
+    previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        with torch.serialization.safe_globals([_import_global(g) for g in SAFE_GLOBALS.get(kind, ())]):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
+
+
+def refusal(path: Path, err: Exception) -> ValueError:
+    """One line for a checkpoint torch could not (or would not) unpickle."""
+    text = str(err)
+    refused = re.findall(r"GLOBAL ([\w.]+)", text)
+    if isinstance(err, pickle.UnpicklingError) and refused:
+        return ValueError(f"{path}: refused to unpickle {refused[0]}; {ACCEPTED}")
+    detail = text.split("WeightsUnpickler error:", 1)[-1].strip().splitlines()
+    detail = detail[0][:200] if detail else ("empty file" if isinstance(err, EOFError) else type(err).__name__)
+    return ValueError(
+        f"{path}: not a readable PyTorch checkpoint (damaged, truncated or another format: {detail}); {ACCEPTED}"
+    )
+
+
+def zero_model_states_file(directory: Path) -> Path:
+    """The file of a ZeRO checkpoint directory that holds Lightning's state; a clear error if the layout is not there."""
+    latest = directory / "latest"
+    if not latest.is_file():
+        raise ValueError(
+            f"{directory} is a directory but not a DeepSpeed ZeRO checkpoint (no 'latest' file in it; {ZERO_LAYOUT}); "
+            "pass a Lightning .ckpt file or the whole .ckpt directory DeepSpeed wrote"
+        )
+    tag = latest.read_text().strip()
+    tag_dir = directory / tag
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):  # ZeRO-1/2, ZeRO-3
+        if (tag_dir / name).is_file():
+            return tag_dir / name
+    found = sorted(p.name for p in tag_dir.iterdir())[:5] if tag_dir.is_dir() else None
+    what = f"{tag_dir} holds {found}" if found is not None else f"{tag_dir} does not exist"
+    raise ValueError(
+        f"{directory} is an incomplete DeepSpeed ZeRO checkpoint: 'latest' names tag {tag!r} but {what}, without "
+        f"mp_rank_00_model_states.pt; copy the whole checkpoint directory again, or use another checkpoint"
+    )
+
+
+def zero_optimizer_shards(directory: Path) -> list[Path]:
+    """The optimizer shards (one per process) of a ZeRO checkpoint directory."""
+    return sorted(directory.rglob("*zero_pp_rank_*_mp_rank_*optim_states.pt"))
+
+
+def _load_file(file: Path, shown: Path, *, kind: str = "lightning", mmap: bool = False) -> dict:
+    if file.stat().st_size == 0:
+        raise ValueError(f"{shown}: empty file, not a checkpoint; {ACCEPTED}")
+    # mmap reads only what is used, but needs torch's zip format: anything else (a legacy file, random bytes,
+    # a zip cut short) is read normally, so that torch's own error names the problem.
+    whole_zip = zipfile.is_zipfile(file)
+    with open(file, "rb") as handle:
+        zip_start = handle.read(4) == b"PK\x03\x04"
+    if zip_start and not whole_zip:
+        raise ValueError(
+            f"{shown}: not a readable PyTorch checkpoint (truncated: a zip archive without its end, the save or the "
+            f"copy was cut short); use an earlier checkpoint or copy it again; {ACCEPTED}"
+        )
+    mmap = mmap and whole_zip
+    try:
+        with weights_only_loads(kind):
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # random bytes, a truncated zip, a refused global: one line each
+        raise refusal(shown, err) from err
+    if not isinstance(state, dict):
+        raise ValueError(f"{shown}: holds no Lightning state_dict; {ACCEPTED}")  # noqa: TRY004 (a user error)
+    return state
+
+
+def load_lightning_checkpoint(path: str | Path) -> dict:
+    """The whole checkpoint (a ZeRO directory merged to one fp32 state_dict), as Lightning's dict."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist: pass a .ckpt file (or ZeRO directory) of a run")
+    if path.is_dir():
+        from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
+        zero_model_states_file(path)  # the layout, before DeepSpeed's own (less specific) errors
+        if not zero_optimizer_shards(path):
+            raise ValueError(
+                f"{path} is an incomplete DeepSpeed ZeRO checkpoint: no *_optim_states.pt shard in it (they hold the "
+                "fp32 weights); copy the whole checkpoint directory again, or use another checkpoint"
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            merged = Path(tmp) / "merged.ckpt"
+            try:
+                with weights_only_loads("zero"):  # DeepSpeed's shard reader hard-codes weights_only=False
+                    convert_zero_checkpoint_to_fp32_state_dict(str(path), str(merged))
+            except Exception as err:  # any failure to read the user's files is one line
+                if isinstance(err, pickle.UnpicklingError):
+                    raise refusal(path, err) from err
+                raise ValueError(
+                    f"{path}: not a readable DeepSpeed ZeRO checkpoint directory ({type(err).__name__}: "
+                    f"{(str(err).strip().splitlines() or [''])[0][:200]}); {ACCEPTED}"
+                ) from err
+            state = _load_file(merged, path)
+    else:
+        state = _load_file(path, path)
+    if not isinstance(state.get("state_dict"), dict):
+        raise ValueError(f"{path}: holds no Lightning state_dict; {ACCEPTED}")  # noqa: TRY004 (a user error)
+    return state
+
+
+def read_hyperparameters(path: str | Path) -> dict[str, dict]:
+    """{"model": ..., "data": ...}: the module's and the data module's saved hyperparameters (empty if none).
+
+    Reads a `.ckpt` file memory-mapped, or only the model-states file of a ZeRO
+    directory. Lightning's bookkeeping keys (`_instantiator`, `_class_path`)
+    are dropped.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"ckpt_path={str(path)!r} does not exist: pass the .ckpt of an earlier run to resume it"
+        )
+    if path.is_dir():
+        state = _load_file(zero_model_states_file(path), path, kind="zero", mmap=True)
+    else:
+        state = _load_file(path, path, mmap=True)
+        if not isinstance(state.get("state_dict"), dict):
+            raise ValueError(f"{path}: holds no Lightning state_dict; {ACCEPTED}")
+
+    def plain(key: str) -> dict:
+        values = state.get(key) or {}
+        return {k: v for k, v in dict(values).items() if not k.startswith("_")}
+
+    return {"model": plain("hyper_parameters"), "data": plain("datamodule_hyper_parameters")}

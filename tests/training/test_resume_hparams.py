@@ -1,0 +1,114 @@
+"""Resuming with `--ckpt_path`: the checkpoint's saved hyperparameters against the given ones (issue 13, item 7).
+
+Lightning's CLI used to load the checkpoint's model hyperparameters over the
+command line's, silently (`fit --ckpt_path X --model.lr 0.1` trained with the
+saved lr), and to ignore the data module's (a resume without the original
+`--data.*` options read other data). Now: saved values fill in what was not
+given; a given value that differs is an error naming it, unless
+`--allow_hparam_changes true`, which makes the given value win (for real: the
+restored optimizer and schedule take it). The refusals are rows of
+tests/test_bad_inputs.py; the decisions and a real resume are here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from repo_train.training.checks import compare_resume_hparams
+
+SAVED = {
+    "model": {"position_method": "repo", "lr": 0.01, "betas": (0.9, 0.95), "init_from": None},
+    "data": {"train": {"source": "synthetic", "seq_len": 16}, "global_batch_size": 4, "micro_batch_size": 4},
+}
+
+
+def test_values_not_given_are_resumed_as_saved():
+    take, warning = compare_resume_hparams("x.ckpt", SAVED, {"model": {}, "data": {}}, allow_changes=False)
+    assert take == SAVED and warning is None
+
+
+def test_equal_values_are_no_conflict_whatever_their_container():
+    given = {"model": {"betas": [0.9, 0.95], "lr": 0.01}, "data": {"train": {"seq_len": 16, "source": "synthetic"}}}
+    take, warning = compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=False)
+    assert "lr" not in take["model"] and "train" not in take["data"] and warning is None
+
+
+def test_a_different_value_is_an_error_naming_key_values_and_the_way_out():
+    given = {"model": {"lr": 0.1}, "data": {"micro_batch_size": 2}}
+    with pytest.raises(ValueError) as info:
+        compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=False)
+    assert str(info.value) == (
+        "--ckpt_path x.ckpt was saved with other values than given: model.lr = 0.01 in the checkpoint, 0.1 given; "
+        "data.micro_batch_size = 4 in the checkpoint, 2 given. Nothing was started: drop these options to resume "
+        "with the checkpoint's values, or add --allow_hparam_changes true to make the given values win."
+    )
+
+
+def test_allowed_changes_win_with_a_one_line_warning():
+    given = {"model": {"lr": 0.1}, "data": {}}
+    take, warning = compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=True)
+    assert "lr" not in take["model"] and take["model"]["position_method"] == "repo"
+    assert warning == (
+        "warning: --allow_hparam_changes: the given values win over the checkpoint's in this resume of x.ckpt: "
+        "model.lr = 0.01 in the checkpoint, 0.1 given"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [("model", "position_method", "rope"), ("data", "global_batch_size", 8), ("data", "train", {"source": "x"})],
+)
+def test_what_the_weights_and_data_position_depend_on_never_changes(section, key, value):
+    given = {"model": {}, "data": {}, section: {key: value}}
+    with pytest.raises(
+        ValueError, match=rf"cannot resume with other values .* {section}\.{key} = .*--model\.init_from"
+    ):
+        compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=True)
+
+
+@pytest.mark.slow  # two short Lightning runs in this process (~10 s)
+def test_a_real_resume_takes_saved_values_and_allowed_changes_take_effect(tmp_path, monkeypatch, capsys, one_thread):
+    from repo_train.training.cli import TINY_TRAINER_DEFAULTS, RePoCLI
+    from repo_train.training.datamodule import RePoDataModule
+    from repo_train.training.module import RePoLightningModule
+
+    monkeypatch.setattr(sys, "argv", ["python -m repo_train"])
+    quiet = ["--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--trainer.accelerator", "cpu"]
+
+    def cli(*args):
+        return RePoCLI(
+            RePoLightningModule,
+            RePoDataModule,
+            trainer_defaults=TINY_TRAINER_DEFAULTS,
+            args=["fit", *quiet, *args],
+            parser_kwargs={"exit_on_error": False},
+        )
+
+    first = cli(
+        "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path / "a"), "--model.lr", "0.01",
+        "--data.train", '{"source": "synthetic", "seq_len": 16, "num_samples": 64}',
+        "--data.global_batch_size", "4", "--data.micro_batch_size", "2", "--checkpoint.every_n_train_steps", "2",
+    )  # fmt: skip
+    checkpoint = str(first.trainer.checkpoint_callback.last_model_path)
+    # a plain resume: model AND data values come from the checkpoint (the data ones were ignored before)
+    plain = cli(
+        "--ckpt_path", checkpoint, "--trainer.max_steps", "4", "--trainer.default_root_dir", str(tmp_path / "b")
+    )
+    assert plain.model.hparams.lr == 0.01 and plain.trainer.global_step == 4
+    assert plain.datamodule.hparams.micro_batch_size == 2
+    assert plain.datamodule.train_config == {"source": "synthetic", "seq_len": 16, "num_samples": 64}
+    assert plain.trainer.lr_scheduler_configs[0].scheduler.base_lrs == [0.01, 0.01]
+    capsys.readouterr()
+    # an allowed change is announced in one line and really used by the restored optimizer and schedule
+    changed = cli(
+        "--ckpt_path", checkpoint, "--trainer.max_steps", "4", "--trainer.default_root_dir", str(tmp_path / "c"),
+        "--model.lr", "0.002", "--model.weight_decay", "0.05", "--allow_hparam_changes", "true",
+    )  # fmt: skip
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "--allow_hparam_changes" in line]
+    assert len(warnings) == 1 and "model.lr = 0.01 in the checkpoint, 0.002 given" in warnings[0]
+    assert "model.weight_decay = 0.1 in the checkpoint, 0.05 given" in warnings[0]
+    groups = changed.trainer.optimizers[0].param_groups
+    assert [g["initial_lr"] for g in groups] == [0.002, 0.002] and [g["weight_decay"] for g in groups] == [0.05, 0.0]
+    assert changed.trainer.lr_scheduler_configs[0].scheduler.base_lrs == [0.002, 0.002]
