@@ -8,6 +8,7 @@ import pytest
 from repo_train import cli
 
 
+@pytest.mark.slow  # a fresh interpreter per package (~20 s each on 2 cores)
 @pytest.mark.parametrize("package", ["repo_train", "search", "evaluation"])
 def test_help(package):
     result = subprocess.run(

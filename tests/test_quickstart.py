@@ -5,11 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_quickstart_runs_the_whole_loop(tmp_path):
     out = tmp_path / "qs"
     result = subprocess.run(
@@ -36,6 +39,7 @@ def test_quickstart_runs_the_whole_loop(tmp_path):
     assert "init_from:" in config and "tiny-kv-base" in config and "prompt_completion" in config
 
 
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_quickstart_refuses_a_missing_base(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(tmp_path / "qs"), "--base",
@@ -63,6 +67,7 @@ def quickstart(*args, cwd=ROOT, timeout=120):
     )
 
 
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_path):
     out = tmp_path / "dry"
     result = quickstart("--config", FULL_SCALE, "--dry-run", "--out", out)
@@ -152,6 +157,7 @@ def write_tiny_loop_config(tmp_path, **changes) -> Path:
     return path
 
 
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_config_mode_runs_the_loop_on_cpu(tmp_path):
     out = tmp_path / "qs"
     result = quickstart("--config", write_tiny_loop_config(tmp_path), "--out", out, timeout=600)
@@ -174,6 +180,7 @@ def test_config_mode_runs_the_loop_on_cpu(tmp_path):
     assert f"--method pi:scale={sum(mean) / len(mean):.6g} " in commands
 
 
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_config_errors_name_the_key_or_file(tmp_path):
     cases = {
         "train.lancher: unknown key; the keys here are launcher, methods, args": dict(train__lancher=["x"]),
@@ -194,7 +201,18 @@ def test_config_errors_name_the_key_or_file(tmp_path):
     assert "Traceback" not in no_file.stderr
 
 
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_config_refuses_tiny_options(tmp_path):
     result = quickstart("--config", FULL_SCALE, "--steps", "10", "--dry-run", "--out", tmp_path / "x")
     assert result.returncode == 2 and "--steps: built-in tiny loop only" in result.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_options_parse_in_process(capsys):
+    """The quickstart's check in the fast suite (the tests above run the script in subprocesses: slow suite)."""
+    qs = load_script("quickstart")
+    assert qs.parse_args([]).out == "outputs/quickstart"
+    assert qs.parse_args(["--config", FULL_SCALE]).out == "outputs/quickstart-olmo2-1b"
+    with pytest.raises(SystemExit):
+        qs.parse_args(["--config", FULL_SCALE, "--steps", "10"])
+    assert "--steps: built-in tiny loop only" in capsys.readouterr().err

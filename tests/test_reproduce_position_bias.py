@@ -98,6 +98,7 @@ def test_parse_args_errors(capsys):
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the whole script in a subprocess: trains, searches, evaluates, reruns
 def test_smoke_run_writes_results_and_resumes(tmp_path):
     out = tmp_path / "pb"
     command = [sys.executable, str(SCRIPT), "--out", str(out), "--seeds", "1", "--steps", "2", "--pairs", "16",

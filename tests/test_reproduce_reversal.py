@@ -116,6 +116,7 @@ def test_command_runner_logs_appends_and_reports_failure(tmp_path, capsys):
     assert "json.tool" not in (tmp_path / "commands.sh").read_text()
 
 
+@pytest.mark.slow  # the whole script in a subprocess: trains, exports, evaluates, reruns
 def test_smoke_run_trains_exports_evaluates_and_resumes(tmp_path):
     """The whole script at the smallest settings: 1 seed, 1 method, 3 steps, lengths 2-3 (train) / 2-4 (test)."""
     out = tmp_path / "rev"

@@ -73,6 +73,7 @@ def test_report_without_a_run_is_a_usage_error(tmp_path, capsys):
     assert "no summary" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a fresh interpreter running the CLI
 def test_module_entry_point_exit_code_in_a_subprocess(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "evaluation", "run", "--out", str(tmp_path), "--method", "pi:scale=x"],

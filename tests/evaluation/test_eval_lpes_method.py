@@ -58,7 +58,7 @@ def test_lpes_method_equals_applying_the_scales_directly(tiny_lm, searched):
     before = layer_policies(model)
     stack = MethodStack.parse(f"lpes:scale_file={path}")
     with stack.attached(model, tokenizer):  # what the runner does around generation
-        with torch.no_grad():
+        with torch.no_grad():  # exact: the same scaled policies as scaled_model, so the same kernels in order
             assert torch.equal(model(ids).logits, direct_logits)
             with record_positions(model) as recorded:
                 model(ids)

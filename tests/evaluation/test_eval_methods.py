@@ -168,7 +168,7 @@ def test_pi_scale_one_equals_baseline_exactly_and_restores_policies(tiny_lm):
     stack = MethodStack.parse("pi:scale=1")
     with stack.attached(model, tokenizer):
         assert all(isinstance(p, ScaledRopePolicy) for p in layer_policies(model))
-        with torch.no_grad():
+        with torch.no_grad():  # exact: positions / 1.0 are the same floats, tables equal HF's, rotation elementwise
             assert torch.equal(model(ids).logits, reference)
         assert tokens(generate(model, tokenizer, PROMPTS, SETTINGS, stack)) == tokens(baseline)
     assert layer_policies(model) == before

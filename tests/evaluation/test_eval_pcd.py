@@ -84,6 +84,7 @@ def test_beta_zero_is_greedy_exactly(tiny_lm):
     assert tokens(plain) == tokens(baseline)
     for before, after in zip(base_tap.seen, tap.seen):
         kept = after > -math.inf
+        # exact: (1 + 0)·L - 0·L* is L to the bit, for finite L*
         assert int(kept.sum(dim=-1).min()) == 30 and torch.equal(after[kept], before[kept])
 
 
@@ -110,6 +111,8 @@ def test_side_decoder_with_the_models_own_encoding_reproduces_the_harness(tiny_l
     check = SideCheck()
     with MethodStack([check]).attached(model, tokenizer):
         generate_batch(model, tokenizer, batch_of(tokenizer), SETTINGS, MethodStack([check]))
+    # exact: the side decoder replays the harness's prefill and cached steps with the same shapes; its angles
+    # give cos/sin equal to HF's tables bit for bit, and the rotation is elementwise
     assert len(check.diffs) == SETTINGS.max_new_tokens and max(check.diffs) == 0.0
     assert layer_policies(model) == before  # the swap put the original policy objects back
 

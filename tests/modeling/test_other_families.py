@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from float_checks import assert_close_to_scale, assert_greedy
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from repo_train.modeling import (
@@ -42,7 +43,7 @@ def test_all_rope_policies_leave_the_model_unchanged(family):
     untouched = copy.deepcopy(model)
     install_position_policies(model, [RopePolicy() for _ in range(3)])
     ids = torch.randint(0, 128, (2, 19))
-    with torch.no_grad():
+    with torch.no_grad():  # exact: RopePolicy() hands back HF's own cos/sin, so the same kernels run in order
         assert torch.equal(model(ids).logits, untouched(ids).logits)
 
 
@@ -56,7 +57,7 @@ def test_repo_forced_linear_equals_rope_under_gqa(family):
         policy.linear_mix = 1.0
     ids = torch.randint(0, 128, (2, 19))
     with torch.no_grad():
-        assert (model(ids).logits - untouched(ids).logits).abs().max().item() <= 1e-5
+        assert_close_to_scale(model(ids).logits, untouched(ids).logits, 1e-5, what="logits")
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -75,7 +76,7 @@ def test_repo_and_nope_on_gqa_decode_with_cache(family):
     with torch.no_grad():
         generated = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
         full = model(generated).logits
-    assert torch.equal(generated[:, 12:], full[:, 11:-1].argmax(-1))
+    assert_greedy(full[:, 11:-1], generated[:, 12:])  # cached greedy = argmax of the recomputation, up to near-ties
     # The REPO layer caches keys expanded to every query head (documented memory cost).
     assert model.model.layers[1].self_attn.num_key_value_groups == 1
     assert model.model.layers[2].self_attn.num_key_value_groups == 2

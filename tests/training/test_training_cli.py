@@ -53,6 +53,7 @@ def test_every_shipped_config_parses_and_checks(config, monkeypatch):
             assert model.repo_start_layer == 10 and model.num_hidden_layers == 32
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_unknown_config_key_fails_before_training(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "configs/train/tiny-repo.yaml").read_text().replace("lr: 0.003", "learning_rate: 0.003"))
@@ -61,6 +62,7 @@ def test_unknown_config_key_fails_before_training(tmp_path):
     assert "learning_rate" in result.stderr
 
 
+@pytest.mark.slow  # the CLI in a subprocess: fit, then export
 def test_tiny_default_trains_and_exports(tmp_path):
     result = _cli(
         "fit",
@@ -77,6 +79,7 @@ def test_tiny_default_trains_and_exports(tmp_path):
     assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "hf" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow  # torchrun, two DeepSpeed processes
 def test_torchrun_deepspeed_cpu_config(tmp_path):
     result = _cli(
         "fit",
@@ -93,6 +96,7 @@ def test_torchrun_deepspeed_cpu_config(tmp_path):
     assert len(shards) >= 2
 
 
+@pytest.mark.slow  # the CLI in a subprocess, six times
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from float_checks import assert_close_to_scale
 from pytorch_lightning.callbacks import ModelCheckpoint
 from transformers import AutoModelForCausalLM
 
@@ -69,7 +70,7 @@ def test_accumulation_matches_the_full_batch():
         trainer.fit(module, _data(micro_batch=micro))
         assert trainer.accumulate_grad_batches == 8 // micro
         runs.append(history.losses)
-    assert runs[0] == pytest.approx(runs[1], abs=1e-5)
+    assert_close_to_scale(runs[1], runs[0], 1e-5, what="losses")  # other summation order of the gradients
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -84,7 +85,7 @@ def test_resume_continues_exactly(tmp_path):
         RePoLightningModule(lr=3e-3, attn_implementation="sdpa"), _data(), ckpt_path=tmp_path / "epoch=0-step=3.ckpt"
     )
     assert trainer.global_step == 6
-    assert resumed.losses == pytest.approx(full.losses[3:], abs=1e-6)
+    assert_close_to_scale(resumed.losses, full.losses[3:], 1e-6, what="losses")
 
 
 def _torchrun(tmp_path, name, *args, nproc=2):
@@ -99,12 +100,14 @@ def _torchrun(tmp_path, name, *args, nproc=2):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # torchrun: two gloo processes, and one plain process
 def test_ddp_two_processes_match_one_process(tmp_path):
     single = _torchrun(tmp_path, "single", "--steps", "5", "--micro-batch", "8", nproc=1)
     ddp = _torchrun(tmp_path, "ddp", "--steps", "5", "--strategy", "ddp", "--devices", "2", "--micro-batch", "4")
-    assert ddp["losses"] == pytest.approx(single["losses"], abs=1e-5)
+    assert_close_to_scale(ddp["losses"], single["losses"], 1e-5, what="losses")
 
 
+@pytest.mark.slow  # torchrun: DeepSpeed on two processes, four runs
 def test_deepspeed_zero2_on_two_cpu_processes(tmp_path):
     """ZeRO-2 (partitioned optimizer) matches one plain process, resumes exactly, and exports."""
     single = _torchrun(
@@ -112,7 +115,7 @@ def test_deepspeed_zero2_on_two_cpu_processes(tmp_path):
     )
     common = ["--strategy", "deepspeed_cpu", "--devices", "2", "--micro-batch", "4"]
     full = _torchrun(tmp_path, "ds", "--steps", "6", "--ckpt-every", "3", "--ckpt-dir", "ds", *common)
-    assert full["losses"] == pytest.approx(single["losses"], abs=1e-5)
+    assert_close_to_scale(full["losses"], single["losses"], 1e-5, what="losses")
     step3 = tmp_path / "ds" / "epoch=0-step=3.ckpt"
     assert sorted(p.name for p in (step3 / "checkpoint").iterdir()) == [
         "mp_rank_00_model_states.pt",
@@ -120,7 +123,7 @@ def test_deepspeed_zero2_on_two_cpu_processes(tmp_path):
         "zero_pp_rank_1_mp_rank_00_optim_states.pt",
     ]
     resumed = _torchrun(tmp_path, "ds_resumed", "--steps", "6", "--resume", str(step3), *common)
-    assert resumed["losses"] == pytest.approx(full["losses"][3:], abs=1e-6)
+    assert_close_to_scale(resumed["losses"], full["losses"][3:], 1e-6, what="losses")
     # A ZeRO checkpoint is tied to its process count: a clear error, pointing to export.
     with pytest.raises(ValueError, match="written by 2 processes; it cannot resume on 1"):
         check_resume(str(step3), world_size=1)
@@ -132,5 +135,7 @@ def test_deepspeed_zero2_on_two_cpu_processes(tmp_path):
     assert a.config.position_method == "repo"
     ids = torch.randint(16, 256, (2, 24))
     with torch.no_grad():
-        assert (a(ids).logits - b(ids).logits).abs().max().item() < 1e-4
+        # two 6-step trainings on different paths (ZeRO-2 on 2 processes, 1 plain process): measured 1.9e-6
+        assert_close_to_scale(a(ids).logits, b(ids).logits, 1e-4, what="logits")
+        # exact: the exported model and its reloaded copy, same weights through the same kernels
         assert torch.equal(a(ids).logits, ds_model.eval()(ids).logits)
