@@ -18,7 +18,6 @@ from typing import Any
 from evaluation.results import BASELINE, load_summary
 from evaluation.statistics import mean_std_over_seeds
 from repo_train.atomic import save_figure_atomic, write_text_atomic
-from repo_train.cli_errors import writing_to
 
 REPORT_FILE = "report.md"
 
@@ -105,8 +104,7 @@ def plot_task(task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path)
     ax.grid(alpha=0.3)
     # Below the axes: a legend inside would hide the curves.
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, ncol=2)
-    with writing_to(path):
-        save_figure_atomic(fig, path)
+    save_figure_atomic(fig, path)
 
 
 def _interval(value: Any, bounds: Sequence[Any] | None, digits: int = 3) -> str:
@@ -228,6 +226,5 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
             lines += ["", f"Over {len(runs)} seeds (mean ± sample std, ddof = 1):", "", *seed_tables(task, summaries)]
         lines += ["", f"![accuracy by position, {task}]({path.name})"]
     lines += ["", STATISTICS_NOTE]
-    with writing_to(out / REPORT_FILE):
-        report = write_text_atomic(out / REPORT_FILE, "\n".join(lines) + "\n")
+    report = write_text_atomic(out / REPORT_FILE, "\n".join(lines) + "\n")
     return [*written, report]

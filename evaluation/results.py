@@ -41,7 +41,6 @@ from evaluation.statistics import (
     sign_flip_test,
 )
 from repo_train import atomic
-from repo_train.cli_errors import writing_to
 
 FORMAT_VERSION = 2
 RECORDS_FILE = "records.jsonl"
@@ -99,10 +98,9 @@ def _clean(value: Any) -> Any:
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON to `path` through a temporary file in the same directory and `os.replace`.
 
-    A failed write (a full disk) is an OSError naming `path` (`repo_train.cli_errors.writing_to`).
+    A failed write (a full disk) is an OSError naming `path` (`repo_train.atomic.writing_to`).
     """
-    with writing_to(path):
-        atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
+    atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
 
 
 def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
@@ -162,13 +160,13 @@ class RecordWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record and force it to disk; a failed write (a full disk) is an OSError naming the file."""
         line = json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False) + "\n"
-        with writing_to(self.path):
+        with atomic.writing_to(self.path):
             self._handle.write(line)
             self._handle.flush()
             os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        with writing_to(self.path):
+        with atomic.writing_to(self.path):
             self._handle.close()
 
 

@@ -11,10 +11,15 @@ A whole output directory (an exported model) is written the same way by
 `atomic_directory`: built in a hidden staging directory next to the target,
 given ordinary permissions (files 0o666, directories 0o777, minus the umask),
 then moved into place; on any failure the staging directory is removed.
+
+A write that fails without naming a file (a full disk on write/flush/fsync) is
+re-raised naming the file being written (`writing_to`), for every atomic
+writer here and for appends that use `writing_to` themselves.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -97,24 +102,51 @@ def _remove_empty(directories: list[Path]) -> None:
             return
 
 
+#: What to do when a write fails with this errno (others: check the place can be written).
+_WRITE_FIXES = {
+    errno.ENOSPC: "free space on that disk (or write elsewhere) and rerun: the outputs written so far are kept",
+    errno.EDQUOT: "free space within your disk quota (or write elsewhere) and rerun: the outputs so far are kept",
+    errno.EROFS: "the file system is read-only: write the outputs elsewhere",
+}
+
+
+@contextmanager
+def writing_to(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise an OSError of the block that names no file (a full disk on write/flush/fsync) naming `path`.
+
+    `[Errno 28] No space left on device` alone does not say which of a run's
+    files could not be written; the re-raised error (same errno, still an
+    OSError) says `... while writing PATH; FIX`.
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        fix = _WRITE_FIXES.get(err.errno, "check that it can be written")
+        reason = err.strerror or str(err) or type(err).__name__
+        raise OSError(err.errno, f"{reason} while writing {path}; {fix}") from err
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path next to `path`; written by the caller, moved onto `path` when the block succeeds.
 
-    The parent directory is created. `suffix` matters to writers that infer the
-    format from the name (matplotlib: ".png").
+    The parent directory is created; a failed write names `path` (`writing_to`).
+    `suffix` matters to writers that infer the format from the name (matplotlib: ".png").
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with writing_to(path):  # a full disk names `path`
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            yield tmp
+            os.chmod(tmp, _default_mode())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, *, fsync: bool = False) -> Path:

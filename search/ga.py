@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 from repo_train.atomic import write_json_atomic
-from repo_train.cli_errors import writing_to
 from search.fitness import Fitness, FitnessResult, SyntheticFitness
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
 
@@ -291,8 +290,7 @@ class SearchState:
         )
 
     def save(self, path: str | Path) -> None:
-        with writing_to(path):  # a full disk names the file
-            write_json_atomic(path, self.to_json())
+        write_json_atomic(path, self.to_json())  # a full disk names the file
 
     @classmethod
     def load(cls, path: str | Path) -> SearchState:
@@ -480,8 +478,7 @@ def run(
 def _accumulate_timing(path: Path, timing: dict[str, float]) -> None:
     sidecar = path.with_name(path.name + ".timing.json")
     total = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-    with writing_to(sidecar):
-        write_json_atomic(sidecar, {k: total.get(k, 0.0) + v for k, v in timing.items()})
+    write_json_atomic(sidecar, {k: total.get(k, 0.0) + v for k, v in timing.items()})
 
 
 def measure_bookkeeping(num_layers: int = 32, state_path: str | Path | None = None) -> dict[str, float]:

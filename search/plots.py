@@ -19,12 +19,10 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 from repo_train.atomic import save_figure_atomic
-from repo_train.cli_errors import writing_to
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
-    with writing_to(path):  # a full disk names the file
-        return save_figure_atomic(fig, path)
+    return save_figure_atomic(fig, path)
 
 
 def plot_curve(path: str | os.PathLike, scale_file: Mapping[str, Any], title: str = "") -> Path:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from repo_train import atomic
-from repo_train.cli_errors import writing_to
 from repo_train.modeling.scale_file import (
     FORMAT_VERSION,
     REQUIRED_KEYS,
@@ -105,8 +104,7 @@ def write_scale_file(path: str | os.PathLike, scale_file: ScaleFile) -> Path:
     """Validate, then write atomically. Returns the path."""
     data = json.loads(json.dumps(scale_file.to_json()))  # exactly what a reader will see
     ScaleFile.from_json(data, source=f"scale file for {path}")
-    with writing_to(path):  # a full disk names the file
-        return atomic.write_json_atomic(path, data)
+    return atomic.write_json_atomic(path, data)  # a full disk names the file
 
 
 def load_scale_file(path: str | os.PathLike, expected_num_layers: int | None = None) -> ScaleFile:

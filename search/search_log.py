@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from repo_train.atomic import write_text_atomic
-from repo_train.cli_errors import writing_to
 from search.fitness import Fitness
 from search.ga import GAConfig, SearchResult, SearchState, run
 from search.genome import Genome, SearchSpace
@@ -60,8 +59,7 @@ def read_log(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def write_log(path: str | os.PathLike, lines: list[dict[str, Any]]) -> None:
     """Rewrite the whole log through a temporary file and `os.replace`."""
-    with writing_to(path):  # a full disk names the file
-        write_text_atomic(path, "".join(json.dumps(line) + "\n" for line in lines))
+    write_text_atomic(path, "".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _line(space: SearchSpace, state: SearchState, entry: dict[str, Any], timing: dict[str, float] | None) -> dict:
