@@ -104,8 +104,15 @@ def zero_model_states_file(directory: Path) -> Path:
 
 
 def zero_optimizer_shards(directory: Path) -> list[Path]:
-    """The optimizer shards (one per process) of a ZeRO checkpoint directory."""
-    return sorted(directory.rglob("*zero_pp_rank_*_mp_rank_*optim_states.pt"))
+    """The optimizer shards (one per process) of a ZeRO checkpoint directory; a clear error if there are none."""
+    zero_model_states_file(directory)  # the layout first: 'latest' and the model states it names
+    shards = sorted(directory.rglob("*zero_pp_rank_*_mp_rank_*optim_states.pt"))
+    if not shards:
+        raise ValueError(
+            f"{directory} is an incomplete DeepSpeed ZeRO checkpoint: no *_optim_states.pt shard in it (they hold "
+            "the fp32 weights); copy the whole checkpoint directory again, or use another checkpoint"
+        )
+    return shards
 
 
 def _load_file(file: Path, shown: Path, *, kind: str = "lightning", mmap: bool = False) -> dict:
@@ -136,16 +143,14 @@ def load_lightning_checkpoint(path: str | Path) -> dict:
     """The whole checkpoint (a ZeRO directory merged to one fp32 state_dict), as Lightning's dict."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"checkpoint {path} does not exist: pass a .ckpt file (or ZeRO directory) of a run")
+        raise FileNotFoundError(
+            f"checkpoint {path} does not exist: pass a .ckpt file (or ZeRO directory) under the run's "
+            "lightning_logs/version_N/checkpoints/"
+        )
     if path.is_dir():
         from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
 
-        zero_model_states_file(path)  # the layout, before DeepSpeed's own (less specific) errors
-        if not zero_optimizer_shards(path):
-            raise ValueError(
-                f"{path} is an incomplete DeepSpeed ZeRO checkpoint: no *_optim_states.pt shard in it (they hold the "
-                "fp32 weights); copy the whole checkpoint directory again, or use another checkpoint"
-            )
+        zero_optimizer_shards(path)  # the layout, before DeepSpeed's own (less specific) errors
         with tempfile.TemporaryDirectory() as tmp:
             merged = Path(tmp) / "merged.ckpt"
             try:

@@ -144,12 +144,7 @@ def export_checkpoint(
     """
     checkpoint, out = Path(checkpoint), Path(out)
     check_out(out)
-    if not checkpoint.exists():
-        raise FileNotFoundError(
-            f"checkpoint {checkpoint} does not exist: pass a .ckpt file (or ZeRO directory) under the run's "
-            "lightning_logs/version_N/checkpoints/"
-        )
-    state = load_lightning_checkpoint(checkpoint)
+    state = load_lightning_checkpoint(checkpoint)  # also: a missing path, a damaged file, one line each
     if "model_config" not in state:
         raise ValueError(f"{checkpoint} has no 'model_config': it was not written by repo_train's training module")
     config = RePoOlmo2Config.from_dict(state["model_config"])

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_model_states_file, zero_optimizer_shards
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
 from repo_train.modeling import RePoOlmo2Config
 
 
@@ -82,13 +82,6 @@ def unwritable_root_dir(root: str, err: OSError) -> ValueError:
     )
 
 
-def zero_checkpoint_world_size(checkpoint: Path) -> int | None:
-    """Processes that wrote a DeepSpeed ZeRO checkpoint directory (None if it is not one)."""
-    if not checkpoint.is_dir():
-        return None
-    return len(zero_optimizer_shards(checkpoint)) or None
-
-
 def check_resume(ckpt_path: str | None, world_size: int) -> None:
     """A ZeRO checkpoint holds one optimizer shard per process: it resumes only on the same count."""
     if ckpt_path is None or ckpt_path in LIGHTNING_CKPT_ALIASES:
@@ -96,15 +89,10 @@ def check_resume(ckpt_path: str | None, world_size: int) -> None:
     path = Path(ckpt_path)
     if not path.exists():
         raise FileNotFoundError(f"ckpt_path={ckpt_path!r} does not exist.")
-    if path.is_dir():
-        zero_model_states_file(path)
-    written_by = zero_checkpoint_world_size(path)
-    if path.is_dir() and written_by is None:
-        raise ValueError(
-            f"{ckpt_path} is an incomplete DeepSpeed ZeRO checkpoint: no *_optim_states.pt shard in it; copy the "
-            "whole checkpoint directory again, or resume from another checkpoint."
-        )
-    if written_by is not None and written_by != world_size:
+    if not path.is_dir():
+        return
+    written_by = len(zero_optimizer_shards(path))  # one per process; an incomplete directory is refused here
+    if written_by != world_size:
         raise ValueError(
             f"{ckpt_path} is a DeepSpeed ZeRO checkpoint written by {written_by} processes; it cannot resume on "
             f"{world_size}. Export it (`python -m repo_train export --checkpoint {ckpt_path} --out DIR`) and start "
