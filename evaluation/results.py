@@ -240,22 +240,20 @@ def compare_with_baseline(
     bootstrap interval, `p_value` the two-sided sign-flip test; `identical` says that no paired
     record differs (then p = 1 and the report says so instead of quoting p). None without pairs.
     """
-    clusters, diff_sums, pair_counts, n_pairs = paired_differences(records, baseline)
-    if not clusters:
+    paired = paired_differences(records, baseline)
+    if not paired.clusters:
         return None
-    delta = cluster_bootstrap_ratio(diff_sums, pair_counts, n_resamples, alpha, seed)
-    reference = {r["id"]: float(r["score"]) for r in baseline}
-    identical = all(float(r["score"]) == reference[r["id"]] for r in records if r["id"] in reference)
-    test = sign_flip_test(diff_sums / pair_counts, n_permutations, seed)
+    delta = cluster_bootstrap_ratio(paired.sums, paired.counts, n_resamples, alpha, seed)
+    test = sign_flip_test(paired.sums / paired.counts, n_permutations, seed)
     return {
         "mean_diff": delta.mean,
         "low": delta.low,
         "high": delta.high,
         "p_value": test.p_value,
         "test": test.description(),
-        "identical": identical,
-        "n": n_pairs,
-        "n_examples": len(clusters),
+        "identical": paired.identical,
+        "n": paired.n_pairs,
+        "n_examples": len(paired.clusters),
     }
 
 

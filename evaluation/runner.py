@@ -428,7 +428,7 @@ def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Seq
         if r["task"] in ids and r["id"] in ids[r["task"]] and r["method"] in labels
     ]
     tasks = {
-        task.name: {**manifest["tasks"][task.name], "metric": task.task.metric_name, "rows": len(task.rows)}
+        task.name: {**manifest["tasks"][task.name], "rows": len(task.rows)}  # the manifest names the metric
         for task in prepared
     }
     return build_summary(

@@ -137,27 +137,38 @@ def cluster_bootstrap_curves(table: PositionTable, n_resamples: int, seed: int) 
     return np.concatenate(overall), np.concatenate(curves)
 
 
+class PairedDifferences(NamedTuple):
+    """Method − baseline over the records both scored (paired by `id`), per question."""
+
+    clusters: list[str]
+    sums: np.ndarray  # sum of the question's paired differences
+    counts: np.ndarray  # its number of paired records
+    n_pairs: int
+    identical: bool  # no paired record differs
+
+
 def paired_differences(
     records: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]], score_key: str = "score"
-) -> tuple[list[str], np.ndarray, np.ndarray, int]:
-    """Pair records with the baseline's by `id`; per question: sum of differences and number of pairs.
-
-    Returns (questions, difference sums, pair counts, number of paired records).
-    """
+) -> PairedDifferences:
+    """Pair records with the baseline's by `id`; per question: sum of differences and number of pairs."""
     reference = {r["id"]: float(r[score_key]) for r in baseline}
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
+    identical = True
     for r in records:
         if r["id"] in reference:
             cluster = str(r["example_id"])
-            sums[cluster] = sums.get(cluster, 0.0) + float(r[score_key]) - reference[r["id"]]
+            difference = float(r[score_key]) - reference[r["id"]]
+            identical = identical and difference == 0
+            sums[cluster] = sums.get(cluster, 0.0) + difference
             counts[cluster] = counts.get(cluster, 0) + 1
     clusters = sorted(sums)
-    return (
+    return PairedDifferences(
         clusters,
         np.array([sums[c] for c in clusters]),
         np.array([counts[c] for c in clusters], dtype=float),
         sum(counts.values()),
+        identical,
     )
 
 
