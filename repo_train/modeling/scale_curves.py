@@ -2,7 +2,7 @@
 
 Here, below `search` and `evaluation`, because both check scale files with
 them (`repo_train.modeling.scale_file`: the scales follow the curve through
-the control points); `search.bezier` is this module under the search's name.
+the control points); the search builds its genomes on them (`search/genome.py`).
 
 LPES does not search L free scales: it searches d+1 control points
 `P_k = (x_k, y_k)` and reads the scale of layer h off a curve through them.
