@@ -4,13 +4,14 @@ Every metric has the signature `metric(prediction, answers) -> float` (the best
 score over the gold answers), so a task or a harness config can name one from
 `METRICS` and swap it without other changes.
 
-Why not `evaluate.load("squad")` / `evaluate.load("rouge")`: those metrics are
-scripts hosted on the Hugging Face Hub, fetched at load time, so they fail on
-an offline machine (CI, a compute node without internet) and their code can
-change under a fixed version of this project. The SQuAD-style metrics below are
-a few lines each, and ROUGE calls the installed `rouge_score` package (the
-implementation `evaluate`'s ROUGE wraps) directly, so scores are reproducible
-offline.
+Each rule is also a local `evaluate` metric module (`evaluation/metric_modules/`,
+shipped with the package), which delegates to the function here: `score_batch`
+scores a batch through it, and users load the same module by path to score their
+own predictions (docs/evaluation.md). The Hub's `evaluate.load("squad")` /
+`evaluate.load("rouge")` are scripts fetched at load time, so they fail offline
+(CI, a compute node without internet) and can change under a fixed version of
+this project; ROUGE calls the installed `rouge_score` package (the
+implementation the Hub's ROUGE wraps) directly.
 
 The normalisation is the one of the "Lost in the Middle" release (Liu et al.,
 TACL 2024; `src/lost_in_the_middle/metrics.py`), the SQuAD one except that
@@ -28,10 +29,14 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
 import regex
 from rouge_score import rouge_scorer
+
+if TYPE_CHECKING:
+    import evaluate
 
 Metric = Callable[[str, Sequence[str]], float]
 
@@ -182,3 +187,47 @@ def get_metric(name: str) -> Metric:
         return METRICS[name]
     except KeyError:
         raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}") from None
+
+
+#: The `evaluate` module (a directory of evaluation/metric_modules) and the per-row key of each metric of METRICS
+#: that is not the module's only score ("rouge_l" is the rougeL of the ROUGE module).
+MODULE_OF: dict[str, tuple[str, str | None]] = {
+    **{name: (name, None) for name in METRICS if name != "rouge_l"},
+    "rouge_l": ("rouge", "rougeL"),
+}
+
+
+@cache
+def metric_module(name: str) -> evaluate.EvaluationModule:
+    """The local `evaluate` metric module `name` (see `evaluation.metric_modules`), loaded once per process.
+
+    Loaded by absolute path with `local_files_only`, so loading never reaches for the network, and kept in
+    memory, so scoring writes no cache files. One instance per process: `compute` is not thread-safe.
+    """
+    import evaluate  # imports transformers' pipelines (seconds alone): only once something scores through it
+    from datasets import DownloadConfig
+
+    from evaluation.metric_modules import module_dir
+
+    offline = DownloadConfig(local_files_only=True)
+    return evaluate.load(str(module_dir(name)), keep_in_memory=True, download_config=offline)
+
+
+def score_batch(name: str, predictions: Sequence[str], answers: Sequence[Sequence[str]]) -> list[float]:
+    """Per-row scores of the metric `name` of METRICS, computed by its `evaluate` module in one `compute` call.
+
+    Equal to `[get_metric(name)(p, a) for p, a in zip(predictions, answers)]` (the module calls that
+    function); batched because each `compute` costs 10-25 ms of Arrow bookkeeping, hundreds of rows' scoring.
+    """
+    if name not in MODULE_OF:
+        raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}")
+    if len(predictions) != len(answers):
+        raise ValueError(
+            f"score_batch got {len(predictions)} predictions but {len(answers)} answer lists; pass one answer list "
+            "per prediction, in the same order"
+        )
+    if len(predictions) == 0:
+        return []
+    module, key = MODULE_OF[name]
+    rows = metric_module(module).compute(predictions=list(predictions), references=list(answers), per_row=True)
+    return [row[key] for row in rows["per_row"]] if key else rows["per_row"]

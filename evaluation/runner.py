@@ -21,8 +21,7 @@ chunk, not of every prompt's tokens and offsets.
 decoding); resuming into a directory made with other settings is refused
 rather than mixed. Methods and tasks may be added to an existing directory.
 
-Decoding defaults come from `TASK_GENERATION`, else from the task's own
-`generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
+Decoding defaults come from the task's `generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
 choice) generate nothing: each row's options are scored by `evaluation.loglik`
 and the task picks one; only methods acting through attach/detach (position
 policies) apply there.
@@ -32,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field, fields
@@ -63,15 +63,17 @@ from evaluation.results import (
     write_json_atomic,
 )
 from evaluation.tasks import Task, build_task
+from repo_train.atomic import write_text_atomic
 from repo_train.run_lock import locked_directory
 
 MANIFEST_FILE = "run.json"
+#: The resolved configuration of the latest command that ran into the directory (`--config` replays it).
+CONFIG_FILE = "config.yaml"
 
-#: Per task: (max_new_tokens, stop strings). As in the Lost in the Middle release, an answer is its first line.
-TASK_GENERATION: dict[str, tuple[int, tuple[str, ...]]] = {
-    "mdqa": (100, ("\n",)),
-    "mdqa_release": (100, ("\n",)),
-}
+#: Generation time to collect before scoring it in one call: an `evaluate` compute costs ~10-30 ms whatever its size,
+#: which made a tiny model's run 1.5x slower when called per batch of 8; one call per second of generation costs a
+#: few percent at most, and a kill loses at most that second of generated answers.
+SCORE_EVERY_SECONDS = 1.0
 #: Columns a prepared row keeps (the prompt and its item spans live on as tokens: `PreparedTask.prompts`).
 _ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers")
 #: Extra columns of tasks scored by log-likelihood (`scoring = "loglikelihood"`): the context and its options.
@@ -102,7 +104,7 @@ class RunConfig:
     """Seed of the tiny default's random weights."""
     batch_size: int = 8
     max_new_tokens: int | None = None
-    """None = the task's default (see TASK_GENERATION)."""
+    """None = the task's default (`Task.generation_defaults`)."""
     max_length: int | None = None
     """Prompt + new tokens budget; None = the model's max_position_embeddings."""
     truncate: str | None = None
@@ -137,16 +139,13 @@ class RunConfig:
 
 
 def task_generation(name: str, params: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
-    """(max_new_tokens, stop strings) of a task: TASK_GENERATION, else the task's `generation_defaults()`."""
-    if name in TASK_GENERATION:
-        return TASK_GENERATION[name]
-    defaults = getattr(build_task(name, **params), "generation_defaults", None)
-    return defaults() if defaults is not None else (32, ("\n",))
+    """(max_new_tokens, stop strings) of a task when the run does not set them: `Task.generation_defaults`."""
+    return build_task(name, **params).generation_defaults()
 
 
 def scores_by_loglikelihood(task: Task) -> bool:
     """True for tasks that declare `scoring = "loglikelihood"` (their rows carry `choices`)."""
-    return getattr(task, "scoring", "generation") == "loglikelihood"
+    return task.scoring == "loglikelihood"
 
 
 @dataclass
@@ -232,20 +231,31 @@ def run_stack(
     label = stack.label
     with stack.attached(model, tokenizer):
         bar = tqdm(todo, desc=f"{prepared.name} / {label}", unit="batch", disable=not progress)
+        pending, since = [], time.monotonic()
         for indices in bar:
             rows = [prepared.rows[i] for i in indices]
             public = [{key: row[key] for key in _PUBLIC_COLUMNS} for row in rows]  # no answers, no gold position
             batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device, public)
             outputs = generate_batch(model, tokenizer, batch, prepared.settings, stack)
-            for row, output in zip(rows, outputs):
-                if row["id"] in done:
-                    continue
-                yield _record(prepared, label, row, output.text, output.prompt_tokens, output.truncated,
-                              output.stop_reason)  # fmt: skip
+            pending += [(row, output) for row, output in zip(rows, outputs) if row["id"] not in done]
+            if time.monotonic() - since >= SCORE_EVERY_SECONDS:
+                yield from _scored(prepared, label, pending)
+                pending, since = [], time.monotonic()
+        yield from _scored(prepared, label, pending)
 
 
-def _record(prepared: PreparedTask, method: str, row, prediction: str, prompt_tokens: int, truncated: bool,
-            stop_reason: str) -> dict[str, Any]:  # fmt: skip
+def _scored(prepared: PreparedTask, method: str, pending: list) -> Iterator[dict[str, Any]]:
+    """Records of generated (row, output) pairs, scored in one `Task.score_batch` call."""
+    if not pending:
+        return
+    scores = prepared.task.score_batch([output.text for _, output in pending], [row["answers"] for row, _ in pending])
+    for (row, output), score in zip(pending, scores, strict=True):
+        yield _record(prepared, method, row, output.text, score, output.prompt_tokens, output.truncated,
+                      output.stop_reason)  # fmt: skip
+
+
+def _record(prepared: PreparedTask, method: str, row, prediction: str, score: float, prompt_tokens: int,
+            truncated: bool, stop_reason: str) -> dict[str, Any]:  # fmt: skip
     """One line of records.jsonl: the row's identity, the prediction and its score."""
     return {
         "id": row["id"],
@@ -256,7 +266,7 @@ def _record(prepared: PreparedTask, method: str, row, prediction: str, prompt_to
         "num_positions": row["num_positions"],
         "prediction": prediction,
         "answers": row["answers"],
-        "score": prepared.task.score(prediction, row["answers"]),
+        "score": score,
         "prompt_tokens": prompt_tokens,
         "truncated": truncated,
         "stop_reason": stop_reason,
@@ -277,7 +287,7 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                 f"({prepared.name!r}) does not run; evaluate it on generation tasks only"
             )
     label, task = stack.label, prepared.task
-    use_cache = bool(getattr(task, "use_kv_cache", False))
+    use_cache = bool(task.use_kv_cache)
     with stack.attached(model, tokenizer):
         bar = tqdm(todo, desc=f"{prepared.name} / {label}", unit="batch", disable=not progress)
         for indices in bar:
@@ -292,7 +302,8 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                     )
                 scores = continuation_scores(model, tokenizer, row["prompt"], row["choices"], use_cache)
                 choice = row["choices"][task.choose(scores, row["choices"])]
-                record = _record(prepared, label, row, choice, len(tokens.input_ids), False, "loglikelihood")
+                score = task.score(choice, row["answers"])
+                record = _record(prepared, label, row, choice, score, len(tokens.input_ids), False, "loglikelihood")
                 yield {**record, "loglikelihoods": [total for total, _ in scores]}
 
 
@@ -352,6 +363,7 @@ def run(
     max_records: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     progress: bool = True,
+    config_text: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate every (task, method stack), append records, write summary.json and return the summary.
 
@@ -360,6 +372,8 @@ def run(
     is used as is (`config.model` is then only a label). The run owns
     `config.out` for its whole length (`OUT/run.lock`, `repo_train.run_lock`):
     a second run into the same directory is refused before loading anything.
+    `config_text`, the command's resolved configuration, is stored as
+    `OUT/config.yaml` (the latest command's: rerunning it with `--config` replays the run).
     """
     if Path(config.out).exists() and not Path(config.out).is_dir():
         raise NotADirectoryError(
@@ -367,10 +381,10 @@ def run(
             "run's to resume it)"
         )
     with locked_directory(config.out, f"evaluation run directory {config.out}"):
-        return _run_locked(config, model, tokenizer, max_records, on_record, progress)
+        return _run_locked(config, model, tokenizer, max_records, on_record, progress, config_text)
 
 
-def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress) -> dict[str, Any]:
+def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text):
     """`run` while holding the directory's lock."""
     stacks = [MethodStack.parse(spec) for spec in config.methods]  # fail on a bad spec before loading anything
     labels = [stack.label for stack in stacks]
@@ -394,6 +408,8 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     ]
     write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
     existing = read_records(out / RECORDS_FILE, repair=True)
+    if config_text is not None:  # once the earlier records are known to be readable
+        write_text_atomic(out / CONFIG_FILE, config_text)
     done: dict[tuple[str, str], set[str]] = {}
     for record in existing:
         done.setdefault((record["task"], record["method"]), set()).add(record["id"])

@@ -45,9 +45,9 @@ from evaluation.generation import DecodeSettings, collate, generate_batch, plan_
 from evaluation.methods import Method, MethodStack
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
-from repo_train.benchmarking import alternate
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
+from repo_train.scripting.benchmarking import alternate
 
 DEFAULT_METHODS = [
     "caliope:calibrator=hourglass",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Cost of Found-in-the-Middle against plain generation, measured side by side in one run.
 
-On a random OLMo-2 (byte tokenizer) and MDQA prompts from the test fixture:
+On a random OLMo-2 (byte tokenizer) and MDQA prompts from the packaged sample:
 
 - time: greedy generation of the same batch with `baseline` and with
   `fim:temperature=5e-5,layers=last_half`, alternated for `--rounds` pairs
@@ -39,12 +39,13 @@ from evaluation.generation import DecodeSettings, collate, generate_batch, token
 from evaluation.methods import MethodStack
 from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
 from evaluation.models import byte_tokenizer
+from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
-from repo_train.benchmarking import alternate, summary
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
+from repo_train.scripting.benchmarking import alternate, summary
 
-FIXTURE = ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
+FIXTURE = NQ_OPEN_ORACLE
 FIM = "fim:temperature=5e-5,layers=last_half"
 FIM_CHUNKED = FIM + ",calibration_batch=1"  # one calibration prompt per prefill: less memory, more time
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
 from evaluation.models import byte_tokenizer
-from repo_train.benchmarking import alternate, summary
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
+from repo_train.scripting.benchmarking import alternate, summary
 
 
 def build_model(family: str, vocab: int, hidden: int, layers: int, heads: int):

@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from repo_train.benchmarking import alternate, summary
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
 from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
+from repo_train.scripting.benchmarking import alternate, summary
 
 
 def step_time(model, batch) -> float:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from repo_train.benchmarking import alternate, summary
+from repo_train.scripting.benchmarking import alternate, summary
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
 

@@ -24,7 +24,7 @@ With --config the same loop runs at full scale: an OLMo-2 checkpoint
 directory, the train configs' data, the launchers the file names
 (scripts/launch_train.sh, scripts/run_search.sh), the evaluation it lists; the
 file is documented key by key in configs/quickstart/olmo2-1b.yaml and checked
-before any step runs (repo_train/loop_config.py). --dry-run writes and prints
+before any step runs (repo_train/scripting/loop_config.py). --dry-run writes and prints
 OUT/commands.sh and runs nothing: read it before spending GPU hours.
 
 Every step is one of the project's commands, run as a subprocess and
@@ -34,7 +34,7 @@ The script holds run constants only; the work is in the packages.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -42,65 +42,127 @@ import time
 from pathlib import Path
 
 import yaml
+from jsonargparse import Namespace
+from jsonargparse.typing import PositiveInt
 
-from repo_train import loop_config
-from repo_train.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from repo_train.config_cli import ConfigParser, dump_config
+from repo_train.scripting import loop_config
+from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "assets" / "tiny-kv-base"
 KV_SEED_TRAIN, KV_SEED_SEARCH, KV_SEED_EVAL = 1000, 2000, 3000
 
 
-#: Options of the built-in tiny loop; with --config the file sets the run, so they are refused.
-TINY_OPTIONS = ("base", "steps", "lr", "num_keys", "key_chars", "train_examples", "eval_examples", "generations",
-                "edge_share")  # fmt: skip
+#: Options of the built-in tiny loop; a loop file (train/search/evaluate sections) sets the run, so they are refused.
+TINY_OPTIONS = ("steps", "lr", "num_keys", "key_chars", "train_examples", "eval_examples", "generations", "edge_share")
+PROG = "scripts/quickstart.py"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> ConfigParser:
+    """The quickstart's options; a loop file (configs/quickstart/*.yaml) sets `base` and the three sections."""
+    parser = ConfigParser.for_command(PROG, __doc__)
     parser.add_argument(
         "--out",
+        type=str | None,
         help="report directory (created; default outputs/quickstart, outputs/quickstart-NAME for --config NAME.yaml)",
     )
-    parser.add_argument("--config", help="YAML file of a full-scale loop (configs/quickstart/olmo2-1b.yaml)")
     parser.add_argument(
-        "--dry-run", action="store_true", help="with --config: write and print commands.sh, run nothing"
+        "--dry_run", "--dry-run", action="store_true", help="loop file only: write and print commands.sh, run nothing"
     )
-    tiny = parser.add_argument_group("built-in tiny loop (without --config)")
-    tiny.add_argument("--base", default=str(BASE), help="HF directory to continue from (default: the built-in)")
-    tiny.add_argument("--steps", type=int, default=1000, help="continual-training steps per model")
-    tiny.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the continual training")
-    tiny.add_argument("--num-keys", type=int, default=8, help="KV pairs per prompt (positions evaluated)")
-    tiny.add_argument("--key-chars", type=int, default=1, help="characters per key and value")
-    tiny.add_argument("--train-examples", type=int, default=4000)
-    tiny.add_argument("--eval-examples", type=int, default=40, help="examples per gold position")
-    tiny.add_argument("--generations", type=int, default=2, help="LPES breeding rounds")
-    tiny.add_argument(
+    parser.add_argument("--base", type=str | None, help="HF directory to continue from (default: the built-in)")
+    tiny = "built-in tiny loop only"
+    parser.add_argument("--steps", type=PositiveInt, default=1000, help=f"training steps per model ({tiny})")
+    parser.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate ({tiny})")
+    parser.add_argument("--num_keys", "--num-keys", type=PositiveInt, default=8, help=f"KV pairs per prompt ({tiny})")
+    parser.add_argument(
+        "--key_chars", "--key-chars", type=PositiveInt, default=1, help=f"key/value characters ({tiny})"
+    )
+    parser.add_argument("--train_examples", "--train-examples", type=PositiveInt, default=4000, help=tiny)
+    parser.add_argument(
+        "--eval_examples", "--eval-examples", type=PositiveInt, default=40, help=f"examples per position ({tiny})"
+    )
+    parser.add_argument("--generations", type=int, default=2, help=f"LPES breeding rounds ({tiny})")
+    parser.add_argument(
+        "--edge_share",
         "--edge-share",
-        type=float,
-        default=None,
+        type=float | None,
         help="train with this share of gold pairs in the first and last two positions (e.g. 0.95) instead of "
-        "uniform: gives the model a position bias to correct (docs/reproductions.md)",
+        f"uniform: gives the model a position bias to correct (docs/reproductions.md; {tiny})",
     )
-    args = parser.parse_args(argv)
-    if args.config is None:
+    parser.add_argument("--train", type=loop_config.TrainSection | None, help="loop file: the training runs")
+    parser.add_argument("--search", type=loop_config.SearchSection | None, help="loop file: the LPES search")
+    parser.add_argument("--evaluate", type=loop_config.EvaluateSection | None, help="loop file: the harness runs")
+    return parser
+
+
+def _from_root(argv: list[str]) -> list[str]:
+    """Relative --config paths are taken from the repository root (where every command runs), from any directory."""
+    fixed = list(argv)
+    for i, arg in enumerate(fixed):
+        if arg == "--config" and i + 1 < len(fixed) and not Path(fixed[i + 1]).is_absolute():
+            fixed[i + 1] = str(ROOT / fixed[i + 1])
+        elif arg.startswith("--config=") and not Path(arg.split("=", 1)[1]).is_absolute():
+            fixed[i] = f"--config={ROOT / arg.split('=', 1)[1]}"
+    return fixed
+
+
+def parse_args(argv: list[str] | None = None) -> Namespace:
+    """The options; in loop-file mode `args.loop` is the checked `LoopConfig` (else None). Mistakes: one line, exit 2."""
+    parser = build_parser()
+    argv = _from_root(list(sys.argv[1:] if argv is None else argv))
+    args, show = parser.parse(argv)
+    files = [str(path) for path in args.config or []]
+    sections = {name: args[name] for name in ("train", "search", "evaluate")}
+    args.loop = None
+    if not any(sections.values()):
         if args.dry_run:
-            parser.error("--dry-run needs --config (the built-in loop writes commands.sh as it runs)")
+            parser.fail("--dry-run needs a loop file (--config FILE; the built-in loop writes commands.sh as it runs)")
+        args.base = args.base or str(BASE)
         args.out = args.out or "outputs/quickstart"
-        return args
-    given = [f"--{dest.replace('_', '-')}" for dest in TINY_OPTIONS if getattr(args, dest) != parser.get_default(dest)]
-    if given:
-        parser.error(f"{', '.join(given)}: built-in tiny loop only; with --config the config file sets the run")
-    args.out = args.out or f"outputs/quickstart-{Path(args.config).stem}"
+    else:
+        name = (
+            (Path(files[-1]).relative_to(ROOT) if Path(files[-1]).is_relative_to(ROOT) else files[-1])
+            if files
+            else "the loop"
+        )
+        missing = [key for key, value in {"base": args.base, **sections}.items() if value is None]
+        if missing:
+            parser.fail(f"{name}: missing {', '.join(missing)}; a loop file sets base, train, search and evaluate")
+        flags = {a.split("=")[0] for a in argv}
+        given = sorted(f for o in TINY_OPTIONS for f in {f"--{o}", f"--{o.replace('_', '-')}"} if f in flags)
+        if given:
+            parser.fail(f"{', '.join(given)}: built-in tiny loop only; with a loop file the file sets the run")
+        try:
+            built = parser.instantiate(args)
+            args.loop = loop_config.LoopConfig(built.base, built.train, built.search, built.evaluate, path=str(name))
+            loop_config.check_files(args.loop, ROOT)
+        except ValueError as err:
+            parser.fail(f"{name}: {err}")
+        args.out = args.out or f"outputs/quickstart-{Path(files[-1]).stem}"
+        args.config_name = str(name)
+    if show:
+        print(dump_config(resolved_config(args)), end="")
+        raise SystemExit(0)
     return args
 
 
-def kv_params(args: argparse.Namespace, **more) -> dict:
+def resolved_config(args: Namespace) -> dict:
+    """What will run, as a loop file (loop mode) or the tiny loop's options: --print_config's output."""
+    head = {"out": args.out, "base": args.base}
+    if args.loop is None:
+        return {**head, **{name: args[name] for name in TINY_OPTIONS}}
+    loop = args.loop
+    sections = {name: dataclasses.asdict(getattr(loop, name)) for name in ("train", "search", "evaluate")}
+    return {**head, **sections, "dry_run": args.dry_run}
+
+
+def kv_params(args: Namespace, **more) -> dict:
     """The harness's KV task in the base's format: generated short keys, "pairs" template."""
     return dict(num_keys=args.num_keys, key_chars=args.key_chars, template="pairs", **more)
 
 
-def write_training_data(out: Path, args: argparse.Namespace) -> Path:
+def write_training_data(out: Path, args: Namespace) -> Path:
     """Prompt/completion lines (loss on the value only), one random gold position per example."""
     from evaluation.tasks import build_task
 
@@ -130,7 +192,7 @@ def gold_position(rng: random.Random, num_keys: int, edge_share: float | None) -
     return rng.choice([k for k in range(num_keys) if k not in edges])
 
 
-def training_config(out: Path, method: str, data: Path, args: argparse.Namespace) -> Path:
+def training_config(out: Path, method: str, data: Path, args: Namespace) -> Path:
     curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": args.steps // 2} if method == "repo" else {}
     config = {
         "seed_everything": 42,
@@ -160,7 +222,7 @@ def training_config(out: Path, method: str, data: Path, args: argparse.Namespace
     return path
 
 
-def search_config(out: Path, args: argparse.Namespace) -> Path:
+def search_config(out: Path, args: Namespace) -> Path:
     config = {
         "task": {
             "name": "kv",
@@ -182,7 +244,7 @@ def search_config(out: Path, args: argparse.Namespace) -> Path:
     return path
 
 
-def plot_repo_positions(out: Path, model_dir: Path, args: argparse.Namespace) -> Path:
+def plot_repo_positions(out: Path, model_dir: Path, args: Namespace) -> Path:
     """Positions per head of the last REPO layer on one evaluation prompt (REPO paper's position figures)."""
     import torch
 
@@ -205,7 +267,7 @@ def plot_repo_positions(out: Path, model_dir: Path, args: argparse.Namespace) ->
 def main() -> None:
     args = parse_args()
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
-    if args.config is not None:
+    if args.loop is not None:
         run_config(args, out)
         return
     out.mkdir(parents=True, exist_ok=True)
@@ -249,17 +311,17 @@ def main() -> None:
     print(f"\nreport: {out / 'README.md'}")
 
 
-def run_config(args: argparse.Namespace, out: Path) -> None:
+def run_config(args: Namespace, out: Path) -> None:
     """The loop of a config file: each train method through its launcher, export, search, evaluate, report."""
-    config = loop_config.load(Path(args.config), ROOT)
+    config = args.loop
     values = {"out": str(out), "base": config.base, "python": sys.executable}
     problems = loop_config.machine_problems(config, ROOT, values)
     if problems and not args.dry_run:
         raise SystemExit("\n".join(problems))
     out.mkdir(parents=True, exist_ok=True)
-    description = f"The commands of {args.config}, in order."
+    description = f"The commands of {args.config_name}, in order."
     if args.dry_run:
-        description = f"Dry run of {args.config}: nothing was run; <...> marks a value known only after a step."
+        description = f"Dry run of {args.config_name}: nothing was run; <...> marks a value known only after a step."
     run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run)
     started = time.perf_counter()
 
@@ -369,7 +431,7 @@ def config_report_parts(out, args, config, eval_dirs, scale_file, models) -> tup
     shown = {"out": str(out), "base": config.base, "python": "python"}
     launcher = " ".join(loop_config.fill(arg, shown) for arg in config.train.launcher)
     intro = (
-        f"The loop of `{args.config}`: the base `{config.base}` continued as {trained} through "
+        f"The loop of `{args.config_name}`: the base `{config.base}` continued as {trained} through "
         f"`{launcher}`, LPES searched on the {config.search.model} model "
         f"(`{config.search.config}`), each model evaluated with its `evaluate.methods`. Data, budgets and seeds "
         "are those of the config and the files it names (exact commands: `commands.sh`); the per-position "
@@ -388,7 +450,13 @@ def config_report_parts(out, args, config, eval_dirs, scale_file, models) -> tup
                 f"--out {out / 'repo-positions' / name}` (its settings with `--task-param KEY=VALUE`)"
             )
     outputs.append("- Checkpoints: `runs/<method>/` (Lightning), `models/<method>/` (HF, with tokenizer)")
-    closing = ["## Rerun", "", "```bash", f"python scripts/quickstart.py --config {args.config} --out {out}", "```"]
+    closing = [
+        "## Rerun",
+        "",
+        "```bash",
+        f"python scripts/quickstart.py --config {args.config_name} --out {out}",
+        "```",
+    ]
     return intro, outputs, closing
 
 

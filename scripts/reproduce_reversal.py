@@ -41,7 +41,7 @@ from evaluation.results import RECORDS_FILE, load_summary, read_records, write_j
 from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_words, reversed_answer
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
 from repo_train.atomic import save_figure_atomic, write_text_atomic
-from repo_train.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 FORMAT_VERSION = 1
 EVAL_SEED = 12345

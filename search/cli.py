@@ -17,8 +17,6 @@ writes files. User mistakes end with one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import shlex
 import sys
@@ -28,66 +26,113 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from repo_train.argtypes import non_negative_int, positive_int
-from repo_train.cli_errors import OneLineArgumentParser, report_user_errors
+from jsonargparse import Namespace
+from jsonargparse.typing import PositiveInt
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_NQ = REPO_ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
+from repo_train.config_cli import ConfigParser, dispatch, dump_config
+from search.config import SearchConfig, add_search_options, config_from_options
+from search.prepare import decode_settings, load_search_model, task_parameters
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
   lpes-qwen-kv50.yaml (28 layers, 50 KV pairs), tiny.yaml (the tiny random model, seconds on a CPU).
-  Without --config: the paper defaults with --model, tiny.yaml without.
+  Without --config: the paper defaults with --model, tiny.yaml without. Any key can be set on the command line too (--ga.population 12, --task.num_items 10);
+  --print_config prints the resolved config, which the search also writes as NAME.config.yaml
+  (--config NAME.config.yaml replays it). docs/configuring.md.
+short flags: --model DIR = --model.path, --task = --task.name, --num-examples = --task.num_examples,
+  --num-items = --task.num_items, --data-dir = --task.data_dir, --generations = --ga.generations,
+  --seed = --ga.seed.
 data: mdqa reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release; without a data dir, the
-  40-question test fixture); kv reads DATA_DIR/kv-retrieval-<k>_keys.jsonl(.gz) or generates UUID pairs.
+  packaged 40-question sample in evaluation/data/lost_in_the_middle); kv reads
+  DATA_DIR/kv-retrieval-<k>_keys.jsonl(.gz) or generates UUID pairs.
 distributed: python -m torch.distributed.run --nproc_per_node=N -m search run ...  (scripts/run_search.sh)
 resume: rerun the same command with --resume; it continues NAME.state.json (or starts if there is none).
 """
+#: Short flags of `run` and `diagnose` and the config keys they set.
+SECTION_ALIASES = {
+    "--model": "--model.path",
+    "--task": "--task.name",
+    "--num-examples": "--task.num_examples",
+    "--num-items": "--task.num_items",
+    "--data-dir": "--task.data_dir",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(
-        prog="python -m search",
-        description="LPES: search one RoPE scaling factor per layer of a frozen model with a Bézier-constrained "
-        "genetic algorithm scored by the evaluation harness, and write a scale file.",
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _tiny_unless_configured(parser: ConfigParser, args: list[str]) -> None:
+    """Without --config and without a model, the defaults are configs/search/tiny.yaml's (a smoke test)."""
+    given = {a.split("=", 1)[0] for a in args}
+    if not given & {"--config", "--model.path"}:
+        parser.set_defaults(_flatten(SearchConfig.tiny().to_dict()))
+        parser.tiny_defaults = True  # said once the options are valid (`_run`)
+
+
+def _add_search_sections(parser: ConfigParser) -> None:
+    parser.flag_aliases = dict(SECTION_ALIASES)
+    parser.before_parse = _tiny_unless_configured
+    add_search_options(parser)
+
+
+def _add_run(parser: ConfigParser) -> None:
+    parser.epilog = EPILOG
+    _add_search_sections(parser)
+    parser.flag_aliases.update({"--generations": "--ga.generations", "--seed": "--ga.seed"})
+    parser.add_argument("--out", type=str, required=True, help="scale file to write, e.g. scales/NAME.json")
+    parser.add_argument("--resume", action="store_true", help="continue NAME.state.json if it exists")
+    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+
+
+def _run(options: Namespace, parser: ConfigParser) -> int:
+    output_paths(options.out)  # a bad --out fails before anything is loaded
+    config = config_from_options(parser, options)
+    if getattr(parser, "tiny_defaults", False):
+        print(
+            "no --model and no --config: the built-in tiny random model with configs/search/tiny.yaml", file=sys.stderr
+        )
+    model = config.model.path
+    if model is not None and not Path(model).is_dir():
+        raise FileNotFoundError(f"--model {model!r} is not a directory; pass a local HF model directory")
+    text = dump_config(
+        {**config.to_dict(), "out": options.out, "resume": options.resume, "no_progress": options.no_progress}
     )
-    sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser(
-        "run", help="run (or resume) a search", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    if options.print_config:
+        print(text, end="")
+        return 0
+    run_search(config, options.out, resume=options.resume, progress=not options.no_progress, config_text=text)
+    return 0
+
+
+def _add_diagnose(parser: ConfigParser) -> None:
+    parser.description = (
+        "D per layer and S of the searched scales and of uniform / noisy / shuffled / random variants, on the "
+        "search set of the config's task; writes OUT/structure.json and OUT/structure.png (search/structure.py)."
     )
-    run.add_argument("--model", help="local HF model directory (default: the built-in tiny random model)")
-    run.add_argument("--task", choices=["mdqa", "kv"], help="search task (default: the config's)")
-    run.add_argument("--config", help="YAML search config (see below)")
-    run.add_argument("--out", required=True, help="scale file to write, e.g. scales/NAME.json")
-    run.add_argument("--resume", action="store_true", help="continue NAME.state.json if it exists")
-    run.add_argument("--num-examples", type=positive_int, help="source examples per subset (config: task)")
-    run.add_argument("--num-items", type=positive_int, help="documents (mdqa) or KV pairs (kv) per prompt")
-    run.add_argument("--generations", type=non_negative_int, help="breeding rounds after generation 0")
-    run.add_argument("--seed", type=int, help="seed of the GA")
-    run.add_argument("--data-dir", help="folder with the Lost in the Middle files")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar over candidates")
-    show = sub.add_parser("show", help="validate a scale file and print it")
-    show.add_argument("scale_file", metavar="SCALE_FILE")
-    show.add_argument("--num-layers", type=positive_int, help="also check it against a model with this many layers")
-    diagnose = sub.add_parser(
-        "diagnose",
-        help="structure deviation D and smoothness S of a scale file and its variants (search/structure.py)",
-        description="D per layer and S of the searched scales and of uniform / noisy / shuffled / random variants, "
-        "on the search set of the config's task; writes OUT/structure.json and OUT/structure.png.",
-    )
-    diagnose.add_argument("--scale-file", required=True, help="scale file written by `python -m search run`")
-    diagnose.add_argument("--out", required=True, help="directory for structure.json and structure.png")
-    diagnose.add_argument("--model", help="local HF model directory (default: the built-in tiny random model)")
-    diagnose.add_argument("--config", help="YAML search config: its model and task sections (default as for run)")
-    diagnose.add_argument("--task", choices=["mdqa", "kv"], help="task of the prompts (default: the config's)")
-    diagnose.add_argument("--num-examples", type=positive_int, help="source examples, 3 prompts each (config: task)")
-    diagnose.add_argument("--num-items", type=positive_int, help="documents (mdqa) or KV pairs (kv) per prompt")
-    diagnose.add_argument("--data-dir", help="folder with the Lost in the Middle files")
-    diagnose.add_argument(
-        "--seed", type=int, default=0, dest="variant_seed", metavar="SEED", help="seed of noisy/shuffled/random"
-    )
-    diagnose.set_defaults(generations=None, seed=None)  # the `run` options resolve_config reads
-    return parser
+    _add_search_sections(parser)
+    parser.flag_aliases.update({"--seed": "--variant_seed", "--scale-file": "--scale_file"})
+    parser.add_argument("--scale_file", type=str, required=True, help="a scale file of `python -m search run`")
+    parser.add_argument("--out", type=str, required=True, help="directory for structure.json and structure.png")
+    parser.add_argument("--variant_seed", type=int, default=0, help="seed of noisy/shuffled/random (also --seed)")
+
+
+def _diagnose(options: Namespace, parser: ConfigParser) -> int:
+    from search.structure import diagnose
+
+    diagnose(config_from_options(parser, options), options.scale_file, options.out, seed=options.variant_seed)
+    return 0
+
+
+def _add_show(parser: ConfigParser) -> None:
+    parser.add_argument("scale_file", type=str, help="the scale file")
+    parser.add_argument("--num_layers", "--num-layers", type=PositiveInt | None, help="also check the layer count")
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -102,6 +147,7 @@ def output_paths(out: str | Path) -> dict[str, Path]:
         "curve": stem.with_name(stem.name + ".curve.png"),
         "fitness": stem.with_name(stem.name + ".fitness.png"),
         "state": stem.with_name(stem.name + ".state.json"),
+        "config": stem.with_name(stem.name + ".config.yaml"),
     }
 
 
@@ -111,91 +157,14 @@ def lock_path(out: str | Path) -> Path:
     return out.with_name(out.with_suffix("").name + ".lock")
 
 
-def resolve_config(args: argparse.Namespace):
-    """The search config: the file (or a default) with the command-line overrides applied."""
-    from search.config import SearchConfig, load_config
-
-    if args.config:
-        config = load_config(args.config)
-    elif args.model is None:
-        config = SearchConfig.tiny()
-        print(
-            "no --model and no --config: the built-in tiny random model with configs/search/tiny.yaml", file=sys.stderr
-        )
-    else:
-        config = SearchConfig()
-    task = {"name": args.task, "num_examples": args.num_examples, "num_items": args.num_items}
-    task["data_dir"] = args.data_dir
-    task = {k: v for k, v in task.items() if v is not None}
-    ga = {k: v for k, v in {"generations": args.generations, "seed": args.seed}.items() if v is not None}
-    model = {"path": args.model} if args.model is not None else {}
-    return dataclasses.replace(
-        config,
-        model=dataclasses.replace(config.model, **model),
-        task=dataclasses.replace(config.task, **task),
-        ga=dataclasses.replace(config.ga, **ga),
-    )
-
-
-def task_parameters(task) -> dict[str, Any]:
-    """`build_task` parameters of the search task (data file, k); gold positions etc. are the fitness's."""
-    data_dir = Path(task.data_dir) if task.data_dir else None
-    if data_dir is not None and not data_dir.is_dir():
-        raise FileNotFoundError(f"data dir {str(data_dir)!r} is not a directory")
-    if task.name == "mdqa":
-        matches = sorted(data_dir.glob("nq-open-oracle*.jsonl*")) if data_dir else [FIXTURE_NQ]
-        if not matches or not matches[0].is_file():
-            where = f"in {str(data_dir)!r}" if data_dir else "(and the test fixture is missing)"
-            raise FileNotFoundError(f"mdqa needs an nq-open-oracle*.jsonl(.gz) file {where}: pass --data-dir")
-        if data_dir is None:
-            print(
-                f"mdqa without a data dir: the 40-question test fixture {FIXTURE_NQ.name} (a smoke test)",
-                file=sys.stderr,
-            )
-        return {"path": str(matches[0].resolve()), "num_documents": task.num_items}
-    matches = sorted(data_dir.glob(f"kv-retrieval-{task.num_items}_keys.jsonl*")) if data_dir else []
-    params = {"path": str(matches[0].resolve()) if matches else None, "num_keys": task.num_items}
-    if task.key_chars is not None:
-        if params["path"] is not None:
-            raise ValueError("task.key_chars shortens generated keys; it cannot apply to a release file")
-        params["key_chars"] = task.key_chars
-    if task.template != "json":
-        params["template"] = task.template  # checked by the kv task (pairs needs key_chars)
-    if task.distinct_keys is not None:
-        params["distinct_keys"] = task.distinct_keys  # checked by the kv task (pairs only)
-    return params
-
-
-def decode_settings(task) -> Any:
-    """`DecodeSettings` of a search task: the config's budget and batch, the harness task's stop strings."""
-    from evaluation.generation import DecodeSettings
-    from evaluation.runner import task_generation
-
-    _, stops = task_generation(task.name, {**task_parameters(task), "num_examples": 1})
-    return DecodeSettings(
-        max_new_tokens=task.max_new_tokens,
-        stop_strings=stops,
-        batch_size=task.batch_size,
-        max_length=task.max_length,
-        truncate=task.truncate,
-    )
-
-
-def load_search_model(model_config):
-    """Model and tokenizer on the right device: a local directory, or the tiny default."""
-    from evaluation.models import load_model, place_model, tiny_default
-
-    if model_config.path is None:
-        model, tokenizer = tiny_default(model_config.seed)
-    else:
-        model, tokenizer = load_model(Path(model_config.path), model_config.dtype, model_config.attn_implementation)
-    return place_model(model, model_config.device), tokenizer
-
-
-def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=None, progress: bool = False):
+def run_search(
+    config, out: str | Path, *, resume: bool = False, fitness_cls=None, progress: bool = False, config_text=None
+):
     """The whole search (torchrun-ready): fitness, GA with log, held-out check, scale file, plots.
 
     Returns a summary dict. `fitness_cls` replaces `HarnessFitness` (tests use a scorer with varied values).
+    `config_text`, the command's resolved configuration, is written as NAME.config.yaml once the model and
+    task are checked (`--config NAME.config.yaml` replays the search).
     """
     from repo_train.run_lock import run_lock
     from search.harness_fitness import HarnessFitness, barrier, init_distributed, rank_and_world
@@ -205,7 +174,7 @@ def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=Non
         # rank 0 owns the outputs; if it is refused, it exits and torchrun stops the other ranks
         owner = run_lock(lock_path(out), f"search output {out}") if rank_and_world()[0] == 0 else nullcontext()
         with owner:
-            summary = _run_search(config, out, resume, fitness_cls or HarnessFitness, progress)
+            summary = _run_search(config, out, resume, fitness_cls or HarnessFitness, progress, config_text)
             barrier()  # no rank leaves before rank 0 has written the files
         return summary
     finally:
@@ -215,8 +184,9 @@ def run_search(config, out: str | Path, *, resume: bool = False, fitness_cls=Non
             dist.destroy_process_group()
 
 
-def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
-    from repo_train.modeling.scaling import current_policies
+def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict[str, Any]:
+    from repo_train.atomic import write_text_atomic
+    from repo_train.modeling.swapping import current_policies
     from search.ga import run
     from search.harness_fitness import check_held_out_available, evaluate_held_out, model_fingerprint, rank_and_world
     from search.search_log import search_with_log
@@ -259,6 +229,8 @@ def _run_search(config, out, resume, fitness_cls, progress) -> dict[str, Any]:
             task.name, params, num_examples=held.num_examples, example_offset=held_offset, seed=held_seed
         )
     space = config.space.build(num_layers)
+    if rank == 0 and config_text is not None:
+        write_text_atomic(paths["config"], config_text)
     echo = print if rank == 0 else (lambda *a, **k: None)
     echo(
         f"LPES search: {num_layers} layers, {space.curve} curve with {space.num_points} points, "
@@ -340,7 +312,7 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
         print(f"  pi:scale={held['pi_mean']['scale']:.3f}  {_fmt(held['pi_mean'])}")
         print(f"  lpes           {_fmt(held['lpes'])}")
     print(f"{summary['evaluations']} candidates scored; this run took {seconds:.1f} s")
-    for key in ("scale", "log", "curve", "fitness", "state"):
+    for key in ("scale", "log", "curve", "fitness", "state", "config"):
         print(f"{key:8s} {summary['paths'][key]}")
 
 
@@ -395,27 +367,27 @@ def evaluation_task_flags(task: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+COMMANDS = {
+    "run": ("run (or resume) a search", _add_run, _run),
+    "show": (
+        "validate a scale file and print it",
+        _add_show,
+        lambda options, _: show(options.scale_file, options.num_layers),
+    ),
+    "diagnose": (
+        "structure deviation D and smoothness S of a scale file and its variants (search/structure.py)",
+        _add_diagnose,
+        _diagnose,
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
     # user mistakes (ConfigError, ScaleFileError are ValueErrors): one clear line, no traceback
-    return report_user_errors(f"python -m search {args.command}", lambda: _command(args), (ValueError, OSError))
-
-
-def _command(args: argparse.Namespace) -> int:
-    """Run the parsed subcommand; its exit code."""
-    if args.command == "show":
-        return show(args.scale_file, args.num_layers)
-    if args.command == "diagnose":
-        from search.structure import diagnose
-
-        diagnose(resolve_config(args), args.scale_file, args.out, seed=args.variant_seed)
-        return 0
-    output_paths(args.out)  # a bad --out fails before anything is loaded
-    if args.model is not None and not Path(args.model).is_dir():
-        raise FileNotFoundError(f"--model {args.model!r} is not a directory; pass a local HF model directory")
-    run_search(resolve_config(args), args.out, resume=args.resume, progress=not args.no_progress)
-    return 0
+    return dispatch(
+        "python -m search",
+        "LPES: search one RoPE scaling factor per layer of a frozen model with a Bézier-constrained genetic "
+        "algorithm scored by the evaluation harness, and write a scale file.",
+        COMMANDS,
+        argv,
+    )

@@ -1,4 +1,4 @@
-"""The search config: typed dataclasses, loaded from YAML with every key and type checked.
+"""The search config: typed dataclasses; jsonargparse reads them from YAML and the command line.
 
 A config file has six sections, each optional (missing keys keep their
 defaults, which are the paper's):
@@ -11,28 +11,29 @@ defaults, which are the paper's):
     ga:       {population, parents, generations, ...} # search.ga.GAConfig (Table 9)
     held_out: {num_examples, seed, offset}
 
-`load_config(path)` reads one; an unknown key or a value of the wrong type is a
-`ConfigError` naming the file, the dotted key and what is valid.
-`SearchConfig.tiny()` is the seconds-on-a-CPU preset (configs/search/tiny.yaml).
+jsonargparse checks keys and types (`add_search_options`, as `python -m search
+run` uses it; `--ga.population 12` overrides a key); what it cannot check —
+counts that must agree, ranges — each dataclass checks in `__post_init__`, a
+`ConfigError` (a ValueError) naming the key and the fix. `load_config(path)`
+reads a file the same way. `SearchConfig.tiny()` is the seconds-on-a-CPU
+preset (configs/search/tiny.yaml).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
+from argparse import ArgumentError
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from jsonargparse import ArgumentParser, Namespace
 
+from repo_train.config_cli import one_line_error
 from search.fitness import SubsetWeights
 from search.ga import GAConfig
 from search.genome import SearchSpace
-
-#: Tasks a search can score: both place one relevant item among k at a chosen index.
-SEARCH_TASKS = ("mdqa", "kv")
 
 
 class ConfigError(ValueError):
@@ -53,7 +54,7 @@ class ModelConfig:
     """float32, bfloat16 or float16."""
     attn_implementation: str = "sdpa"
     """sdpa, eager or flash_attention_2."""
-    device: str = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu, or cuda."""
 
 
@@ -61,7 +62,7 @@ class ModelConfig:
 class TaskConfig:
     """The search set: one task, the relevant item at the beginning, middle or end."""
 
-    name: str = "mdqa"
+    name: Literal["mdqa", "kv"] = "mdqa"
     """mdqa (nq-open-oracle file) or kv (release file, or generated UUID pairs)."""
     num_items: int = 20
     """k: documents per MDQA prompt, or key-value pairs per KV prompt."""
@@ -134,8 +135,6 @@ class SearchConfig:
     """Evaluation on unseen examples after the search."""
 
     def __post_init__(self) -> None:
-        if self.task.name not in SEARCH_TASKS:
-            raise ConfigError(f"task.name must be one of {list(SEARCH_TASKS)}, got {self.task.name!r}")
         if self.task.num_items < 3:
             raise ConfigError(
                 f"task.num_items must be >= 3 so that beginning, middle and end are distinct, got {self.task.num_items}"
@@ -145,8 +144,6 @@ class SearchConfig:
                 raise ConfigError(f"task.{name} must be >= 1, got {getattr(self.task, name)}")
         if self.held_out.num_examples < 0:
             raise ConfigError(f"held_out.num_examples must be >= 0, got {self.held_out.num_examples}")
-        if self.model.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"model.device must be auto, cpu or cuda, got {self.model.device!r}")
 
     @classmethod
     def tiny(cls) -> SearchConfig:
@@ -163,16 +160,33 @@ class SearchConfig:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "search config") -> SearchConfig:
-        """Build from nested dicts (YAML); unknown keys and wrong types are `ConfigError`s."""
+        """Build from nested dicts (YAML): unknown keys, wrong types and failed checks are `ConfigError`s."""
+        parser = _parser()
         try:
-            return _build(cls, data, source, "")
-        except ConfigError:
-            raise
-        except (ValueError, TypeError) as exc:  # a dataclass's own validation (GAConfig, SubsetWeights, ...)
-            raise ConfigError(f"{source}: {exc}") from None
+            options = parser.parse_object({} if data is None else data)
+            return config_from_options(parser, options)
+        except (ArgumentError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{source}: {one_line_error(str(exc))}") from None
 
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def add_search_options(parser: ArgumentParser) -> None:
+    """The six sections as nested options (`--model.path`, `--ga.population`, ...), typed by the dataclasses."""
+    parser.add_class_arguments(SearchConfig, fail_untyped=True, sub_configs=True)
+
+
+def config_from_options(parser: ArgumentParser, options: Namespace) -> SearchConfig:
+    """The `SearchConfig` of parsed options (each section's own checks run here: a ValueError names the key)."""
+    sections = parser.instantiate(options)
+    return SearchConfig(**{f.name: sections[f.name] for f in dataclasses.fields(SearchConfig)})
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(exit_on_error=False)
+    add_search_options(parser)
+    return parser
 
 
 def load_config(path: str | Path) -> SearchConfig:
@@ -184,40 +198,6 @@ def load_config(path: str | Path) -> SearchConfig:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    return SearchConfig.from_dict({} if data is None else data, source=str(path))
-
-
-def _build(cls: type, data: Any, source: str, prefix: str) -> Any:
-    where = prefix.rstrip(".") or "top level"
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {where} must be a mapping of keys to values, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ConfigError(f"{source}: unknown key '{prefix}{unknown[0]}' in {where}; valid keys are {known}")
-    values = {}
-    for name, value in data.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, value, source, f"{prefix}{name}.")
-        else:
-            values[name] = _check_type(hint, value, source, f"{prefix}{name}")
-    return cls(**values)
-
-
-def _check_type(hint: Any, value: Any, source: str, key: str) -> Any:
-    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if value is None and type(None) in allowed:
-        return None
-    if isinstance(value, bool):
-        ok = bool in allowed
-    elif isinstance(value, int):
-        ok = int in allowed or float in allowed
-        value = float(value) if int not in allowed else value
-    else:
-        ok = any(isinstance(value, t) for t in allowed if t not in (type(None), bool, int))
-    if not ok:
-        names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-        raise ConfigError(f"{source}: {key} must be {names}, got {value!r}")
-    return value
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return SearchConfig.from_dict(data, source=str(path))

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from repo_train.atomic import write_json_atomic
-from search.fitness import Fitness, FitnessResult, SyntheticFitness
+from search.fitness import Fitness, FitnessResult
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
 
 STATE_VERSION = 1
@@ -479,24 +479,3 @@ def _accumulate_timing(path: Path, timing: dict[str, float]) -> None:
     sidecar = path.with_name(path.name + ".timing.json")
     total = json.loads(sidecar.read_text()) if sidecar.exists() else {}
     write_json_atomic(sidecar, {k: total.get(k, 0.0) + v for k, v in timing.items()})
-
-
-def measure_bookkeeping(num_layers: int = 32, state_path: str | Path | None = None) -> dict[str, float]:
-    """Time a default-size search on the free `SyntheticFitness`: what the GA itself costs per generation.
-
-    Returns seconds per generation for bookkeeping (operators, cache, selection) and state writes, and the
-    number of candidates scored per generation; multiply the latter by the seconds one model-scored
-    candidate takes to compare. Not a test: a measurement to print.
-    """
-    config = GAConfig()
-    space = SearchSpace(num_layers)
-    fitness = SyntheticFitness(np.linspace(1.0, 2.0, num_layers))
-    result = run(space, fitness, config, state_path=state_path)
-    rounds = result.generations + 1
-    return {
-        "generations": rounds,
-        "bookkeeping_s_per_generation": result.timing["bookkeeping_s"] / rounds,
-        "state_io_s_per_generation": result.timing["state_io_s"] / rounds,
-        "synthetic_fitness_s_per_generation": result.timing["fitness_s"] / rounds,
-        "candidates_per_generation": result.evaluations / rounds,
-    }

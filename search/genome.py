@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from repo_train.modeling.scale_curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
+from evaluation.methods.lpes.curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
 
 #: Table 7: scales from 1.0 to 2.0 in steps of 0.1, as integer tenths.
 Y_MIN_TENTHS = 10
@@ -92,7 +92,7 @@ class SearchSpace:
     num_points: int = 4
     """Control points d + 1 (2–5); ignored when `curve` is "none"."""
     curve: str = "bezier"
-    """A `repo_train.modeling.scale_curves.CURVES` name, or "none" for the brute-force ablation (one free y per layer)."""
+    """An `evaluation.methods.lpes.curves.CURVES` name, or "none" for the brute-force ablation (one free y per layer)."""
     y_min_tenths: int = Y_MIN_TENTHS
     """Smallest scale, in tenths (10 = 1.0)."""
     y_max_tenths: int = Y_MAX_TENTHS

@@ -52,7 +52,8 @@ from evaluation.generation import DecodeSettings, plan_batches
 from evaluation.methods import MethodStack
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
-from repo_train.modeling.scaling import current_policies, scaled_policies
+from repo_train.modeling.scaling import scaled_policies
+from repo_train.modeling.swapping import current_policies
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
 from search.scale_file import config_sha256

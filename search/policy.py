@@ -1,16 +1,17 @@
 """LPES as a position policy: layer h sees positions `position_ids / s_h` (paper Eq. 2).
 
-Identical to `RopePolicy(encoding)` except that token i gets position i / s
-in this layer; the encoding (base, YaRN, …) is the model's own, so s = 1
-reproduces the untouched layer bit for bit. Scaling acts on the positions,
-not on the frequencies, so the rotation of any static rope type is scaled
-the same way.
+The core's `ScaledRopePolicy` in every RoPE layer: identical to
+`RopePolicy(encoding)` except that token i gets position i / s in that layer;
+the encoding (base, YaRN, …) is the model's own, so s = 1 reproduces the
+untouched layer bit for bit.
 
-`apply_scales(model, scales)` installs one such policy per layer on any model
-the policy hook supports (OLMo-2, Llama, Qwen2, Qwen3, Mistral) and returns
-the policies it replaced, so a search can score many scale vectors on one
-loaded model and restore it afterwards (`restore_policies` or the
-`scaled_model` context manager).
+`apply_scales(model, scales)` scales the layers of any model the policy hook
+supports (OLMo-2, Llama, Qwen2, Qwen3, Mistral) and returns the policies it
+replaced, so a search can score many scale vectors on one loaded model and
+put it back afterwards (`repo_train.modeling.restore_policies`, or the
+`scaled_model` context manager). Scales follow the core's one rule: they
+multiply a layer's current scale, so on the unscaled model the search loads
+each candidate's scales are exactly the layers' scales.
 """
 
 from __future__ import annotations
@@ -20,34 +21,21 @@ from contextlib import contextmanager
 
 from torch import nn
 
-from repo_train.modeling import PositionPolicy, install_position_policies
-from repo_train.modeling.scaling import ScaledRopePolicy, current_policies, scaled_policies
-
-# LPES's policy is the core's scaled-RoPE policy (kept under this name for readers of the paper).
-LayerScaledRopePolicy = ScaledRopePolicy
+from repo_train.modeling import PositionPolicy
+from repo_train.modeling.scaling import scaled_policies
+from repo_train.modeling.swapping import swap_policies, swapped_policies
 
 
 def apply_scales(model: nn.Module, scales: Sequence[float]) -> list[PositionPolicy]:
-    """Give layer h positions / `scales[h]`; returns the previous policies (pass them to `restore_policies`).
+    """Divide layer h's positions by `scales[h]`; returns the previous policies (for `restore_policies`).
 
-    An earlier LPES scale is replaced, not multiplied; NoPE layers are kept;
-    REPO and other non-RoPE policies are refused (see `scaled_policies`).
+    NoPE layers are kept; REPO and other non-RoPE policies are refused (see `scaled_policies`).
     """
-    previous = current_policies(model)
-    install_position_policies(model, scaled_policies(model, scales, method="LPES"))
-    return previous
-
-
-def restore_policies(model: nn.Module, previous: Sequence[PositionPolicy]) -> None:
-    """Undo `apply_scales`: reinstall the policies it returned."""
-    install_position_policies(model, list(previous))
+    return swap_policies(model, scaled_policies(model, scales, method="LPES"))
 
 
 @contextmanager
 def scaled_model(model: nn.Module, scales: Sequence[float]) -> Iterator[nn.Module]:
     """`with scaled_model(model, scales): …` scores the model under LPES scales and restores it afterwards."""
-    previous = apply_scales(model, scales)
-    try:
+    with swapped_policies(model, scaled_policies(model, scales, method="LPES")):
         yield model
-    finally:
-        restore_policies(model, previous)

@@ -1,7 +1,7 @@
 """The scale file: what an LPES search hands to evaluation (one RoPE scale per layer, plus how it was found).
 
 The format (`format_version` 1, every field) and its reader and field checks
-are in `repo_train.modeling.scale_file`, shared with evaluation's `lpes`
+are in `evaluation.methods.lpes.scale_file`, beside evaluation's `lpes`
 method, including the check that for curve types `scales` follow the control
 points (the same check whenever evaluation's `lpes` method reads a file with a
 curve). This module writes scale files (`ScaleFile`, `write_scale_file`) and
@@ -17,14 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repo_train import atomic
-from repo_train.modeling.scale_file import (
+from evaluation.methods.lpes.scale_file import (
     FORMAT_VERSION,
     REQUIRED_KEYS,
     ScaleFileError,
     read_scale_json,
     validate_scale_data,
 )
+from repo_train import atomic
 from search.fitness import FitnessResult, SubsetWeights
 from search.genome import Genome, SearchSpace
 

@@ -175,8 +175,8 @@ def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[
 def _search_set(config, model, tokenizer):
     """The begin/middle/end search set of the config's task, built by the harness exactly as the search builds it."""
     from evaluation.generation import collate
-    from search.cli import decode_settings, task_parameters
     from search.harness_fitness import HarnessFitness
+    from search.prepare import decode_settings, task_parameters
 
     task = config.task
     settings = decode_settings(task)
@@ -195,11 +195,11 @@ def _search_set(config, model, tokenizer):
 def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> dict[str, Any]:
     """D and smoothness S of the searched scales and their variants; writes OUT/structure.json and .png."""
     from repo_train.atomic import write_json_atomic
-    from repo_train.modeling.scaling import current_policies
-    from search.cli import load_search_model
+    from repo_train.modeling.swapping import current_policies
     from search.diagnostics import smoothness
     from search.harness_fitness import model_fingerprint
     from search.plots import plot_structure
+    from search.prepare import load_search_model
     from search.scale_file import load_scale_file
 
     out = Path(out)

@@ -400,7 +400,7 @@ def _gpt2_model(tmp: Path) -> Path:
 
 def _scale_json(num_layers: int = 4, **changes) -> dict:
     """A complete scale file of a 3-point Bézier curve whose scales follow it, then `changes`."""
-    from repo_train.modeling.scale_curves import curve_scales
+    from evaluation.methods.lpes.curves import curve_scales
 
     points = [[0.0, 1.2], [2.0, 1.9], [3.0, 1.4]]
     scales = curve_scales("bezier", [p[0] for p in points], [p[1] for p in points], num_layers).tolist()
@@ -752,7 +752,7 @@ BAD_INPUTS = [
         "evaluation",
         _ev_fresh("--batch-size", "0"),
         EXIT_USAGE,
-        "argument --batch-size: expected a positive integer, got '0' (see python -m evaluation run --help)",
+        "option --batch_size: expected a positive integer, got 0 (see python -m evaluation run --help)",
     ),
     BadInput(
         "eval-bad-gold-positions",
@@ -884,7 +884,7 @@ BAD_INPUTS = [
         "search",
         _se_run("--task", "ruler"),
         EXIT_USAGE,
-        "argument --task: invalid choice: 'ruler'",
+        "option --task.name: expected one of ['mdqa', 'kv'], got 'ruler'",
     ),
     BadInput(
         "search-show-format-version",

@@ -22,10 +22,11 @@ import pytest
 
 from evaluation.generation import PromptsTooLongError, fit_to_length, tokenize_and_fit, tokenize_prompts
 from evaluation.models import byte_tokenizer
+from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 
 ROOT = Path(__file__).resolve().parents[1]
-NQ = ROOT / "tests" / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
+NQ = NQ_OPEN_ORACLE
 
 
 # ----------------------------------------------------------------------------- item 5: bounded length check
@@ -212,7 +213,7 @@ def test_held_out_default_is_the_papers_500():
 
 def test_lpes_accepts_scales_alone_and_checks_a_curve_when_there_is_one(tmp_path):
     from evaluation.methods import MethodStack
-    from repo_train.modeling.scale_file import ScaleFileError
+    from evaluation.methods.lpes.scale_file import ScaleFileError
 
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.5]}))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from repo_train.benchmarking import Alternation, alternate, summary
+from repo_train.scripting.benchmarking import Alternation, alternate, summary
 
 
 def _fake(name: str, seconds: list[float], log: list[str]):

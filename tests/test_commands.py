@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from repo_train.commands import CommandRunner
+from repo_train.scripting.commands import CommandRunner
 
 
 def test_run_argv_runs_logs_and_times_any_command(tmp_path):
@@ -50,7 +50,7 @@ def test_dry_run_writes_and_prints_but_runs_nothing(tmp_path, capsys):
 def test_last_checkpoint_is_the_newest_last_file_or_directory(tmp_path):
     import os
 
-    from repo_train.commands import last_checkpoint
+    from repo_train.scripting.commands import last_checkpoint
 
     with pytest.raises(SystemExit, match="no last.ckpt under"):
         last_checkpoint(tmp_path)

@@ -103,7 +103,7 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
 def write_tiny_loop_config(tmp_path, **changes) -> Path:
     """A config-mode loop on the built-in tiny base: 3 CPU steps per model, a one-generation search, 1 example."""
     from evaluation.tasks import build_task
-    from repo_train.commands import cpu_trainer_section
+    from repo_train.scripting.commands import cpu_trainer_section
 
     base = ROOT / "assets" / "tiny-kv-base"
     kv = dict(num_keys=8, key_chars=1, template="pairs")
@@ -183,21 +183,21 @@ def test_config_mode_runs_the_loop_on_cpu(tmp_path):
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_config_errors_name_the_key_or_file(tmp_path):
     cases = {
-        "train.lancher: unknown key; the keys here are launcher, methods, args": dict(train__lancher=["x"]),
+        "unknown key 'train.lancher'": dict(train__lancher=["x"]),
         "train.methods.rope: configs/train/no-such.yaml does not exist": dict(
             train__methods={"rope": "configs/train/no-such.yaml"}
         ),
-        "search.config: missing; add the LPES config": dict(search__config=None),
+        "missing key 'search.config'": dict(search__config=None),
         "search.args[1]: unknown placeholder {scale_file}": dict(search__args=["--data-dir", "{scale_file}"]),
         "evaluate.methods.rpoe: not a model; use one of rope, repo, base": dict(evaluate__methods={"rpoe": ["pcd"]}),
     }
     for i, (message, change) in enumerate(cases.items()):
         result = quickstart("--config", write_tiny_loop_config(tmp_path, **change), "--out", tmp_path / f"out{i}")
-        assert result.returncode == 1 and message in result.stderr, (message, result.stderr[-2000:])
+        assert result.returncode == 2 and message in result.stderr, (message, result.stderr[-2000:])
         assert "Traceback" not in result.stderr and not (tmp_path / f"out{i}").exists()
     # relative --config paths are taken from the repository root, whatever the current directory
     no_file = quickstart("--config", "configs/quickstart/nowhere.yaml", "--dry-run", cwd=tmp_path)
-    assert no_file.returncode == 1 and "configs/quickstart/nowhere.yaml: no such file" in no_file.stderr
+    assert no_file.returncode == 2 and f"no config file at {ROOT / 'configs/quickstart/nowhere.yaml'}" in no_file.stderr
     assert "Traceback" not in no_file.stderr
 
 
@@ -216,3 +216,36 @@ def test_options_parse_in_process(capsys):
     with pytest.raises(SystemExit):
         qs.parse_args(["--config", FULL_SCALE, "--steps", "10"])
     assert "--steps: built-in tiny loop only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(train__lancher=["x"]), "unknown key 'train.lancher'"),
+        (dict(search__config=None), "missing key 'search.config'"),
+        (dict(search__model="repo2"), "search.model: 'repo2' is not one of rope, repo, base"),
+        (dict(train__args=["--model.init_from", "x"]), "train.args: --model.init_from is set by the loop itself"),
+        (dict(evaluate__args=["--seed", "{nope}"]), "evaluate.args[1]: unknown placeholder {nope}"),
+        (dict(train__methods={"base": "x.yaml"}), "train.methods.base: rename it"),
+    ],
+)
+def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):
+    """The loop file's sections are checked when parsed: one line naming the key, exit code 2, nothing run."""
+    qs = load_script("quickstart")
+    with pytest.raises(SystemExit) as stop:
+        qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path, **change)), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, capsys):
+    qs = load_script("quickstart")
+    args = qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path)), "--out", str(tmp_path / "o")])
+    assert args.loop.search.model == "rope" and args.loop.train.launcher[0] == "{python}"
+    assert args.loop.evaluate.args[3] == "8"  # a YAML number in an argument list is passed on as text
+    with pytest.raises(SystemExit) as stop:
+        qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path)), "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert stop.value.code == 0 and printed["search"]["config"] == str(tmp_path / "search.yaml")
+    assert printed["evaluate"]["methods"]["base"] == ["baseline"]

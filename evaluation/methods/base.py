@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from repo_train.modeling import PositionPolicy, install_position_policies
-from repo_train.modeling.scaling import current_policies
+from repo_train.modeling import PositionPolicy
+from repo_train.modeling.swapping import current_policies, restore_policies, swap_policies
 
 
 @dataclass
@@ -280,18 +280,22 @@ class MethodStack:
 
 @dataclass
 class PolicyMethod(Method):
-    """A method that swaps the per-layer position policies while attached (PI, LPES): subclasses build them."""
+    """A method that swaps the per-layer position policies while attached (PI, LPES): subclasses build them.
+
+    A new training-free position method is a dataclass subclass defining
+    `layer_policies`, plus `@register_method`; attach/detach swap and restore
+    through `repo_train.modeling.swapping`.
+    """
 
     def layer_policies(self, model, current: list[PositionPolicy]) -> list[PositionPolicy]:
+        """The policy of each layer while attached, given the installed ones (`current`, one per layer)."""
         raise NotImplementedError
 
     def attach(self, model, tokenizer) -> None:
-        saved = current_policies(model)
-        install_position_policies(model, self.layer_policies(model, saved))
-        self._saved = saved
+        self._saved = swap_policies(model, self.layer_policies(model, current_policies(model)))
 
     def detach(self, model) -> None:
-        install_position_policies(model, self._saved)
+        restore_policies(model, self._saved)
         del self._saved
 
 

@@ -21,19 +21,18 @@ so about 2× the baseline's time and K/V memory; β = 0 skips it (exactly greedy
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
 from transformers import DynamicCache
 
 from evaluation.methods.base import GenerationState, Method, MethodStack, register_method
-from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, install_position_policies
+from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
-from repo_train.modeling.scaling import ScaledRopePolicy, current_policies
+from repo_train.modeling.scaling import ScaledRopePolicy
+from repo_train.modeling.swapping import current_policies, swapped_policies
 
 
 def rope_base(config) -> float:
@@ -89,17 +88,6 @@ def encoding_policies(current: Sequence[PositionPolicy], encoding: RotaryEncodin
                 f"apply {method} to RoPE (or RoPE/NoPE) models only"
             )
     return out
-
-
-@contextmanager
-def swapped_policies(model: nn.Module, policies: Sequence[PositionPolicy]) -> Iterator[None]:
-    """Run the block with `policies` installed, then put the previous ones back (also on errors)."""
-    saved = current_policies(model)
-    install_position_policies(model, policies)
-    try:
-        yield
-    finally:
-        install_position_policies(model, saved)
 
 
 @dataclass

@@ -2,8 +2,10 @@
 
 The demonstration that a method is nothing but a per-layer position policy:
 the core's `ScaledRopePolicy` (repo_train.modeling.scaling) is `RopePolicy`
-with its own encoding except that the positions are `position_ids / S`. With S = 1 the rotation is bit-identical to
-the untouched model (same angles, same arithmetic); the tests check that.
+with its own encoding except that the positions are `position_ids / S`. With
+S = 1 the rotation is bit-identical to the untouched model (same angles, same
+arithmetic); the tests check that. On a layer that is already scaled (by
+another `pi` or by `lpes`) S multiplies its scale: the core's one rule.
 """
 
 from __future__ import annotations
@@ -33,5 +35,4 @@ class PositionInterpolation(PolicyMethod):
             raise ValueError(f"pi: scale must be > 0, got {self.scale!r}")
 
     def layer_policies(self, model, current: list[PositionPolicy]) -> list[PositionPolicy]:
-        # Stacked PI: the scales multiply.
-        return scaled_policies(model, [self.scale] * len(current), multiply=True, method="pi")
+        return scaled_policies(model, [self.scale] * len(current), method="pi")

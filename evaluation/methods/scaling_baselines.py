@@ -32,7 +32,7 @@ from evaluation.methods.base import GenerationState, Method, PolicyMethod, regis
 from evaluation.methods.pcd import SideDecoder, encoding_policies, head_dim_of, rope_base
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
-from repo_train.modeling.scaling import current_policies
+from repo_train.modeling.swapping import current_policies
 
 #: An attention weight above this multiple of its row's mean is an outlier (Ms-PoE code).
 OUTLIER_FACTOR = 4.0

@@ -24,14 +24,14 @@ import hashlib
 import json
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
 
 import datasets
 
-from evaluation.metrics import get_metric
+from evaluation.metrics import get_metric, score_batch
 
 #: Named gold-position grids, as fractions of the last index (k - 1).
 GRIDS: dict[str, tuple[Fraction, ...]] = {
@@ -147,6 +147,14 @@ class Task(ABC):
     name: ClassVar[str]
     #: Name of the `evaluation.metrics` metric `score` uses.
     metric_name: ClassVar[str] = "best_subspan_em"
+    #: "generation" (greedy answers, scored by `score`) or "loglikelihood" (options ranked by `evaluation.loglik`).
+    scoring: ClassVar[str] = "generation"
+    #: Log-likelihood tasks: score the options through the KV cache (a field of the tasks that offer the choice).
+    use_kv_cache: ClassVar[bool] = False
+    #: The task's file in a data folder (`--data-dir`), a glob formatted with the task's parameters; None = none.
+    data_file_pattern: ClassVar[str | None] = None
+    #: What to do when the data folder lacks that file (appended to the error).
+    data_file_hint: ClassVar[str] = "pass another --data-dir, or the file itself as path="
 
     num_examples: int | None = None
     """Number of source examples to use (each gives one row per gold position); None = all."""
@@ -194,6 +202,12 @@ class Task(ABC):
         """Score one generated answer against the gold answers with the task's metric."""
         return get_metric(self.metric_name)(prediction, answers)
 
+    def score_batch(self, predictions: Sequence[str], answers: Sequence[Sequence[str]]) -> list[float]:
+        """`score` of each row; one call of the metric's `evaluate` module unless the task overrides `score`."""
+        if type(self).score is Task.score:
+            return score_batch(self.metric_name, predictions, answers)
+        return [self.score(p, a) for p, a in zip(predictions, answers, strict=True)]
+
     def _take(self, examples: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
         """The first `num_examples` examples, or an error when the source has fewer."""
         if self.num_examples is None:
@@ -205,6 +219,26 @@ class Task(ABC):
             )
         return examples[: self.num_examples]
 
+    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
+        """(max new tokens, stop strings) of greedy decoding when the run does not set them: one short line."""
+        return 32, ("\n",)
+
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def find_data_file(cls, data_dir: str | Path, params: Mapping[str, Any]) -> Path | None:
+        """This task's file in `data_dir` for these parameters (the first match of `data_file_pattern`).
+
+        None when the task reads no file from a data folder; an error naming the
+        pattern when it does and the folder lacks the file.
+        """
+        if cls.data_file_pattern is None:
+            return None
+        pattern = cls.data_file_pattern.format(**params)
+        matches = sorted(p for p in Path(data_dir).glob(pattern) if p.is_file())
+        if not matches:
+            shown = pattern.replace(".jsonl*", ".jsonl(.gz)")
+            raise FileNotFoundError(f"no {shown} in --data-dir {str(data_dir)!r}; {cls.data_file_hint}")
+        return matches[0].resolve()

@@ -142,6 +142,11 @@ class KVRetrievalTask(Task):
     """KV retrieval from a release file or generated examples, the gold pair at chosen positions."""
 
     name = "kv"
+    data_file_pattern = "kv-retrieval-{num_keys}_keys.jsonl*"
+    data_file_hint = (
+        "pass the --num-keys of a file there (the release has 75, 140 and 300), or drop --data-dir to generate "
+        "examples"
+    )
 
     path: str | None = None
     """Release .jsonl(.gz) (ordered_kv_records, key, value); None = generate examples from the seed."""

@@ -26,6 +26,7 @@ from typing import Any
 import datasets
 
 from evaluation.metrics import normalize_answer
+from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
 
 INSTRUCTION = (
@@ -82,9 +83,12 @@ class MDQATask(Task):
     """MDQA from an nq-open-oracle file, distractors = other questions' gold passages, gold at chosen positions."""
 
     name = "mdqa"
+    data_file_pattern = "nq-open-oracle*.jsonl*"
+    data_file_hint = "pass the folder of the Lost in the Middle release's nq-open-oracle file (docs/evaluation.md)"
 
-    path: str
-    """nq-open-oracle-style .jsonl(.gz): question, answers, ctxs = [gold passage]."""
+    path: str | None = None
+    """nq-open-oracle-style .jsonl(.gz): question, answers, ctxs = [gold passage]; None = the 40-question sample
+    shipped with the package (`evaluation.sample_data`: a smoke test, not a benchmark)."""
     num_documents: int = 20
     """k, the total number of documents in each prompt (the gold one included)."""
     gold_positions: GoldPositions = "caliope"
@@ -98,11 +102,17 @@ class MDQATask(Task):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"num_documents (k) must be an int >= 1, got {k!r}; the papers use 10, 20, 30, 50, 100")
         resolve_gold_positions(self.gold_positions, k)  # fail now, not after reading the file
+        if self.path is None:
+            self.path = str(NQ_OPEN_ORACLE)
         if not Path(self.path).is_file():
             raise FileNotFoundError(
                 f"MDQA data file {self.path!r} not found; pass path= an nq-open-oracle .jsonl(.gz) file "
                 "(e.g. nq-open-oracle.first2000.jsonl.gz of the Lost in the Middle release)"
             )
+
+    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
+        """As in the Lost in the Middle release: up to 100 tokens, the answer is its first line."""
+        return 100, ("\n",)
 
     def extra_features(self) -> dict[str, Any]:
         return dict(_MDQA_FEATURES)
@@ -199,6 +209,10 @@ class MDQAReleaseTask(Task):
                 f"MDQA release file {self.path!r} not found; pass path= a "
                 "nq-open-{k}_total_documents_gold_at_{i}.jsonl(.gz) file of the Lost in the Middle release"
             )
+
+    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
+        """As in the Lost in the Middle release: up to 100 tokens, the answer is its first line."""
+        return 100, ("\n",)
 
     def extra_features(self) -> dict[str, Any]:
         return dict(_MDQA_FEATURES)

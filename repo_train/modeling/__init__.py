@@ -13,7 +13,8 @@ from repo_train.modeling.olmo2 import RePoCausalLMOutput, RePoOlmo2ForCausalLM, 
 from repo_train.modeling.policy import POSITION_POLICIES, NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.repo_policy import RepoPolicy, repo_curriculum_mix
 from repo_train.modeling.rope import RotaryEncoding
-from repo_train.modeling.scaling import ScaledRopePolicy, current_policies, scaled_policies
+from repo_train.modeling.scaling import ScaledRopePolicy, scaled_policies
+from repo_train.modeling.swapping import current_policies, restore_policies, swap_policies, swapped_policies
 
 __all__ = [
     "LAYER_PLANS",
@@ -38,5 +39,8 @@ __all__ = [
     "layer_policies",
     "record_positions",
     "repo_curriculum_mix",
+    "restore_policies",
     "scaled_policies",
+    "swap_policies",
+    "swapped_policies",
 ]

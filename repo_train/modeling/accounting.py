@@ -1,8 +1,9 @@
-"""Parameter and FLOP counts, with REPO's extra matrices counted separately.
+"""Parameter and FLOP counts, with what position policies learn (REPO's matrices) counted separately.
 
-Used by the demo, the benchmark and (later) the trainer's MFU logging. Counts
-are exact: they come from a model built on the meta device, so even the 7B
-shape costs no memory.
+Used by the demo, the benchmark and the trainer's MFU logging. Parameter
+counts are exact: they come from a model built on the meta device, so even the
+7B shape costs no memory. Each layer's policy states its own FLOPs, so any
+registered policy is counted.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from repo_train.modeling.repo_policy import PositionLinear
+from repo_train.modeling.attention import policy_modules
 
 
 @dataclass
 class ParameterReport:
     total: int
-    position: int  # parameters of learned position predictors (REPO's W_g, W_c, w_z)
+    position: int  # parameters the position policies learn (REPO's W_g, W_c, w_z)
 
     @property
     def base(self) -> int:
@@ -35,7 +36,7 @@ class ParameterReport:
 
 
 def parameter_report(model: torch.nn.Module) -> ParameterReport:
-    position = sum(p.numel() for m in model.modules() if isinstance(m, PositionLinear) for p in m.parameters())
+    position = sum(p.numel() for m in policy_modules(model).values() for p in m.parameters())
     return ParameterReport(total=sum(p.numel() for p in model.parameters()), position=position)
 
 
@@ -53,19 +54,17 @@ def training_flops_per_token(config, seq_len: int) -> float:
 
     Matmuls: 2 FLOPs per multiply-add over every weight used per token
     (embeddings excluded, LM head included), plus attention scores and values
-    (2 · 2 · seq_len · d per layer, halved for the causal mask), plus REPO's
-    predictor on its layers.
+    (2 · 2 · seq_len · d per layer, halved for the causal mask), plus what each
+    layer's position policy adds (`PositionPolicy.training_flops_per_token`:
+    REPO's predictor 3 · 2 · (2 · d · d_p + d_p · H) on its layers).
     """
+    from repo_train.modeling.methods import build_policies
+
     d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = d // heads
     qkvo = d * heads * head_dim * 2 + d * kv_heads * head_dim * 2
     per_layer = 2 * (qkvo + 3 * d * ffn) + 2 * seq_len * d  # causal: half of 4·S·d
-    from repo_train.modeling.methods import layer_plan
-
-    plan = layer_plan(config.position_method, layers, config.repo_start_layer)
-    d_p = config.repo_hidden_size
-    repo_layers = sum(name == "repo" for name in plan)
-    predictor = 2 * (2 * d * d_p + d_p * heads)
-    forward = layers * per_layer + repo_layers * predictor + 2 * d * config.vocab_size
-    return 3.0 * forward
+    forward = layers * per_layer + 2 * d * config.vocab_size
+    policies = sum(policy.training_flops_per_token(seq_len) for policy in build_policies(config))
+    return 3.0 * forward + policies

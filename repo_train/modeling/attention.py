@@ -9,7 +9,10 @@ attention interface (SDPA, flash-attn, eager), so no L×L tensor is built.
 `install_position_policies(model, policies)` gives each attention module of a
 loaded HF model its policy: it switches the module's class to a subclass that
 mixes this forward in (no installed file, no class of transformers is
-altered) and registers the policy's learned modules on it.
+altered) and registers the policy's learned modules on it. Each such module
+remembers the policy that declared it, so model code can start its weights
+(`init_policy_module`) and count them (`policy_modules`) without knowing any
+policy by name.
 
 GQA: a per-head policy needs one key rotation per *query* head, so such a
 layer stores keys and values expanded to all query heads (memory of K/V ×
@@ -172,11 +175,33 @@ def _check_supported(attn: nn.Module) -> None:
         )
 
 
+#: Attribute set on every module a policy registered: `(policy, name)` of the policy that declared it.
+_OWNER = "_position_policy_owner"
+
+
+def policy_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Every module a position policy registered in `model`, by qualified name (e.g. REPO's `gate_map`s)."""
+    return {name: module for name, module in model.named_modules() if hasattr(module, _OWNER)}
+
+
+def init_policy_module(module: nn.Module) -> bool:
+    """Start `module`'s weights with the `init_learned` of the policy that registered it; False for other modules."""
+    owner = getattr(module, _OWNER, None)
+    if owner is None:
+        return False
+    policy, name = owner
+    with torch.no_grad():
+        policy.init_learned(name, module)
+    return True
+
+
 def install_position_policies(model: nn.Module, policies: Sequence[PositionPolicy], init_new: bool = True) -> None:
-    """Give layer i the policy `policies[i]`; registers and (optionally) initialises learned modules.
+    """Give layer i the policy `policies[i]`; registers learned modules and (optionally) starts new ones.
 
     Learned modules already present under the same names with the same shapes
     are kept, so swapping between policies that share a predictor is free.
+    New ones start through their policy's `init_learned` (with `init_new`;
+    model classes pass False and start them in `post_init` instead).
     """
     attns = attention_modules(model)
     if len(policies) != len(attns):
@@ -193,11 +218,14 @@ def install_position_policies(model: nn.Module, policies: Sequence[PositionPolic
             if isinstance(current, nn.Module) and all(
                 a.shape == b.shape for a, b in zip(current.parameters(), module.parameters())
             ):
+                setattr(current, _OWNER, (policy, name))
                 continue
+            setattr(module, _OWNER, (policy, name))
             ref = attn.q_proj.weight
-            module = module.to(device=ref.device, dtype=ref.dtype) if ref.device.type != "meta" else module
-            if init_new and hasattr(module, "reset_parameters") and ref.device.type != "meta":
-                module.reset_parameters()
+            if ref.device.type != "meta":
+                module = module.to(device=ref.device, dtype=ref.dtype)
+                if init_new:
+                    init_policy_module(module)
             attn.add_module(name, module)
 
 

@@ -18,7 +18,7 @@ import os
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
 
-from repo_train.modeling.methods import LAYER_PLANS, default_repo_start_layer, layer_plan
+from repo_train.modeling.methods import default_repo_start_layer, layer_plan
 
 #: `pe_config.dynamic_pe_mode` values of the published code and what they mean here.
 PUBLISHED_PE_MODES = {"swigluex_multihead": "repo", "none": "rope", "nope": "nope"}
@@ -75,7 +75,7 @@ class RePoOlmo2Config(Olmo2Config):
     model_type = "repo_olmo2"
 
     position_method: str = "rope"
-    """One of "rope", "nope", "r2n1", "n2r1", "repo" (see `repo_train.modeling.methods`)."""
+    """One of "rope", "nope", "r2n1", "n2r1", "repo", or any registered policy's name (`repo_train.modeling.methods`)."""
     repo_start_layer: int | None = None
     """First REPO layer; layers below keep RoPE. Default ⌊num_hidden_layers / 3⌋."""
     repo_hidden_size: int | None = None
@@ -108,8 +108,6 @@ class RePoOlmo2Config(Olmo2Config):
 
     def check_position_fields(self) -> None:
         """Fail early, naming the field and the fix."""
-        if self.position_method not in LAYER_PLANS:
-            raise ValueError(f"unknown position_method {self.position_method!r}; choose one of {sorted(LAYER_PLANS)}.")
         layer_plan(self.position_method, self.num_hidden_layers, self.repo_start_layer)
         d_p = self.repo_hidden_size
         if not isinstance(d_p, int) or not 1 <= d_p <= self.hidden_size:

@@ -2,7 +2,9 @@
 
 `position_method` is what a user picks (the REPO paper's baselines and
 method); it expands to a per-layer list of policy names, then to policy
-objects. New methods are new entries in `LAYER_PLANS`.
+objects. Mixed layouts are entries in `LAYER_PLANS`; the name of any other
+registered policy means that policy in every layer, so a new policy needs no
+entry here.
 """
 
 from __future__ import annotations
@@ -37,16 +39,23 @@ def default_repo_start_layer(num_layers: int) -> int:
     return num_layers // 3
 
 
+def position_methods() -> list[str]:
+    """Every valid `position_method`: the plans above and every registered policy's name."""
+    return sorted(set(LAYER_PLANS) | set(POSITION_POLICIES))
+
+
 def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | None = None) -> list[str]:
     """Per-layer policy names for a method, with clear errors for bad input."""
-    if position_method not in LAYER_PLANS:
-        raise ValueError(f"unknown position_method {position_method!r}; choose one of {sorted(LAYER_PLANS)}.")
+    if position_method not in position_methods():
+        raise ValueError(f"unknown position_method {position_method!r}; choose one of {position_methods()}.")
     start = default_repo_start_layer(num_layers) if repo_start_layer is None else repo_start_layer
     if not isinstance(start, int) or not 0 <= start < num_layers:
         raise ValueError(
             f"repo_start_layer must be an integer in [0, {num_layers - 1}] for a {num_layers}-layer model, "
             f"got {repo_start_layer!r} (default ⌊L/3⌋ = {default_repo_start_layer(num_layers)})."
         )
+    if position_method not in LAYER_PLANS:
+        return [position_method] * num_layers
     return LAYER_PLANS[position_method](num_layers, start)
 
 

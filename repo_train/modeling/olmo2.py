@@ -1,9 +1,10 @@
 """OLMo-2 with a position policy per layer, on transformers' own OLMo-2 classes.
 
 Identical to `transformers.Olmo2ForCausalLM` except that each attention layer
-takes its rotation from the policy `config.position_method` assigns it, REPO
-layers carry their predictor weights, and `forward(output_positions=True)`
-returns the positions each layer used.
+takes its rotation from the policy `config.position_method` assigns it, layers
+of a trainable policy (REPO) carry its weights, started by the policy's own
+`init_learned`, and `forward(output_positions=True)` returns the positions
+each layer used.
 
 `from_pretrained` is strict: a missing, unexpected or mis-shaped weight is a
 `ValueError` naming the first keys (transformers would fill the gap with
@@ -11,7 +12,8 @@ random weights and only log a report). The one partial load it allows is the
 documented one: a checkpoint without any REPO predictor weights (vanilla
 OLMo-2, or a RoPE model of this project) loaded with an explicit
 `position_method="repo"` (or `config=`) gets fresh REPO weights; a directory
-whose own config says REPO must hold them. `ignore_mismatched_sizes=True`
+whose own config says REPO must hold them. The same holds for any trainable
+policy's weights. `ignore_mismatched_sizes=True`
 (transformers' own opt-in) still re-initialises mis-shaped weights on purpose.
 """
 
@@ -26,27 +28,30 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import Olmo2ForCausalLM, Olmo2Model, PreTrainedConfig, modeling_utils
-from transformers import initialization as hf_init
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.olmo2.modeling_olmo2 import Olmo2PreTrainedModel
 
-from repo_train.modeling.attention import install_position_policies, layer_policies, record_positions
+from repo_train.modeling.attention import (
+    init_policy_module,
+    install_position_policies,
+    layer_policies,
+    policy_modules,
+    record_positions,
+)
 from repo_train.modeling.configuration import RePoOlmo2Config
 from repo_train.modeling.methods import build_policies
-from repo_train.modeling.repo_policy import REPO_INIT_STD, PositionLinear
 
 logger = logging.getLogger(__name__)
 #: Keys named in a weight-mismatch error, per kind.
 SHOWN_KEYS = 3
 
 
-def fresh_repo_keys(model: nn.Module) -> set[str]:
-    """Names of the REPO predictor weights in `model` (what a checkpoint without REPO may lack)."""
+def learned_policy_keys(model: nn.Module) -> set[str]:
+    """Names of the weights position policies learn in `model` (REPO's predictors: what a vanilla checkpoint lacks)."""
     return {
         f"{name}.{param}" if name else param
-        for name, module in model.named_modules()
-        if isinstance(module, PositionLinear)
-        for param, _ in module.named_parameters(recurse=False)
+        for name, module in policy_modules(model).items()
+        for param, _ in module.named_parameters()
     }
 
 
@@ -61,19 +66,20 @@ def _first(keys: Iterable[str]) -> str:
 
 
 def check_loaded_weights(
-    model: nn.Module, info: dict, source: str, allow_mismatched: bool = False, allow_fresh_repo: bool = False
+    model: nn.Module, info: dict, source: str, allow_mismatched: bool = False, allow_fresh_policy: bool = False
 ) -> None:
     """Refuse, in one line, a load whose weights do not fit `model` (transformers' `output_loading_info`).
 
-    With `allow_fresh_repo` (the caller asked for REPO itself), missing keys are
-    allowed when they are exactly all of the model's REPO predictor weights
-    (the checkpoint has none: fresh REPO on a vanilla OLMo-2).
+    With `allow_fresh_policy` (the caller asked for the position method
+    itself), missing keys are allowed when they are exactly all the weights
+    the model's position policies learn (the checkpoint has none: fresh REPO on
+    a vanilla OLMo-2).
     """
     missing = set(info.get("missing_keys") or ())
-    repo = fresh_repo_keys(model)
-    fresh_repo = allow_fresh_repo and bool(repo) and repo <= missing
-    if fresh_repo:
-        missing -= repo
+    learned = learned_policy_keys(model)
+    fresh = allow_fresh_policy and bool(learned) and learned <= missing
+    if fresh:
+        missing -= learned
     unexpected = set(info.get("unexpected_keys") or ())
     mismatched = [] if allow_mismatched else sorted(info.get("mismatched_keys") or (), key=lambda m: _natural(m[0]))
     parts = []
@@ -86,21 +92,23 @@ def check_loaded_weights(
         parts.append(
             f"{len(mismatched)} mis-shaped ({', '.join(shapes[:SHOWN_KEYS])}{', ...' * (len(shapes) > SHOWN_KEYS)})"
         )
+    method = getattr(model.config, "position_method", None) or "repo"
+    label = method.upper()
     if parts:
-        if missing and missing == repo and not unexpected and not mismatched:
-            fix = "its config asks for REPO but it holds no REPO weights (to start REPO from fresh weights on "
-            fix += "purpose, pass position_method='repo' to from_pretrained)"
-        elif missing and missing < repo and not unexpected and not mismatched:
-            fix = "its REPO weights are partial (other REPO layers than the config's?)"
+        if missing and missing == learned and not unexpected and not mismatched:
+            fix = f"its config asks for {label} but it holds no {label} weights (to start {label} from fresh weights "
+            fix += f"on purpose, pass position_method='{method}' to from_pretrained)"
+        elif missing and missing < learned and not unexpected and not mismatched:
+            fix = f"its {label} weights are partial (other {label} layers than the config's?)"
         else:
             fix = "it holds another architecture or size; pass the directory of a matching model"
         raise ValueError(
             f"{source}: the checkpoint's weights do not fit {type(model).__name__} as configured: "
             f"{'; '.join(parts)}; {fix}"
         )
-    if fresh_repo:
-        layers = len({key.rsplit(".", 2)[0] for key in repo})
-        logger.warning("%s has no REPO predictor weights: the %d REPO layers start from fresh ones", source, layers)
+    if fresh:
+        layers = len({key.split(".self_attn.")[0] for key in learned})
+        logger.warning("%s has no %s weights: the %d %s layers start from fresh ones", source, label, layers, label)
 
 
 @contextmanager
@@ -123,7 +131,7 @@ def _quiet_load_report():
             hf_logger.setLevel(level)
 
 
-def load_checked(load: Callable, source, *args, allow_fresh_repo: bool = False, **kwargs):
+def load_checked(load: Callable, source, *args, allow_fresh_policy: bool = False, **kwargs):
     """`load(source, ...)` (a `from_pretrained`), then `check_loaded_weights`; the model (and info if asked).
 
     `ignore_mismatched_sizes=True` from the caller keeps its transformers
@@ -134,7 +142,7 @@ def load_checked(load: Callable, source, *args, allow_fresh_repo: bool = False, 
     want_info = kwargs.pop("output_loading_info", False)
     with _quiet_load_report():
         model, info = load(source, *args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
-    check_loaded_weights(model, info, str(source), allow_mismatched, allow_fresh_repo)
+    check_loaded_weights(model, info, str(source), allow_mismatched, allow_fresh_policy)
     return (model, info) if want_info else model
 
 
@@ -150,10 +158,9 @@ class RePoOlmo2PreTrainedModel(Olmo2PreTrainedModel):
     config: RePoOlmo2Config
 
     def _init_weights(self, module):
-        if isinstance(module, PositionLinear):
-            hf_init.trunc_normal_(module.weight, mean=0.0, std=REPO_INIT_STD, a=-3 * REPO_INIT_STD, b=3 * REPO_INIT_STD)
-            return
-        super()._init_weights(module)
+        """OLMo-2's init, except that modules a position policy registered start as that policy says."""
+        if not init_policy_module(module):
+            super()._init_weights(module)
 
 
 class RePoOlmo2Model(RePoOlmo2PreTrainedModel, Olmo2Model):
@@ -179,7 +186,7 @@ class RePoOlmo2ForCausalLM(RePoOlmo2PreTrainedModel, Olmo2ForCausalLM):
         """transformers' `from_pretrained`, strict about weights (see the module doc)."""
         asked = "position_method" in kwargs or isinstance(kwargs.get("config"), PreTrainedConfig)  # caller's choice
         load = super().from_pretrained
-        return load_checked(load, pretrained_model_name_or_path, *model_args, allow_fresh_repo=asked, **kwargs)
+        return load_checked(load, pretrained_model_name_or_path, *model_args, allow_fresh_policy=asked, **kwargs)
 
     def __init__(self, config: RePoOlmo2Config):
         RePoOlmo2PreTrainedModel.__init__(self, config)

@@ -8,8 +8,12 @@ attention module itself, under the names the policy declares, so checkpoints
 keep the published key layout and a policy can be swapped at evaluation time
 without touching the state dict.
 
-Adding a method = subclassing `PositionPolicy` and registering it in
-`POSITION_POLICIES`; no other file needs a new branch.
+Adding a method = one file subclassing `PositionPolicy` plus `@register_policy`:
+the registered name is then also a `position_method` (that policy in every
+layer). A trainable policy states, beside its rotation, the modules it learns
+(`learned_modules`), how their fresh weights start (`init_learned`) and the
+FLOPs it adds to a layer (`training_flops_per_token`, for MFU); no other file
+needs a new branch.
 """
 
 from __future__ import annotations
@@ -67,6 +71,37 @@ class PositionPolicy:
     def learned_modules(self, config) -> dict[str, nn.Module]:
         """Modules this policy trains, registered on the attention under these names."""
         return {}
+
+    def init_learned(self, name: str, module: nn.Module) -> None:
+        """Give fresh weights to `learned_modules()[name]`: at model construction and for weights a checkpoint lacks.
+
+        Use `torch.nn.init` functions: inside transformers' `post_init` they
+        skip weights already loaded. The default is torch's own init of each
+        submodule (`reset_parameters`); parameters it cannot reach are an error
+        rather than left as uninitialised memory.
+        """
+        bare = [
+            f"{name}.{child}" if child else name
+            for child, submodule in module.named_modules()
+            if not hasattr(submodule, "reset_parameters")
+            and next(submodule.parameters(recurse=False), None) is not None
+        ]
+        if bare:
+            raise TypeError(
+                f"position policy {self.name!r}: learned module(s) {bare} hold parameters without reset_parameters; "
+                "override init_learned to start them"
+            )
+        for submodule in module.modules():
+            if hasattr(submodule, "reset_parameters"):
+                submodule.reset_parameters()
+
+    def training_flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs (forward + backward) per token this policy adds to its layer, beyond RoPE attention.
+
+        What MFU counts for the policy (`accounting.training_flops_per_token`);
+        0 for policies that only choose positions or tables.
+        """
+        return 0.0
 
     def rotation(
         self,

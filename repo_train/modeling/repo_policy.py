@@ -9,7 +9,9 @@ z_j depends on h_j alone, so cached keys keep their rotation during decoding.
 
 The three matrices are registered on the attention module as `gate_map`
 (W_gᵀ), `content_map` (W_cᵀ) and `final_map` (w_zᵀ): the layout of the
-published RePo checkpoints.
+published RePo checkpoints. They start as OLMo starts new weights
+(`init_learned`) and cost 2·(2·d·d_p + d_p·H) forward FLOPs per token
+(`training_flops_per_token`).
 """
 
 from __future__ import annotations
@@ -23,21 +25,6 @@ from repo_train.modeling.rope import RotaryEncoding
 
 #: OLMo's initialisation for new weights: normal(0, 0.02) truncated at 3 std.
 REPO_INIT_STD = 0.02
-
-
-class PositionLinear(nn.Linear):
-    """A bias-free linear map of a learned position predictor.
-
-    Its own class so that weight initialisation can recognise it (truncated
-    normal, OLMo style) both when a model is built and when a vanilla
-    checkpoint without these weights is loaded.
-    """
-
-    def __init__(self, in_features: int, out_features: int):
-        super().__init__(in_features, out_features, bias=False)
-
-    def reset_parameters(self) -> None:
-        nn.init.trunc_normal_(self.weight, mean=0.0, std=REPO_INIT_STD, a=-3 * REPO_INIT_STD, b=3 * REPO_INIT_STD)
 
 
 @register_policy
@@ -70,11 +57,31 @@ class RepoPolicy(PositionPolicy):
         )
 
     def learned_modules(self, config) -> dict[str, nn.Module]:
-        return {
-            "gate_map": PositionLinear(self.hidden_size, self.position_size),
-            "content_map": PositionLinear(self.hidden_size, self.position_size),
-            "final_map": PositionLinear(self.position_size, self.num_heads),
+        """The three bias-free maps, already started by `init_learned`.
+
+        Built without torch's default init, so that building them draws the
+        same random numbers as ever: seeded models keep their weights.
+        """
+        shapes = {
+            "gate_map": (self.hidden_size, self.position_size),
+            "content_map": (self.hidden_size, self.position_size),
+            "final_map": (self.position_size, self.num_heads),
         }
+        modules = {}
+        for name, (fan_in, fan_out) in shapes.items():
+            module = nn.utils.skip_init(nn.Linear, fan_in, fan_out, bias=False, device=torch.get_default_device())
+            self.init_learned(name, module)
+            modules[name] = module
+        return modules
+
+    def init_learned(self, name: str, module: nn.Module) -> None:
+        """OLMo's start for new weights: normal(0, 0.02) truncated at ±3 std, for all three maps."""
+        nn.init.trunc_normal_(module.weight, mean=0.0, std=REPO_INIT_STD, a=-3 * REPO_INIT_STD, b=3 * REPO_INIT_STD)
+
+    def training_flops_per_token(self, seq_len: int) -> float:
+        """3 × the forward matmuls h·W_g, h·W_c (d × d_p each) and r·w_z (d_p × H), 2 FLOPs per multiply-add."""
+        d, d_p, heads = self.hidden_size, self.position_size, self.num_heads
+        return 3.0 * 2 * (2 * d * d_p + d_p * heads)
 
     def predict(self, attention: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
         """z `[B, H, S]` in float32 from h `[B, S, d]`.

@@ -4,6 +4,11 @@ One policy serves Position Interpolation (one s for every layer) and LPES
 (one s per layer, paper Eq. 2). Scaling acts on positions, not frequencies,
 so it composes with any static rope type (base, YaRN, ...), and s = 1 gives
 the untouched layer bit for bit.
+
+One rule everywhere (PI, the `lpes` method, the LPES search): a scale
+multiplies the scale a layer already has. `pi:scale=2+lpes:...` thus gives
+layer l positions / (2 · s_l), and scaling an unscaled model (what the search
+does for each candidate) is the same as setting the scales.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from repo_train.modeling.attention import attention_modules, install_position_policies, layer_policies
 from repo_train.modeling.policy import NopePolicy, PositionPolicy, RopePolicy, Rotation, linear_positions
 from repo_train.modeling.rope import RotaryEncoding
+from repo_train.modeling.swapping import current_policies
 
 
 class ScaledRopePolicy(RopePolicy):
@@ -40,25 +45,14 @@ class ScaledRopePolicy(RopePolicy):
         return f"{self.name}(1/{self.scale:g})"
 
 
-def current_policies(model: nn.Module) -> list[PositionPolicy]:
-    """The installed policy of every layer; a model without the hook is made all-RoPE first (same outputs)."""
-    try:
-        return layer_policies(model)
-    except AttributeError:
-        policies: list[PositionPolicy] = [RopePolicy() for _ in attention_modules(model)]
-        install_position_policies(model, policies)
-        return policies
+def scaled_policies(model: nn.Module, scales: Sequence[float], *, method: str = "scaling") -> list[PositionPolicy]:
+    """Policies that divide layer l's positions by `scales[l]` once more, built from the model's current ones.
 
-
-def scaled_policies(
-    model: nn.Module, scales: Sequence[float], *, multiply: bool = False, method: str = "scaling"
-) -> list[PositionPolicy]:
-    """Policies that give layer l positions / `scales[l]`, built from the model's current ones.
-
-    RoPE layers (plain or already scaled) get a `ScaledRopePolicy` with their
-    own encoding; an earlier scale is replaced, or multiplied when `multiply`
-    (stacked PI). NoPE layers have no positions and stay as they are. Any other
-    policy (REPO, ...) is refused: its positions are not token indices.
+    RoPE layers get a `ScaledRopePolicy` with their own encoding, whose scale
+    is the layer's current scale (1 for plain RoPE) times `scales[l]` (the
+    module's one rule). NoPE layers have no positions and stay as they are.
+    Any other policy (REPO, ...) is refused: its positions are not token
+    indices. Install the result with `swapping.swap_policies`.
     """
     current = current_policies(model)
     if len(scales) != len(current):
@@ -76,7 +70,7 @@ def scaled_policies(
             if encoding is None:
                 default_encoding = default_encoding or RotaryEncoding.from_config(model.config)
                 encoding = default_encoding
-            if multiply and isinstance(policy, ScaledRopePolicy):
+            if isinstance(policy, ScaledRopePolicy):
                 scale = policy.scale * scale
             policies.append(ScaledRopePolicy(encoding, scale))
         else:

@@ -1,9 +1,10 @@
 """Training callbacks: throughput and MFU, DeepSpeed's gradient norm, loss history.
 
 MFU = achieved model FLOPs / peak FLOPs of the devices, with model FLOPs per
-token from `repo_train.modeling.accounting` (REPO's predictor included). The
-peak is per device and must be given for MFU to be logged (H100 SXM dense
-bf16: 989 TFLOP/s); on CPUs it is left unset.
+token from `repo_train.modeling.accounting` (what each layer's position policy
+adds included, e.g. REPO's predictor). The peak is per device and must be
+given for MFU to be logged (H100 SXM dense bf16: 989 TFLOP/s); on CPUs it is
+left unset.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import torch
 from lightning_fabric.utilities.seed import reset_seed
 from pytorch_lightning.strategies import DDPStrategy, DeepSpeedStrategy, StrategyRegistry
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ZERO2_CONFIG = REPO_ROOT / "configs" / "deepspeed" / "zero2.json"
+#: The paper's ZeRO-2 settings, shipped inside the package so an installed copy finds them without a checkout.
+DEFAULT_ZERO2_CONFIG = Path(__file__).with_name("zero2.json")
 
 
 class CPUDeepSpeedStrategy(DeepSpeedStrategy):
@@ -48,7 +48,9 @@ def load_deepspeed_config(path: str | Path | None) -> dict:
     """A DeepSpeed JSON config, with a clear error when it is missing or malformed."""
     path = Path(path) if path else DEFAULT_ZERO2_CONFIG
     if not path.is_file():
-        raise FileNotFoundError(f"DeepSpeed config {path} not found; ship one in configs/deepspeed/ or fix the path.")
+        raise FileNotFoundError(
+            f"DeepSpeed config {path} not found; fix the path, or omit it for the packaged ZeRO-2 config."
+        )
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:

@@ -1,4 +1,4 @@
-"""Found-in-the-Middle: Attn and rel by hand, the batched dummy passes, redistribution, the cache, ranking."""
+"""Found-in-the-Middle: Attn and rel by hand, the batched dummy passes, redistribution, the cache."""
 
 from __future__ import annotations
 
@@ -22,15 +22,6 @@ from evaluation.methods.found_in_middle import (
     dummy_variants,
     redistribute,
     resolve_layers,
-)
-from evaluation.ranking import (
-    attention_sort,
-    attention_sort_mdqa,
-    calibrated_order,
-    mdqa_document_scores,
-    rank_documents,
-    recall_at_k,
-    reorder_mdqa_row,
 )
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 
@@ -252,52 +243,4 @@ def test_method_spec_and_errors(tiny_lm):
     stack = MethodStack([FoundInTheMiddle()])
     with stack.attached(model, tokenizer), pytest.raises(ValueError, match="needs the token span of each document"):
         generate_batch(model, tokenizer, no_spans, DecodeSettings(max_new_tokens=2), stack)
-    assert model.config._attn_implementation == "sdpa"
-
-
-# -- ranking and reordering -----------------------------------------------------------------------------------------
-
-
-def test_rank_and_recall_by_hand():
-    assert rank_documents([0.1, 0.5, 0.3]) == [1, 2, 0]
-    assert rank_documents(torch.tensor([0.2, 0.2, 0.9])) == [2, 0, 1]  # ties: earlier document first
-    assert recall_at_k([1, 2, 0], gold_index=2, k=2) == 1.0
-    assert recall_at_k([1, 2, 0], gold_index=0, k=2) == 0.0
-    assert recall_at_k([1, 2, 0], gold_index=0, k=3) == 1.0
-    with pytest.raises(ValueError, match="k must be >= 1"):
-        recall_at_k([0], 0, 0)
-    with pytest.raises(ValueError, match="not in the ranking"):
-        recall_at_k([0, 1], 5, 1)
-
-
-def test_attention_sort_is_a_deterministic_permutation():
-    content = [0.3, 0.1, 0.4, 0.2, 0.25]  # attention a document draws wherever it is
-    recency = [0.0, 0.0, 0.0, 0.0, 0.1]  # plus a bonus for whatever sits in the last slot
-
-    def score(order):
-        return [content[doc] + recency[slot] for slot, doc in enumerate(order)]
-
-    # round 1 sees doc 4 at 0.35 (bonus): ascending attention, the most attended document goes last
-    assert attention_sort(5, score, iterations=1) == [1, 3, 0, 4, 2]
-    # round 2: doc 2 now holds the bonus, doc 4 drops to 0.25; then a fixed point
-    assert attention_sort(5, score, iterations=2) == [1, 3, 4, 0, 2] == attention_sort(5, score, iterations=5)
-    assert attention_sort(3, lambda order: [1.0, 1.0, 1.0], iterations=3) == [0, 1, 2]  # ties keep their order
-    assert attention_sort(3, score, iterations=0) == [0, 1, 2]
-
-
-def test_mdqa_reordering_and_scores_on_a_tiny_model(tiny_lm):
-    model, tokenizer = tiny_lm
-    row = _mdqa_rows(examples=1, gold=2)[0]
-    moved = reorder_mdqa_row(row, [2, 0, 1])
-    assert moved["gold_position"] == 0 and moved["doc_titles"] == [row["doc_titles"][i] for i in (2, 0, 1)]
-    assert reorder_mdqa_row(moved, [1, 2, 0])["prompt"] == row["prompt"]  # the inverse permutation restores it
-    with pytest.raises(ValueError, match="not a permutation"):
-        reorder_mdqa_row(row, [0, 0, 1])
-    vanilla = mdqa_document_scores(model, tokenizer, [row])[0]
-    calibrated = mdqa_document_scores(model, tokenizer, [row], calibrated=True)[0]
-    assert len(vanilla) == len(calibrated) == 3 and vanilla != calibrated
-    sorted_row = attention_sort_mdqa(model, tokenizer, row, iterations=2)
-    assert sorted(sorted_row["order"]) == [0, 1, 2]
-    assert sorted_row["order"] == attention_sort_mdqa(model, tokenizer, row, iterations=2)["order"]
-    assert calibrated_order(model, tokenizer, row)["order"] == rank_documents(calibrated)[::-1]
     assert model.config._attn_implementation == "sdpa"

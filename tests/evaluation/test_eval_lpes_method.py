@@ -9,7 +9,8 @@ import torch
 
 from evaluation.generation import DecodeSettings, generate
 from evaluation.methods import METHODS, MethodStack, build_method
-from evaluation.methods.lpes import ScaleFileReadError, read_scales
+from evaluation.methods.lpes import LayerScaledRope, read_scales
+from evaluation.methods.lpes.scale_file import ScaleFileError
 from evaluation.runner import RunConfig, run
 from repo_train.modeling import layer_policies, record_positions
 from search.fitness import FitnessResult, SubsetWeights
@@ -44,7 +45,8 @@ def searched(tmp_path, tiny_lm):
 def test_registered_and_spec_round_trip(searched):
     path, scales = searched
     method = build_method(f"lpes:scale_file={path}")
-    assert "lpes" in METHODS and method.scales == scales and len(set(scales)) > 1
+    assert METHODS["lpes"] is LayerScaledRope and isinstance(method, LayerScaledRope)
+    assert method.scales == scales and len(set(scales)) > 1
     assert method.spec() == f"lpes:scale_file={path}"
 
 
@@ -100,7 +102,7 @@ def test_scale_file_for_another_layer_count_is_a_clear_error(tiny_lm, tmp_path):
     eight = _scale_file(tmp_path / "eight.json", model, SearchSpace(8), SearchSpace(8).initial())
     stack = MethodStack.parse(f"lpes:scale_file={eight}")
     message = "has scales for 8 layers, the model has 4: use a scale file searched"
-    with pytest.raises(ScaleFileReadError, match=message), stack.attached(model, tokenizer):
+    with pytest.raises(ScaleFileError, match=message), stack.attached(model, tokenizer):
         pass
     assert all(type(p).__name__ == "RopePolicy" for p in layer_policies(model))  # nothing left installed
 
@@ -126,6 +128,6 @@ def _write(tmp_path, data) -> str:
 )
 def test_bad_scale_files_fail_when_the_spec_is_parsed(tmp_path, content, message):
     path = str(tmp_path / "missing.json") if content is None else _write(tmp_path, content)
-    with pytest.raises(ScaleFileReadError, match=message) as info:
+    with pytest.raises(ScaleFileError, match=message) as info:
         MethodStack.parse(f"lpes:scale_file={path}")
     assert str(info.value).startswith("lpes: ")

@@ -116,13 +116,13 @@ def test_tasks_declare_their_decoding_defaults(tmp_path):
             "ruler_niah_single": {"num_examples": 1, "tokenizer": "byte"},
             "ruler_vt": {"num_examples": 1, "tokenizer": "byte"},
             "babi_qa2": {"num_examples": 1, "lengths": 0},
-            "mdqa": {"path": "unused"},
+            "mdqa": {},  # the packaged sample
         },
     )
     assert config.settings("ruler_niah_single").max_new_tokens == 128
     assert config.settings("ruler_vt").stop_strings == ()
     assert (config.settings("babi_qa2").max_new_tokens, config.settings("babi_qa2").stop_strings) == (16, ("\n",))
-    assert config.settings("mdqa").max_new_tokens == 100  # the runner's table still wins for its tasks
+    assert (config.settings("mdqa").max_new_tokens, config.settings("mdqa").stop_strings) == (100, ("\n",))
 
 
 def test_errors(tmp_path):

@@ -19,9 +19,14 @@ from evaluation.methods.pcd import (
     pcd_encoding,
     pcd_salience,
     salience_score,
+)
+from repo_train.modeling import (
+    RePoOlmo2ForCausalLM,
+    RotaryEncoding,
+    current_policies,
+    layer_policies,
     swapped_policies,
 )
-from repo_train.modeling import RePoOlmo2ForCausalLM, RotaryEncoding, current_policies, layer_policies
 from repo_train.modeling.presets import tiny
 
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)

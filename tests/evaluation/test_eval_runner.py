@@ -22,6 +22,7 @@ from evaluation.results import (
     write_json_atomic,
 )
 from evaluation.runner import RunConfig, RunInterrupted, prepare_task, run, run_stack
+from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 
 METHODS = ["baseline", "pi:scale=2"]
@@ -49,9 +50,7 @@ def reference_run(tmp_path_factory, nq_oracle_path_module):
 
 @pytest.fixture(scope="module")
 def nq_oracle_path_module() -> str:
-    return str(
-        Path(__file__).resolve().parents[1] / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
-    )
+    return str(NQ_OPEN_ORACLE)
 
 
 def test_run_writes_records_and_summary(reference_run):

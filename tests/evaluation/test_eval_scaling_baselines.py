@@ -13,7 +13,6 @@ from method_helpers import batch_of, gqa_llama, tokens
 
 from evaluation.generation import DecodeSettings, generate_batch
 from evaluation.methods import Method, MethodStack, build_method
-from evaluation.methods.pcd import swapped_policies
 from evaluation.methods.scaling_baselines import (
     MsPoePolicy,
     combine_buckets,
@@ -22,7 +21,7 @@ from evaluation.methods.scaling_baselines import (
     outlier_fraction,
 )
 from evaluation.models import byte_tokenizer
-from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions
+from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions, swapped_policies
 from repo_train.modeling.presets import tiny
 
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)

@@ -33,5 +33,5 @@ def test_build_task_errors(nq_oracle_path: str) -> None:
         build_task("qa")
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['k'\] for task 'mdqa'; valid parameters are"):
         build_task("mdqa", path=nq_oracle_path, k=10)
-    with pytest.raises(ValueError, match=r"task 'mdqa' needs parameter\(s\) \['path'\]"):
-        build_task("mdqa", num_documents=10)
+    with pytest.raises(ValueError, match=r"task 'mdqa_release' needs parameter\(s\) \['path'\]"):
+        build_task("mdqa_release")

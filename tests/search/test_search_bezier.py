@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repo_train.modeling.scale_curves import (
+from evaluation.methods.lpes.curves import (
     CURVES,
     bernstein_basis,
     bezier_point,

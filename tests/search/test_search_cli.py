@@ -102,14 +102,20 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     # the printed evaluate command rebuilds the search's task (same build parameters, gold at every position)
     import shlex
 
-    from evaluation.cli import build_parser, task_params
+    from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+    from evaluation.tasks import build_task
+    from repo_train.config_cli import ConfigParser
 
     command = shlex.split(next(line for line in shown.splitlines() if line.startswith("evaluate")))
-    eval_args = build_parser().parse_args(command[command.index("evaluation") + 1 :])
+    parser = ConfigParser.for_command("python -m evaluation run", "")
+    add_run_options(parser)
+    eval_args, _ = parser.parse(command[command.index("run") + 1 :], REPEATED_FLAGS)
     task = scale.search["task"]
-    rebuilt = task_params(eval_args)[task["task"]]
+    rebuilt = build_task(task["task"], **resolve(eval_args).tasks[task["task"]])
     expected = {key: value for key, value in task["params"].items() if value is not None}  # None = the default
-    assert rebuilt == {**expected, "num_examples": task["num_examples"], "gold_positions": "all"}
+    assert rebuilt == build_task(
+        task["task"], **{**expected, "num_examples": task["num_examples"], "gold_positions": "all"}
+    )
 
 
 @pytest.mark.slow  # two whole searches (the reference fixture and the crashed + resumed one)
@@ -149,9 +155,9 @@ def test_two_processes_equal_one(tmp_path, reference):
     ("config_text", "argv", "message"),
     [
         ("ga: {popultion: 3}", [], "unknown key 'ga.popultion' in ga; valid keys are"),
-        ("task: {num_items: many}", [], "task.num_items must be int, got 'many'"),
+        ("task: {num_items: many}", [], "option --task.num_items: expected int, got 'many'"),
         ("ga: {population: 7}", [], "change the counts so they add up"),
-        ("task: {name: qa}", [], "task.name must be one of"),
+        ("task: {name: qa}", [], "option --task.name: expected one of ['mdqa', 'kv'], got 'qa'"),
         ("- a list", [], "top level must be a mapping"),
         ("", ["--model", "/no/such/model"], "is not a directory"),
         ("", ["--data-dir", "/no/such/dir"], "is not a directory"),
@@ -167,11 +173,9 @@ def test_user_mistakes_are_one_line_and_exit_2(tmp_path, capsys, config_text, ar
 
 
 def test_other_mistakes(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["run", "--out", str(tmp_path / "s.json"), "--generations", "many"])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err == (
-        "python -m search run: error: argument --generations: expected an integer >= 0, got 'many' "
+    assert main(["run", "--out", str(tmp_path / "s.json"), "--generations", "many"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m search run: error: option --ga.generations: expected int, got 'many' "
         "(see python -m search run --help)\n"
     )
     assert main(["run", "--out", str(tmp_path / "s.txt")]) == 2
@@ -179,7 +183,7 @@ def test_other_mistakes(tmp_path, capsys):
     assert main(["show", str(tmp_path / "missing.json")]) == 2
     assert "no scale file at" in capsys.readouterr().err
     assert main(["run", "--config", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "s.json")]) == 2
-    assert "no search config at" in capsys.readouterr().err
+    assert "no config file at" in capsys.readouterr().err
 
 
 def test_every_shipped_config_loads():

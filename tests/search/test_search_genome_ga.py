@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repo_train.modeling.scale_curves import CURVES
+from evaluation.methods.lpes.curves import CURVES
 from search.config import HeldOutConfig, SearchConfig, load_config
 from search.fitness import FitnessResult, SubsetWeights, SyntheticFitness, context_key
 from search.ga import GAConfig, SearchState, crossover, crossover_candidates, mutate, mutate_once, run

@@ -1,18 +1,18 @@
 """The harness-scored fitness: begin/middle/end search sets, Eq. 7 from the harness's own outputs, held-out sets."""
 
 import hashlib
-from pathlib import Path
 
 import pytest
 
 from evaluation.generation import DecodeSettings, generate
 from evaluation.models import tiny_default
+from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 from search.fitness import SubsetWeights
 from search.harness_fitness import HarnessFitness, evaluate_held_out, subset_positions, weights_fingerprint
 from search.policy import scaled_model
 
-NQ = Path(__file__).resolve().parents[1] / "fixtures" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
+NQ = NQ_OPEN_ORACLE
 SETTINGS = DecodeSettings(max_new_tokens=3, stop_strings=("\n",), batch_size=4)
 SCALES = [1.0, 1.3, 2.0, 1.1]
 

@@ -1,4 +1,4 @@
-"""LPES policy: positions / s per layer (Eq. 2) on OLMo-2 and Llama; s = 1 leaves the model untouched."""
+"""LPES policy: positions / s per layer (Eq. 2) on OLMo-2 and Llama; s = 1 leaves the model untouched; scales multiply."""
 
 import copy
 
@@ -11,12 +11,14 @@ from repo_train.modeling import (
     NopePolicy,
     RePoOlmo2ForCausalLM,
     RopePolicy,
+    ScaledRopePolicy,
     install_position_policies,
     layer_policies,
     record_positions,
+    restore_policies,
 )
 from repo_train.modeling.presets import tiny
-from search.policy import LayerScaledRopePolicy, apply_scales, restore_policies, scaled_model
+from search.policy import apply_scales, scaled_model
 
 LLAMA = dict(
     vocab_size=128,
@@ -50,7 +52,7 @@ def test_scale_one_is_bit_identical_to_the_untouched_model(build):
     ids = torch.randint(0, 128, (2, 23))
     layers = model.config.num_hidden_layers
     previous = apply_scales(model, [1.0] * layers)
-    assert all(isinstance(p, LayerScaledRopePolicy) and p.scale == 1.0 for p in layer_policies(model))
+    assert all(isinstance(p, ScaledRopePolicy) and p.scale == 1.0 for p in layer_policies(model))
     # exact: positions / 1.0 are the same floats, the tables equal HF's bit for bit, the rotation is elementwise
     assert torch.equal(_logits(model, ids), _logits(untouched, ids))
     assert all(type(p) is RopePolicy for p in previous)
@@ -90,10 +92,20 @@ def test_restore_and_context_manager_give_back_the_model():
     with scaled_model(model, [2.0, 2.0, 2.0]):
         assert not torch.allclose(_logits(model, ids), _logits(untouched, ids))
     assert torch.equal(_logits(model, ids), _logits(untouched, ids))
-    # Scales replace an earlier LPES scale rather than multiplying it.
-    apply_scales(model, [4.0, 4.0, 4.0])
-    apply_scales(model, [1.0, 1.0, 1.0])
-    assert torch.equal(_logits(model, ids), _logits(untouched, ids))
+
+
+def test_scales_multiply_an_earlier_scale():
+    """The core's one rule: scaling a scaled layer multiplies (stacked PI/LPES); on an unscaled model it sets."""
+    model = _olmo()
+    apply_scales(model, [2.0, 1.0, 0.5, 4.0])
+    previous = apply_scales(model, [1.5, 3.0, 2.0, 0.25])
+    assert [p.scale for p in previous] == [2.0, 1.0, 0.5, 4.0]
+    assert [p.scale for p in layer_policies(model)] == [3.0, 3.0, 1.0, 1.0]
+    with torch.no_grad(), record_positions(model) as rec:
+        model(torch.randint(0, 128, (1, 7)))
+    assert torch.equal(rec.positions[0], (torch.arange(7.0) / 3.0).expand(1, 4, 7))
+    # exact: scale 1 · 1 = 1, so layers 2 and 3 run positions / 1.0 like the unscaled model
+    assert torch.equal(rec.positions[3], torch.arange(7.0).expand(1, 4, 7))
 
 
 def test_nope_layers_are_kept_and_other_policies_refused():
@@ -101,7 +113,7 @@ def test_nope_layers_are_kept_and_other_policies_refused():
     install_position_policies(model, [NopePolicy(), RopePolicy(), RopePolicy()])
     apply_scales(model, [2.0, 2.0, 2.0])
     policies = layer_policies(model)
-    assert isinstance(policies[0], NopePolicy) and isinstance(policies[1], LayerScaledRopePolicy)
+    assert isinstance(policies[0], NopePolicy) and isinstance(policies[1], ScaledRopePolicy)
     repo = RePoOlmo2ForCausalLM(tiny(position_method="repo")).eval()
     with pytest.raises(ValueError, match="layer 1 uses the 'repo' policy"):
         apply_scales(repo, [1.0] * 4)

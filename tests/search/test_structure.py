@@ -11,7 +11,8 @@ import torch
 from float_checks import assert_close_to_scale
 
 from evaluation.models import tiny_default
-from repo_train.modeling.scaling import ScaledRopePolicy, current_policies
+from repo_train.modeling.scaling import ScaledRopePolicy
+from repo_train.modeling.swapping import current_policies
 from search.cli import main
 from search.fitness import FitnessResult, SubsetWeights
 from search.ga import GAConfig

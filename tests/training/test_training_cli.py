@@ -154,4 +154,4 @@ def test_shipped_deepspeed_config_is_zero2_with_explicit_clipping():
     with pytest.raises(ValueError, match="unknown strategy 'fsdp3'"):
         build_strategy("fsdp3")
     with pytest.raises(FileNotFoundError, match="not found"):
-        load_deepspeed_config("configs/deepspeed/none.json")
+        load_deepspeed_config("no/such/zero2.json")

@@ -2,14 +2,15 @@
 
 Identical to `pi` except that the scale is per layer and comes from a file.
 The file is what `python -m search run` writes; its format, reader and field
-checks are `repo_train.modeling.scale_file`, shared with `search`. Applying a
+checks are `evaluation.methods.lpes.scale_file`, shared with `search`. Applying a
 file needs only `format_version`, `num_layers` (against the model, at attach)
 and `scales` (one finite number > 0 per layer), so a hand-made file of scales
 alone is accepted; a file with a curve must have scales that follow it through
 its control points, as `python -m search show FILE` checks (which also checks
 every other field).
 
-Stacked after `pi`, the scales multiply, as stacked `pi` scales do.
+Stacked with `pi` (in either order) or another `lpes`, the scales multiply:
+the one scaling rule of `repo_train.modeling.scaling`, which the search uses too.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evaluation.methods.base import PolicyMethod, register_method
+from evaluation.methods.lpes.scale_file import ScaleFileError, read_scale_file
 from repo_train.modeling import PositionPolicy
-from repo_train.modeling.scale_file import ScaleFileError, read_scale_file
 from repo_train.modeling.scaling import scaled_policies
-
-#: The error of an unusable scale file (the shared `ScaleFileError`, under the name this module always had).
-ScaleFileReadError = ScaleFileError
 
 
 def read_scales(path: str | Path) -> tuple[list[float], dict[str, Any]]:
@@ -53,4 +51,4 @@ class LayerScaledRope(PolicyMethod):
                 f"lpes: {self.scale_file} has scales for {len(self.scales)} layers, the model has {len(current)}: "
                 "use a scale file searched for this model"
             )
-        return scaled_policies(model, self.scales, multiply=True, method="lpes")
+        return scaled_policies(model, self.scales, method="lpes")

@@ -1,8 +1,8 @@
 """The LPES scale file format: one RoPE scale per layer, plus how it was found.
 
-Shared by `search` (which writes the files, search/scale_file.py) and
-`evaluation` (whose `lpes` method applies them): `search` imports
-`evaluation`, never the reverse, so the format lives here, below both.
+Shared by `search` (which writes the files, search/scale_file.py) and the
+`lpes` method beside this module (which applies them): `search` imports
+`evaluation`, never the reverse, so the format lives here.
 
 JSON, `format_version` 1:
 
@@ -16,7 +16,7 @@ JSON, `format_version` 1:
 
 `validate_scale_data` checks every field and names the problem and the fix,
 including that `scales` follow the curve through the control points
-(`repo_train.modeling.scale_curves`), so a hand-edited file cannot silently
+(`evaluation.methods.lpes.curves`), so a hand-edited file cannot silently
 disagree with itself. With `complete=False` (what applying the scales needs:
 evaluation's `lpes` method) `format_version`, `num_layers` and `scales` must
 be there, and `curve` / `control_points` are checked the same way whenever
@@ -32,7 +32,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, NoReturn
 
-from repo_train.modeling.scale_curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
+from evaluation.methods.lpes.curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "num_layers", "curve", "control_points", "scales", "fitness", "model", "search")

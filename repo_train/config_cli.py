@@ -1,0 +1,278 @@
+"""The one way every command line of the project is configured: jsonargparse, as LightningCLI does for training.
+
+Each command (`python -m evaluation run`, `python -m search run`,
+`scripts/quickstart.py`) declares typed options on a `ConfigParser`, so it
+accepts the same three things:
+
+- `--config FILE.yaml` (keys are the option names with underscores; later
+  `--config` files and options override earlier ones),
+- options on the command line (`--batch_size 4`, also `--batch-size 4`),
+  dotted for nested keys (`--ga.population 12`),
+- `--print_config`, which prints the *resolved* configuration (what the run
+  will do, every default filled in) and exits; the same text is stored in the
+  run's output directory as `config.yaml`, so `--config OUT/config.yaml`
+  replays the run.
+
+jsonargparse checks types, choices and unknown keys; its messages are
+multi-line, so `ConfigParser.parse` turns them into the project's one-line
+`PROG: error: ...` (exit code 2), as `repo_train.cli_errors` promises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
+
+from repo_train.cli_errors import EXIT_USAGE
+
+PRINT_CONFIG = "--print_config"
+#: jsonargparse's restricted number types, as the one-line error names them.
+RESTRICTED_TYPES = {
+    "PositiveInt": "a positive integer",
+    "NonNegativeInt": "an integer >= 0",
+    "PositiveFloat": "a positive number",
+    "NonNegativeFloat": "a number >= 0",
+    "ClosedUnitInterval": "a number in [0, 1]",
+    "OpenUnitInterval": "a number in (0, 1)",
+}
+
+
+def one_line_error(message: str) -> str:
+    """jsonargparse's multi-line error as one readable line: the key, the first real complaint, the given value."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return "invalid configuration"
+    head = lines[0]
+    key = re.match(r'Parser key "([^"]+)":?\s*(.*)', head)
+    if key is None:
+        return " ".join(lines)
+    name, rest = key.group(1), key.group(2)
+    complaints: list[str] = []  # each "- ..." item of a union's errors, with its continuation lines
+    for line in lines[1:]:
+        if line.startswith("- "):
+            complaints.append(line[2:])
+        elif complaints and not line.startswith("Given value"):
+            complaints[-1] += " " + line
+    complaints = [c for c in complaints if "NoneType" not in c] or complaints
+    # the alternative the value was meant for (a class_path that failed) says more than "Expected a str"
+    complaints.sort(key=lambda c: not c.startswith("Problem with given class_path"))
+    given = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Given value:")), None)
+    if complaints:
+        text = complaints[0]
+    else:
+        text = " ".join([rest, *[line for line in lines[1:] if not line.startswith("Given value")]]).strip()
+    text = text.replace("<class '", "").replace("'>", "").replace("typing.", "")
+    nested = re.match(
+        r"Problem with given class_path '[^']+': (Parser key \"[^\"]+\".*|Option '\w+' is not accepted"
+        r"|the following arguments are required: [\w, ]+)",
+        text,
+    )
+    if nested is not None:  # a key inside a class or dataclass section: name it by its dotted path
+        inner = nested.group(1)
+        option = re.match(r"Option '(\w+)' is not accepted", inner)
+        if option is not None:
+            return f"unknown key '{name}.{option.group(1)}'"
+        required = re.match(r"the following arguments are required: ([\w, ]+)", inner)
+        if required is not None:
+            keys = [f"'{name}.{key.strip()}'" for key in required.group(1).split(",")]
+            return f"missing key {', '.join(keys)}"
+        return one_line_error(inner.replace('Parser key "', f'Parser key "{name}.', 1))
+    expected = re.match(r"Expected an? (.+?)(?:\. Got value: (.*))?$", text)
+    if expected is not None:
+        kind, value = expected.group(1), expected.group(2) if expected.group(2) is not None else given
+        literal = re.fullmatch(r"Literal\[(.*)\]", kind)
+        kind = f"one of [{literal.group(1)}]" if literal else kind
+        text, given = f"expected {kind}, got {value!r}", None
+    restricted = re.match(r"Not of type (\w+): (.*)", text)
+    if restricted is not None and restricted.group(1) in RESTRICTED_TYPES:
+        detail = restricted.group(2)
+        value = detail.split("does not conform")[0].strip() if "does not conform" in detail else ""
+        text, given = f"expected {RESTRICTED_TYPES[restricted.group(1)]}, got {value or repr(given)}", None
+    if given is not None and given not in text:
+        text += f" (got {given!r})"
+    return f"option --{name}: {text}"
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help (types, defaults), with the description and epilog kept as written."""
+
+
+class ConfigParser(ArgumentParser):
+    """A jsonargparse parser with `--config`, one-line errors and a resolved `--print_config`."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+        #: Old repeatable flags (e.g. `--method`) -> the list option they fill (see `parse`).
+        self.repeated_flags: dict[str, str] = {}
+        #: Short flags -> the option they stand for (e.g. `--model` -> `--model.path`).
+        self.flag_aliases: dict[str, str] = {}
+        #: Called with the command line (aliases applied) before parsing, e.g. to choose defaults.
+        self.before_parse: Callable[[ConfigParser, list[str]], None] | None = None
+
+    @classmethod
+    def for_command(cls, prog: str, description: str) -> ConfigParser:
+        """A command's parser: its `--config FILE` option first (jsonargparse builds inner parsers of this class too)."""
+        parser = cls(prog=prog, description=description, formatter_class=_HelpFormatter)
+        parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options (repeatable)")
+        return parser
+
+    def _config_files_first(self, args: list[str]) -> list[str]:
+        """Every `--config FILE` moved before the other options (so options override files, in any order),
+        each file checked; an empty file sets nothing."""
+        files, rest, index = [], [], 0
+        while index < len(args):
+            arg = args[index]
+            if arg == "--config" and index + 1 < len(args):
+                files.append(args[index + 1])
+                index += 2
+                continue
+            if arg.startswith("--config="):
+                files.append(arg.split("=", 1)[1])
+            else:
+                rest.append(arg)
+            index += 1
+        used = []
+        for path in files:
+            ok, problem = _config_file_ok(path)
+            if problem:
+                self.fail(problem)
+            if ok:
+                used += ["--config", path]
+        return used + rest
+
+    def fail(self, message: str):
+        """Stop with one line on stderr and exit code 2 (see `one_line_error`)."""
+        text = one_line_error(message)
+        unknown = re.match(r"Group '([\w.]+)' does not accept option '(\w+)'", text)
+        if unknown is not None:  # name the valid keys of that section, as a typo needs
+            group, key = unknown.groups()
+            valid = [a.dest.split(".")[-1] for a in self._actions if a.dest.startswith(group + ".")]
+            text = f"unknown key '{group}.{key}' in {group}; valid keys are {valid}"
+        print(f"{self.prog}: error: {text} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+    def parse(self, argv: Sequence[str] | None, repeated: Mapping[str, str] | None = None) -> tuple[Namespace, bool]:
+        """(options, whether --print_config was given).
+
+        `repeated` maps an old repeatable flag (e.g. `--method`) to the list
+        option it fills (e.g. `methods`): every occurrence is collected, in
+        order, and replaces that option's value, as argparse's `append` did.
+        """
+        args = list(sys.argv[1:] if argv is None else argv)
+        show = PRINT_CONFIG in args
+        args = [a for a in args if a != PRINT_CONFIG]
+        for alias, option in self.flag_aliases.items():
+            args = [
+                option if a == alias else option + a[len(alias) :] if a.startswith(alias + "=") else a for a in args
+            ]
+        if self.before_parse is not None:
+            self.before_parse(self, args)
+        args = self._config_files_first(args)
+        for flag, dest in (repeated or self.repeated_flags).items():
+            values, rest, index = [], [], 0
+            while index < len(args):
+                arg = args[index]
+                if arg == flag:
+                    if index + 1 == len(args):
+                        self.fail(f"argument {flag}: expected one argument")
+                    values.append(args[index + 1])
+                    index += 2
+                    continue
+                if arg.startswith(flag + "="):
+                    values.append(arg[len(flag) + 1 :])
+                else:
+                    rest.append(arg)
+                index += 1
+            args = rest + ([f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else [])
+        try:
+            options = self.parse_args(args)
+        except (argparse.ArgumentError, TypeError, ValueError) as err:  # type checks of options and config files
+            self.fail(str(err))
+        return options, show
+
+
+def _config_file_ok(path: str) -> tuple[bool, str]:
+    """(use it, why not): a missing, unreadable or non-mapping file is an error; an empty one sets nothing."""
+    if not Path(path).is_file():
+        return False, f"no config file at {path}; pass --config an existing YAML file"
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        return False, f"{path} is not valid YAML: {' '.join(str(err).split())}"
+    if data is None:
+        return False, ""
+    if not isinstance(data, dict):
+        return False, f"{path}: the top level must be a mapping of keys to values, got {type(data).__name__}"
+    return True, ""
+
+
+def dump_config(config: Mapping[str, Any]) -> str:
+    """A resolved configuration as YAML, keys in the order given (the order of `--print_config` and config.yaml)."""
+    return yaml.safe_dump(_plain(config), sort_keys=False, allow_unicode=True, width=120)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):  # jsonargparse's restricted types (PositiveInt, ...) and paths as plain values
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def class_entry(obj: Any, fields: Callable[[Any], Mapping[str, Any]]) -> dict[str, Any]:
+    """`{class_path, init_args}` of a configured object, as jsonargparse and LightningCLI write it."""
+    cls = type(obj)
+    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": dict(fields(obj))}
+
+
+def dispatch(
+    prog: str,
+    description: str,
+    commands: Mapping[str, tuple[str, Callable[[ConfigParser], None], Callable[[Namespace, ConfigParser], int]]],
+    argv: Sequence[str] | None,
+    errors: tuple[type[Exception], ...] = (ValueError, OSError),
+) -> int:
+    """`PROG COMMAND [options]`: each command is a `ConfigParser` (its options, `--config`, one-line errors).
+
+    `commands` maps a name to (help, add_options(parser), action(options, parser) -> exit code). A user mistake
+    raised by the action (one of `errors`) is one line on stderr and exit code 2.
+    """
+    from repo_train.cli_errors import report_user_errors
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        lines = [f"usage: {prog} {{{','.join(commands)}}} [options]", "", description, "", "commands:"]
+        lines += [f"  {name:10s} {help_text}" for name, (help_text, _, _) in commands.items()]
+        lines += ["", f"`{prog} COMMAND --help` lists a command's options."]
+        print("\n".join(lines))
+        return 0
+    name = args[0]
+    if name not in commands:
+        print(f"{prog}: error: unknown command {name!r}; choose from {list(commands)}", file=sys.stderr)
+        return EXIT_USAGE
+    help_text, add_options, action = commands[name]
+    parser = ConfigParser.for_command(f"{prog} {name}", help_text)
+    add_options(parser)
+    try:
+        options, show = parser.parse(args[1:])
+    except SystemExit as stop:  # the one-line error is printed; --help exits 0 as argparse does
+        if stop.code == EXIT_USAGE:
+            return EXIT_USAGE
+        raise
+    options.print_config = show
+    return report_user_errors(f"{prog} {name}", lambda: action(options, parser), errors)

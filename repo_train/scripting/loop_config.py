@@ -1,0 +1,189 @@
+"""The full-scale quickstart loop's sections: typed dataclasses, read by jsonargparse; their own checks.
+
+`python scripts/quickstart.py --config FILE` runs the built-in loop (train with
+RoPE and REPO, export, LPES search, evaluate, report) on a real checkpoint with
+the project's launchers. FILE is the quickstart's config file like any other
+(docs/configuring.md): `base` plus the three sections below, whose keys and
+types jsonargparse checks. The file only names things that exist elsewhere
+(the base checkpoint, LightningCLI and search configs, launcher commands,
+harness options), so a mistake in it would otherwise surface hours into a GPU
+run: each section checks its values when built (run names, placeholders,
+options the loop sets itself), `check_files` the repository files it names,
+and `machine_problems` what exists only on the GPU machine. Every problem is a
+`LoopConfigError` naming the key and the fix. The documented example is
+configs/quickstart/olmo2-1b.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
+BASE_MODEL = "base"
+#: Placeholders every command string may use, and those known only after the search (evaluation strings only).
+PLACEHOLDERS = ("out", "base", "python")
+AFTER_SEARCH = ("scale_file", "mean_scale")
+#: Options the loop sets itself; in an `args` list they would clash with (or silently beat) the loop's own.
+RESERVED = {
+    "train.args": ("--config", "--trainer.default_root_dir", "--model.init_from"),
+    "search.args": ("--model", "--config", "--out"),
+    "evaluate.args": ("--model", "--method", "--out"),
+}
+#: A YAML list item may be a number (`[--num-keys, 8]`); the loop passes it on as text.
+Word = str | int | float
+
+
+class LoopConfigError(ValueError):
+    """A quickstart loop file that cannot run; the message names the key and the fix."""
+
+
+def _text(value: Word, key: str, allowed: tuple[str, ...] = PLACEHOLDERS) -> str:
+    """`value` as text whose `{placeholders}` are all in `allowed`."""
+    value = str(value)
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+    except ValueError as err:
+        raise LoopConfigError(f"{key}: {value!r}: {err} (write a literal brace as {{{{ or }}}})") from None
+    for name in names:
+        if name not in allowed:
+            raise LoopConfigError(f"{key}: unknown placeholder {{{name}}} in {value!r}; use {', '.join(allowed)}")
+    return value
+
+
+def _argv(values: list[Word], key: str, *, required: bool = False, allowed=PLACEHOLDERS) -> list[str]:
+    """A command-line list: placeholders checked, options the loop sets itself refused."""
+    if required and not values:
+        raise LoopConfigError(f"{key}: must be a non-empty list of strings (YAML [a, b])")
+    items = [_text(v, f"{key}[{i}]", allowed) for i, v in enumerate(values)]
+    for item in items:
+        if item.split("=")[0] in RESERVED.get(key, ()):
+            raise LoopConfigError(f"{key}: {item.split('=')[0]} is set by the loop itself; remove it")
+    return items
+
+
+@dataclass
+class TrainSection:
+    """The continual-training runs: one LightningCLI config per run, all started by one launcher."""
+
+    launcher: list[Word]
+    """The command a train config is appended to, e.g. [scripts/launch_train.sh]."""
+    methods: dict[str, str]
+    """Run name -> LightningCLI config, e.g. {rope: configs/train/olmo2-1b-stage2-rope.yaml}."""
+    args: list[Word] = field(default_factory=list)
+    """Extra LightningCLI overrides for every run (not --config, --trainer.default_root_dir, --model.init_from)."""
+
+    def __post_init__(self) -> None:
+        self.launcher = _argv(self.launcher, "train.launcher", required=True)
+        self.args = _argv(self.args, "train.args")
+        if not self.methods:
+            raise LoopConfigError("train.methods: must name at least one run, e.g. {rope: configs/train/...yaml}")
+        for name, path in self.methods.items():
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)) or name == BASE_MODEL:
+                raise LoopConfigError(
+                    f"train.methods.{name}: rename it: a run name is used in paths (letters, digits, _ . -) and "
+                    f"{BASE_MODEL} is the base's"
+                )
+            _text(path, f"train.methods.{name}", ())
+
+
+@dataclass
+class SearchSection:
+    """The LPES search on one of the models."""
+
+    model: str
+    """The model to search: a run of train.methods, or base."""
+    launcher: list[Word]
+    """The search command, e.g. [scripts/run_search.sh]."""
+    config: str
+    """The LPES config, e.g. configs/search/lpes.yaml."""
+    args: list[Word] = field(default_factory=list)
+    """Extra search options (not --model, --config, --out)."""
+
+    def __post_init__(self) -> None:
+        self.launcher = _argv(self.launcher, "search.launcher", required=True)
+        self.args = _argv(self.args, "search.args")
+        _text(self.config, "search.config", ())
+
+
+@dataclass
+class EvaluateSection:
+    """The harness runs: per model, the method stacks to evaluate."""
+
+    methods: dict[str, list[Word]]
+    """Model name (a run, or base) -> harness methods, e.g. {rope: [baseline, "lpes:scale_file={scale_file}"]}."""
+    args: list[Word] = field(default_factory=list)
+    """Options of every `python -m evaluation run` (not --model, --method, --out)."""
+
+    def __post_init__(self) -> None:
+        allowed = PLACEHOLDERS + AFTER_SEARCH
+        if not self.methods:
+            raise LoopConfigError("evaluate.methods: must name at least one model, e.g. {rope: [baseline]}")
+        self.methods = {
+            name: _argv(specs, f"evaluate.methods.{name}", required=True, allowed=allowed)
+            for name, specs in self.methods.items()
+        }
+        self.args = _argv(self.args, "evaluate.args", allowed=allowed)
+
+
+@dataclass
+class LoopConfig:
+    """A whole full-scale loop: what `--config FILE` of the quickstart holds (with `base`)."""
+
+    base: str
+    train: TrainSection
+    search: SearchSection
+    evaluate: EvaluateSection
+    path: str = "the loop config"
+    """Where it was read from (named in messages)."""
+
+    def __post_init__(self) -> None:
+        models = [*self.train.methods, BASE_MODEL]
+        if self.search.model not in models:
+            raise LoopConfigError(f"search.model: {self.search.model!r} is not one of {', '.join(models)}")
+        for name in self.evaluate.methods:
+            if name not in models:
+                raise LoopConfigError(f"evaluate.methods.{name}: not a model; use one of {', '.join(models)}")
+
+
+def check_files(config: LoopConfig, root: Path) -> None:
+    """The repository files the loop names exist (relative paths are taken from `root`, where commands run)."""
+    named = {f"train.methods.{name}": path for name, path in config.train.methods.items()}
+    for key, value in {**named, "search.config": config.search.config}.items():
+        if not (root / value).is_file():  # an absolute value stays absolute
+            raise LoopConfigError(f"{key}: {value} does not exist (relative paths are taken from {root})")
+
+
+def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:
+    """What is missing on this machine: the base checkpoint, the launchers (fatal for a real run, a dry-run warning)."""
+    problems = []
+    if not (root / config.base / "config.json").is_file():
+        problems.append(
+            f"{config.path}: base: {config.base} is not an HF model directory (no config.json); put the checkpoint there or point base at it"
+        )
+    for key, launcher in (("train.launcher", config.train.launcher), ("search.launcher", config.search.launcher)):
+        program = fill(launcher[0], values)
+        found = (
+            (root / program).is_file() and os.access(root / program, os.X_OK)
+            if "/" in program
+            else shutil.which(program)
+        )
+        if not found:
+            problems.append(f"{config.path}: {key}: {program} is not an executable here")
+    return problems
+
+
+def fill(value: str, values: dict[str, str]) -> str:
+    """Fill `{name}` placeholders (`load` has checked that every name used is one the caller provides)."""
+    return value.format_map(values)
+
+
+def mean_scale(scale_file: Path) -> float:
+    """The mean of an LPES scale file's per-layer scales: PI at this one scale is the search's control."""
+    data = json.loads(Path(scale_file).read_text())
+    return sum(data["scales"]) / int(data["num_layers"])

@@ -1,0 +1,73 @@
+"""What a search needs from its config before the GA starts: the task's build parameters, decoding, the model.
+
+Shared by `python -m search run` and `search diagnose` (search/structure.py),
+so the structure diagnosis scores exactly the prompts the search scored.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from evaluation.sample_data import NQ_OPEN_ORACLE
+from evaluation.tasks import TASKS
+
+
+def task_parameters(task) -> dict[str, Any]:
+    """`build_task` parameters of the search task (data file, k); gold positions etc. are the fitness's.
+
+    The data file comes from the evaluation task's own lookup
+    (`Task.find_data_file`): mdqa's nq-open-oracle file (without a data dir,
+    the packaged sample), kv's kv-retrieval-<k>_keys file (without a data
+    dir, kv generates its examples).
+    """
+    data_dir = task.data_dir
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise FileNotFoundError(f"data dir {str(data_dir)!r} is not a directory")
+    if task.name == "mdqa":
+        params: dict[str, Any] = {"num_documents": task.num_items}
+        if data_dir is None:
+            print(
+                f"mdqa without a data dir: the packaged 40-question sample {NQ_OPEN_ORACLE.name} (a smoke test)",
+                file=sys.stderr,
+            )
+        path = TASKS["mdqa"].find_data_file(data_dir, params) if data_dir is not None else NQ_OPEN_ORACLE
+        return {"path": str(path), **params}
+    path = TASKS["kv"].find_data_file(data_dir, {"num_keys": task.num_items}) if data_dir is not None else None
+    params = {"path": str(path) if path is not None else None, "num_keys": task.num_items}
+    if task.key_chars is not None:
+        if path is not None:
+            raise ValueError("task.key_chars shortens generated keys; it cannot apply to a release file")
+        params["key_chars"] = task.key_chars
+    if task.template != "json":
+        params["template"] = task.template  # checked by the kv task (pairs needs key_chars)
+    if task.distinct_keys is not None:
+        params["distinct_keys"] = task.distinct_keys  # checked by the kv task (pairs only)
+    return params
+
+
+def decode_settings(task) -> Any:
+    """`DecodeSettings` of a search task: the config's budget and batch, the harness task's stop strings."""
+    from evaluation.generation import DecodeSettings
+    from evaluation.runner import task_generation
+
+    _, stops = task_generation(task.name, {**task_parameters(task), "num_examples": 1})
+    return DecodeSettings(
+        max_new_tokens=task.max_new_tokens,
+        stop_strings=stops,
+        batch_size=task.batch_size,
+        max_length=task.max_length,
+        truncate=task.truncate,
+    )
+
+
+def load_search_model(model_config):
+    """Model and tokenizer on the right device: a local directory, or the tiny default."""
+    from evaluation.models import load_model, place_model, tiny_default
+
+    if model_config.path is None:
+        model, tokenizer = tiny_default(model_config.seed)
+    else:
+        model, tokenizer = load_model(Path(model_config.path), model_config.dtype, model_config.attn_implementation)
+    return place_model(model, model_config.device), tokenizer

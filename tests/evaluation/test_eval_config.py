@@ -1,0 +1,142 @@
+"""`python -m evaluation run` configured the jsonargparse way: typed tasks/methods, short forms, replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from evaluation.cli import main
+from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, LOST_IN_THE_MIDDLE_DIR, NQ_OPEN_ORACLE
+from evaluation.tasks import build_task
+from repo_train.config_cli import ConfigParser
+
+
+def _resolve(argv):
+    parser = ConfigParser.for_command("python -m evaluation run", "")
+    add_run_options(parser)
+    options, _ = parser.parse(argv, REPEATED_FLAGS)
+    return resolve(options)
+
+
+def _write(tmp_path, name, data) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
+    short = _resolve(
+        ["--out", "o", "--tasks", "kv", "--num-keys", "4", "--num-examples", "2", "--method", "pi:scale=2+caliope:calibrator=hourglass"]
+    )
+    typed = _resolve(
+        [
+            "--config",
+            _write(
+                tmp_path,
+                "run.yaml",
+                {
+                    "out": "o",
+                    "tasks": [
+                        {
+                            "class_path": "evaluation.tasks.KVRetrievalTask",
+                            "init_args": {"num_keys": 4, "num_examples": 2},
+                        }
+                    ],
+                    "methods": [
+                        [
+                            {"class_path": "evaluation.methods.PositionInterpolation", "init_args": {"scale": 2}},
+                            {"class_path": "evaluation.methods.caliope.Caliope", "init_args": {"calibrator": "hourglass"}},
+                        ]
+                    ],
+                },
+            ),
+        ]
+    )
+    assert short.tasks == typed.tasks and short.methods == typed.methods
+    assert short.methods[0].startswith("pi:scale=2+caliope:")  # the canonical spec, every parameter spelled out
+    assert short.config == typed.config
+
+
+def test_print_config_is_the_resolved_run_and_replays_to_the_same_run(tmp_path, capsys):
+    argv = ["run", "--out", str(tmp_path / "o"), "--tasks", "mdqa,kv", "--method", "baseline", "--method", "pi:scale=2"]
+    assert main([*argv, "--print_config"]) == 0
+    printed = capsys.readouterr().out
+    resolved = yaml.safe_load(printed)
+    assert [t["class_path"] for t in resolved["tasks"]] == [
+        "evaluation.tasks.mdqa.MDQATask",
+        "evaluation.tasks.kv_retrieval.KVRetrievalTask",
+    ]
+    assert resolved["tasks"][0]["init_args"]["path"] == str(NQ_OPEN_ORACLE)  # the packaged sample, resolved
+    assert resolved["methods"][1] == {
+        "class_path": "evaluation.methods.pi.PositionInterpolation",
+        "init_args": {"scale": 2.0},
+    }
+    assert not (tmp_path / "o").exists()  # --print_config runs nothing
+    replay = tmp_path / "replay.yaml"
+    replay.write_text(printed)
+    assert main(["run", "--config", str(replay), "--print_config"]) == 0
+    assert capsys.readouterr().out == printed
+
+
+def test_a_run_stores_its_config_and_replaying_it_writes_the_same_results(tmp_path, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    argv = ["--tasks", "kv", "--num-keys", "3", "--num-examples", "2", "--method", "pi:scale=2", "--no-report"]
+    assert main(["run", "--out", str(first), *argv, "--no-progress"]) == 0
+    stored = first / "config.yaml"
+    assert yaml.safe_load(stored.read_text())["out"] == str(first)
+    # the stored file with only --out changed: the same records, manifest and summary
+    assert main(["run", "--config", str(stored), "--out", str(second)]) == 0
+    capsys.readouterr()
+    for name in ("records.jsonl", "run.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+    assert json.loads((first / "summary.json").read_text()) == json.loads((second / "summary.json").read_text())
+
+
+def test_class_tasks_find_their_data_file_in_data_dir(tmp_path):
+    resolved = _resolve(
+        [
+            "--out",
+            "o",
+            "--data-dir",
+            str(LOST_IN_THE_MIDDLE_DIR),
+            "--tasks",
+            json.dumps([{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_keys": 75}}]),
+        ]
+    )
+    assert resolved.tasks["kv"]["path"] == str(KV_RETRIEVAL_75_KEYS)
+    assert build_task("kv", **resolved.tasks["kv"]).num_keys == 75
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch-size", "0"], "option --batch_size: expected a positive integer, got 0"),
+        (["--truncate", "right"], "option --truncate: expected one of ['middle', 'left'], got 'right'"),
+        (["--dtype", "fp8"], "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'fp8'"),
+        (["--tasks", '[{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_kys": 3}}]'], "num_kys"),
+        (["--tasks", "kv,nosuch"], "unknown task(s) ['nosuch']"),
+        (["--methods", '[{"class_path": "collections.OrderedDict"}]'], "bad method spec"),
+        (["--config", "{tmp}/list.yaml"], "the top level must be a mapping of keys to values, got list"),
+        (["--config", "{tmp}/missing.yaml"], "no config file at"),
+    ],
+)
+def test_mistakes_are_one_line(tmp_path, capsys, argv, message):
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(["run", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_options_override_config_files_in_any_order_and_an_empty_file_sets_nothing(tmp_path):
+    config = _write(tmp_path, "run.yaml", {"out": "from-file", "batch_size": 3, "seed": 5})
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    before = _resolve(["--batch-size", "7", "--config", config, "--config", str(empty)])
+    after = _resolve(["--config", config, "--batch-size", "7"])
+    assert before.config == after.config
+    assert (before.config["batch_size"], before.config["seed"], before.config["out"]) == (7, 5, "from-file")

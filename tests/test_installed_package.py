@@ -1,0 +1,114 @@
+"""A wheel of the checkout, installed (not editable) into a fresh venv and run from another directory.
+
+This is what catches package code that reads the repository checkout (`tests/fixtures`, `configs/`) instead
+of package data: inside the checkout such reads succeed, from an installed copy they fail.
+
+The fresh venv reuses the dependencies of the test interpreter through a `.pth` line naming its
+site-packages. A plain path line adds the folder without running the `.pth` files inside it, so the editable
+install of this checkout (an import hook installed by such a file) stays off, and the wheel's copy is the
+only `repo_train` / `evaluation` / `search` there is; the test checks that before running anything.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What the build reads: setup.cfg finds the packages; README.md is the long description.
+BUILD_INPUTS = ("pyproject.toml", "setup.cfg", "README.md", "repo_train", "evaluation", "search")
+
+CHECK_INSTALL = """
+import json, sys
+import evaluation, repo_train, search
+from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, NQ_OPEN_ORACLE
+from repo_train.training.strategies import load_deepspeed_config
+print(json.dumps({
+    "files": [evaluation.__file__, repo_train.__file__, search.__file__],
+    "sys_path": sys.path,
+    "meta_path": [repr(finder) for finder in sys.meta_path],
+    "samples": [NQ_OPEN_ORACLE.is_file(), KV_RETRIEVAL_75_KEYS.is_file()],
+    "zero_stage": load_deepspeed_config(None)["zero_optimization"]["stage"],
+}))
+"""
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, (
+        f"{args} exited {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    )
+    return result
+
+
+def _build_wheel(tmp_path: Path, env: dict[str, str]) -> Path:
+    """Build from a copy, so the checkout gets no build/ folder (stale files there would leak into wheels)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in BUILD_INPUTS:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    wheels = tmp_path / "wheels"
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    _run([*pip_wheel, "--wheel-dir", str(wheels), str(source)], cwd=tmp_path, env=env)
+    (wheel,) = wheels.glob("repo_train-*.whl")
+    return wheel
+
+
+@pytest.mark.slow  # wheel build, venv, four fresh interpreters: ~2 min on a loaded 2-core machine
+def test_wheel_install_runs_the_clis_outside_the_checkout(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    env["PYTHONNOUSERSITE"] = "1"
+    wheel = _build_wheel(tmp_path, env)
+
+    prefix = tmp_path / "venv"
+    venv.create(prefix, with_pip=False)
+    python = str(prefix / "bin" / "python")
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)}))
+    assert site.is_dir(), site
+    # --target installs into the new site-packages and ignores what the test interpreter has installed, so
+    # pip neither skips the wheel nor touches the editable install of this checkout.
+    pip_install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site)]
+    _run([*pip_install, str(wheel)], cwd=tmp_path, env=env)
+    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    check = json.loads(_run([python, "-c", CHECK_INSTALL], cwd=work, env=env).stdout.splitlines()[-1])
+    for module_file in check["files"]:
+        assert Path(module_file).is_relative_to(site), f"{module_file} is not the wheel's copy in {site}"
+    assert all((work / entry).resolve() != ROOT for entry in check["sys_path"]), check["sys_path"]  # "" is cwd
+    assert not any("editable" in finder.lower() for finder in check["meta_path"]), check["meta_path"]
+    assert check["samples"] == [True, True]  # the Lost-in-the-Middle sample is package data
+    assert check["zero_stage"] == 2  # so is the default DeepSpeed config
+
+    demo = _run([python, "-m", "repo_train", "demo", "--steps", "2", "--new-tokens", "4"], cwd=work, env=env)
+    assert "cached generation equals recomputation: True" in demo.stdout
+
+    # Without --model and --data-dir, mdqa reads the packaged 40-question sample.
+    _run(
+        [python, "-m", "evaluation", "run", "--out", "eval", "--num-examples", "1", "--no-progress"], cwd=work, env=env
+    )
+    packaged_nq = site / "evaluation" / "data" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
+    with gzip.open(packaged_nq, "rt", encoding="utf-8") as f:
+        first_question = json.loads(f.readline())
+    first_record = json.loads((work / "eval" / "records.jsonl").read_text().splitlines()[0])
+    assert first_record["task"] == "mdqa" and first_record["answers"] == first_question["answers"]
+    assert (work / "eval" / "report.md").is_file()
+
+    search = [python, "-m", "search", "run", "--out", "scales/tiny.json", "--generations", "0", "--no-progress"]
+    _run(search, cwd=work, env=env)
+    scale_file = json.loads((work / "scales" / "tiny.json").read_text())
+    assert len(scale_file["scales"]) == scale_file["num_layers"] == 4  # the tiny model's layers
+    assert (work / "scales" / "tiny.log.jsonl").is_file()
