@@ -101,9 +101,28 @@ def middle_minus_edges_gap(accuracy_by_pos: Mapping[int, float]) -> float:
 
 def middle_minus_edges_rows(curves: np.ndarray) -> np.ndarray:
     """`middle_minus_edges_gap` of every row of `curves` [rows, positions in order]; nan with < 3 positions."""
+    middle, edges = middle_and_edges_rows(curves)
+    return middle - edges
+
+
+def middle_and_edges_rows(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean accuracy of the interior positions and of the two edge positions, per row of `curves`.
+
+    The split `middle_minus_edges_gap` subtracts; both are nan with fewer than 3 positions (no middle).
+    """
     if curves.shape[1] < 3:
-        return np.full(curves.shape[0], math.nan)
-    return curves[:, 1:-1].mean(axis=1) - (curves[:, 0] + curves[:, -1]) / 2
+        empty = np.full(curves.shape[0], math.nan)
+        return empty, empty.copy()
+    return curves[:, 1:-1].mean(axis=1), (curves[:, 0] + curves[:, -1]) / 2
+
+
+def middle_and_edges(accuracy_by_pos: Mapping[int, float]) -> tuple[float, float]:
+    """(middle, edges) accuracy of one curve: the two means `middle_minus_edges_gap` subtracts."""
+    ordered = [accuracy_by_pos[p] for p in sorted(accuracy_by_pos)]
+    if not ordered:
+        return math.nan, math.nan
+    middle, edges = middle_and_edges_rows(np.asarray([ordered], dtype=float))
+    return float(middle[0]), float(edges[0])
 
 
 def summarize_positions(accuracy_by_pos: Mapping[int, float], num_positions: int) -> dict[str, float]:

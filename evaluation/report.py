@@ -2,22 +2,28 @@
 
 Per task, `accuracy_by_position_<task>.png` draws one curve per method (and
 per model when other run directories are compared), with 95% bootstrap
-intervals as error bars; `report.md` tabulates the metrics and links the plots.
-When the compared runs are seeds of one setup (`seeds=True`), the report adds
-the mean ± sample std over them, per method and per position.
+intervals as error bars; `report.md` tabulates accuracy, middle, edges and the
+comparison with the baseline ending in a verdict word, then the curve details,
+and links the plots. Methods are named by short labels (`evaluation.method_labels`),
+listed once with their full specs. When the compared runs are seeds of one setup
+(`seeds=True`), the report adds the mean ± sample std over them, per method and
+per position.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.results import BASELINE, load_summary
+from evaluation.method_labels import short_labels
+from evaluation.position_metrics import middle_and_edges
+from evaluation.position_plot import Curve, plot_name, plot_task_curves
+from evaluation.results import BASELINE, comparison_verdict, load_summary
 from evaluation.statistics import mean_std_over_seeds
-from repo_train.atomic import save_figure_atomic, write_text_atomic
+from repo_train.atomic import write_text_atomic
 
 REPORT_FILE = "report.md"
 
@@ -29,12 +35,12 @@ STATISTICS_NOTE = (
     "the other, nothing below the low edge or above the high one), other. ρ: 100 × Pearson correlation of "
     "accuracy with closeness to an edge (positive: the edges beat the middle on average, a U or a ramp). "
     f"Δ vs baseline: method − `{BASELINE}` on the same prompts; p: two-sided paired sign-flip test on "
-    "per-question mean differences; Holm: adjusted over the methods of the table. See docs/evaluation.md."
+    "per-question mean differences; Holm: adjusted over the methods of the table. Middle: mean accuracy of the "
+    "interior positions, edges: of the first and last; Δ middle compares the interior positions' prompts only. "
+    "Verdict: *helps* when the 95% interval of Δ lies above 0 and p (Holm) < 0.05, *hurts* when it lies below 0 "
+    "and p (Holm) < 0.05, *identical* when no paired prompt differs, otherwise *no measurable change*; the middle "
+    "verdict applies the same rule to Δ middle. See docs/evaluation.md#statistics."
 )
-
-
-def plot_name(task: str) -> str:
-    return f"accuracy_by_position_{re.sub(r'[^A-Za-z0-9_.-]', '_', task)}.png"
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -43,103 +49,103 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _curves(task: str, runs: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, result) of every method of every run that evaluated `task`."""
+def _method_labels(runs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """Short, distinct labels of every method spec of every run (`evaluation.method_labels.short_labels`)."""
+    specs = [m for _, summary in runs for m in summary.get("methods", [])]
+    specs += [m for _, summary in runs for by_method in summary["results"].values() for m in by_method]
+    return short_labels(specs)
+
+
+def _curves(
+    task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[str, str] | None = None
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(label, result, summary) of every method of every run that evaluated `task`; compared runs prefix the label."""
+    labels = labels or _method_labels(runs)
     curves = []
     for model_label, summary in runs:
         for method, result in summary["results"].get(task, {}).items():
-            label = method if len(runs) == 1 else f"{Path(model_label).name or model_label} / {method}"
-            curves.append((label, result))
+            label = labels.get(method, method)
+            if len(runs) > 1:
+                label = f"{Path(model_label).name or model_label} / {label}"
+            curves.append((label, result, summary))
     return curves
 
 
-def _short(label: str, width: int = 60) -> str:
-    """A legend entry of at most `width` characters (the report's table has the full spec)."""
-    return label if len(label) <= width else label[: width - 1] + "…"
+def plot_task(
+    task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path, labels: dict[str, str] | None = None
+) -> Path:
+    """Accuracy by gold position of every (run, method) that evaluated `task` (`evaluation.position_plot`)."""
+    curves = []
+    for label, result, summary in _curves(task, runs, labels):
+        baseline = summary["results"][task].get(BASELINE)
+        curves.append(Curve(label, result, None if result is baseline else baseline))
+    return plot_task_curves(task, curves, path)
 
 
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "<", ">", "*", "h")
-_LINESTYLES = ("-", "--", "-.", ":")
+def _interval(value: Any, bounds: Sequence[Any] | None, digits: int = 3, signed: bool = False) -> str:
+    def fmt(v: Any) -> str:
+        return f"{v:+.{digits}f}" if signed and isinstance(v, float) and math.isfinite(v) else _fmt(v, digits)
 
-
-def plot_task(task: str, runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> None:
-    """Accuracy by gold position, one curve per (model, method), error bars = bootstrap interval.
-
-    Curves get distinct markers and line styles, and a small horizontal offset, so that methods at
-    the same accuracy (often all at 1.0) stay visible instead of hiding each other.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    num_positions = 0
-    curves = _curves(task, runs)
-    span = max((int(p) for _, r in curves for p in r["by_position"]), default=1) or 1
-    for index, (label, result) in enumerate(curves):
-        points = sorted((int(p), v) for p, v in result["by_position"].items())
-        offset = (index - (len(curves) - 1) / 2) * 0.012 * span
-        xs = [p + offset for p, _ in points]
-        ys = [v["accuracy"] for _, v in points]
-        errors = [[y - v["low"] for y, (_, v) in zip(ys, points)], [v["high"] - y for y, (_, v) in zip(ys, points)]]
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=errors,
-            marker=_MARKERS[index % len(_MARKERS)],
-            linestyle=_LINESTYLES[(index // len(_MARKERS) + index) % len(_LINESTYLES)],
-            markersize=5,
-            capsize=2,
-            alpha=0.85,
-            label=_short(label),
-        )
-        num_positions = max(num_positions, int(result["num_positions"]))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(f"position of the relevant item (0-based, of {num_positions})")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{task}: accuracy by position (95% bootstrap CI)")
-    ax.grid(alpha=0.3)
-    # Below the axes: a legend inside would hide the curves.
-    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, ncol=2)
-    save_figure_atomic(fig, path)
-
-
-def _interval(value: Any, bounds: Sequence[Any] | None, digits: int = 3) -> str:
     if not bounds or bounds[0] is None:
-        return _fmt(value, digits)
-    return f"{_fmt(value, digits)} [{_fmt(bounds[0], digits)}, {_fmt(bounds[1], digits)}]"
+        return fmt(value)
+    return f"{fmt(value)} [{fmt(bounds[0])}, {fmt(bounds[1])}]"
 
 
 def _p(vs: dict[str, Any] | None, key: str) -> str:
-    if not vs:
+    """A p-value cell; "–" without a comparison or when nothing differs (the verdict says "identical")."""
+    if not vs or vs.get("identical"):
         return "–"
-    if vs.get("identical"):
-        return "no difference on any example"
     value = vs.get(key)
     return "–" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
 
 
-def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
-    lines = [
+def _delta(vs: dict[str, Any] | None) -> str:
+    return _interval(vs["mean_diff"], [vs["low"], vs["high"]], signed=True) if vs else "–"
+
+
+def _middle_edges(result: dict[str, Any]) -> tuple[Any, Any]:
+    """Middle and edge accuracy: stored by newer summaries, else from the per-position accuracies."""
+    if "middle_accuracy" in result:
+        return result["middle_accuracy"], result["edges_accuracy"]
+    return middle_and_edges({int(p): v["accuracy"] for p, v in result["by_position"].items()})
+
+
+def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[str, str] | None = None) -> list[str]:
+    """The task's main table (what each method does to accuracy, and the verdicts) and its details table."""
+    main = [
         (
-            "| method | questions (prompts) | accuracy [95% CI] | shape | middle − edges [95% CI] | ρ [95% CI] "
-            "| worst position (acc) | Δ vs baseline [95% CI] | p (two-sided) | p (Holm) |"
+            "| method | questions (prompts) | accuracy [95% CI] | middle | edges | Δ vs baseline [95% CI] "
+            "| p (Holm) | verdict | middle verdict |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, r in _curves(task, runs):
+    details = [
+        (
+            "| method | shape | middle − edges [95% CI] | ρ [95% CI] | worst position (acc) | p (two-sided) "
+            "| Δ middle [95% CI] | p middle (Holm) |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, r, summary in _curves(task, runs, labels):
+        alpha = float(summary.get("bootstrap", {}).get("alpha", 0.05))
         vs = r.get("vs_baseline")
-        delta = _interval(vs["mean_diff"], [vs["low"], vs["high"]]) if vs else "–"
-        worst = "– (flat)" if r["worst_position"] is None else f"{r['worst_position']} ({_fmt(r['worst_accuracy'])})"
-        lines.append(
+        middle_vs = vs.get("middle") if vs else None
+        middle, edges = _middle_edges(r)
+        none = "reference" if r is summary["results"][task].get(BASELINE) else "–"  # no comparison
+        verdict = comparison_verdict(vs, alpha) or none
+        middle_verdict = comparison_verdict(middle_vs, alpha) or ("–" if vs else none)
+        main.append(
             f"| {label} | {r['n_examples']} ({r['n']}) | {_interval(r['accuracy'], r['accuracy_ci'])} "
-            f"| {r['shape'] or '–'} | {_interval(r['middle_minus_edges'], r['middle_minus_edges_ci'])} "
-            f"| {_interval(r['rho'], r['rho_ci'], 1)} | {worst} | {delta} | {_p(vs, 'p_value')} | {_p(vs, 'p_holm')} |"
+            f"| {_fmt(middle)} | {_fmt(edges)} | {_delta(vs)} | {_p(vs, 'p_holm')} | {verdict} | {middle_verdict} |"
         )
-    return lines
+        worst = "– (flat)" if r["worst_position"] is None else f"{r['worst_position']} ({_fmt(r['worst_accuracy'])})"
+        details.append(
+            f"| {label} | {r['shape'] or '–'} "
+            f"| {_interval(r['middle_minus_edges'], r['middle_minus_edges_ci'], signed=True)} "
+            f"| {_interval(r['rho'], r['rho_ci'], 1)} | {worst} | {_p(vs, 'p_value')} | {_delta(middle_vs)} "
+            f"| {_p(middle_vs, 'p_holm')} |"
+        )
+    return [*main, "", "Curve details:", "", *details]
 
 
 def _mean_std(values: Sequence[Any], digits: int = 3) -> str:
@@ -151,33 +157,44 @@ def _mean_std(values: Sequence[Any], digits: int = 3) -> str:
     return f"{stats.mean:.{digits}f}{spread}" + ("" if stats.n == len(values) else f" ({stats.n} defined)")
 
 
-def seed_tables(task: str, summaries: Sequence[dict[str, Any]]) -> list[str]:
+def _verdict_counts(results: Sequence[dict[str, Any]], alphas: Sequence[float]) -> str:
+    """How often each verdict came out over the seeds, e.g. "helps ×2, no measurable change ×1"."""
+    verdicts = [comparison_verdict(r.get("vs_baseline"), a) for r, a in zip(results, alphas)]
+    counts = Counter(v for v in verdicts if v)
+    return ", ".join(f"{v} ×{n}" for v, n in counts.most_common()) or "–"
+
+
+def seed_tables(task: str, summaries: Sequence[dict[str, Any]], labels: dict[str, str] | None = None) -> list[str]:
     """Mean ± sample std (ddof=1) over seed runs, per method and per position, with the number of seeds."""
     methods = list(dict.fromkeys(m for s in summaries for m in s["results"].get(task, {})))
+    labels = labels or short_labels(methods)
     positions = sorted(
         {int(p) for s in summaries for r in s["results"].get(task, {}).values() for p in r["by_position"]}
     )
     lines = [
-        "| method | seeds | accuracy | middle − edges | ρ | Δ vs baseline |",
-        "|---|---|---|---|---|---|",
+        "| method | seeds | accuracy | middle − edges | ρ | Δ vs baseline | verdicts |",
+        "|---|---|---|---|---|---|---|",
     ]
     per_position = [
         "| method | " + " | ".join(str(p) for p in positions) + " |",
         "|---|" + "---|" * len(positions),
     ]
     for method in methods:
-        results = [s["results"][task][method] for s in summaries if method in s["results"].get(task, {})]
+        having = [s for s in summaries if method in s["results"].get(task, {})]
+        results = [s["results"][task][method] for s in having]
+        alphas = [float(s.get("bootstrap", {}).get("alpha", 0.05)) for s in having]
         deltas = [r["vs_baseline"]["mean_diff"] for r in results if r.get("vs_baseline")]
+        label = labels.get(method, method)
         lines.append(
-            f"| {method} | {len(results)} | {_mean_std([r['accuracy'] for r in results])} "
+            f"| {label} | {len(results)} | {_mean_std([r['accuracy'] for r in results])} "
             f"| {_mean_std([r['middle_minus_edges'] for r in results])} | {_mean_std([r['rho'] for r in results], 1)} "
-            f"| {_mean_std(deltas) if deltas else '–'} |"
+            f"| {_mean_std(deltas) if deltas else '–'} | {_verdict_counts(results, alphas)} |"
         )
         cells = [
             _mean_std([r["by_position"][str(p)]["accuracy"] for r in results if str(p) in r["by_position"]], 2)
             for p in positions
         ]
-        per_position.append(f"| {method} | " + " | ".join(cells) + " |")
+        per_position.append(f"| {label} | " + " | ".join(cells) + " |")
     return [*lines, "", "By position (mean ± std over seeds):", "", *per_position]
 
 
@@ -205,25 +222,28 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
     runs = list(zip(run_labels(directories, summaries), summaries))
     main = runs[0][1]
     tasks = list(dict.fromkeys(task for _, summary in runs for task in summary["results"]))
+    labels = _method_labels(runs)
     lines = [
         "# Evaluation report",
         "",
         f"Model: `{main['model'].get('name')}` ({main['model'].get('class')}, config {main['model'].get('config_sha256')}).",
-        f"Methods: {', '.join(f'`{m}`' for m in main['methods'])}.",
         f"Decoding: greedy; {', '.join(f'{k}={v}' for k, v in main.get('decode', {}).items()) or 'settings unknown'}.",
     ]
     if len(runs) > 1:
         lines.append(f"Compared with: {', '.join(f'`{label}`' for label, _ in runs[1:])}.")
+    lines += ["", "Methods (label: full spec):", ""]
+    lines += [f"- {label}: `{spec}`" if label != spec else f"- {label}" for spec, label in labels.items()]
     written = []
     for task in tasks:
         spec = main["tasks"].get(task, {})
         path = out / plot_name(task)
-        plot_task(task, runs, path)
+        plot_task(task, runs, path, labels)
         written.append(path)
         lines += ["", f"## {task}", "", f"Parameters: `{spec.get('params', {})}`, metric `{spec.get('metric')}`.", ""]
-        lines += _table(task, runs)
+        lines += _table(task, runs, labels)
         if seeds:
-            lines += ["", f"Over {len(runs)} seeds (mean ± sample std, ddof = 1):", "", *seed_tables(task, summaries)]
+            over_seeds = seed_tables(task, summaries, labels)
+            lines += ["", f"Over {len(runs)} seeds (mean ± sample std, ddof = 1):", "", *over_seeds]
         lines += ["", f"![accuracy by position, {task}]({path.name})"]
     lines += ["", STATISTICS_NOTE]
     report = write_text_atomic(out / REPORT_FILE, "\n".join(lines) + "\n")

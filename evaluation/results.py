@@ -24,6 +24,8 @@ from typing import Any
 from evaluation.position_metrics import (
     accuracy_by_position,
     classify_shape,
+    middle_and_edges,
+    middle_and_edges_rows,
     middle_minus_edges_rows,
     summarize_positions,
     u_shape_rho_rows,
@@ -39,6 +41,7 @@ from evaluation.statistics import (
     paired_differences,
     percentile_interval,
     sign_flip_test,
+    verdict,
 )
 from repo_train import atomic
 
@@ -180,10 +183,13 @@ def summarize_group(
 ) -> dict[str, Any]:
     """Metrics of one (task, method): accuracy, curve and shape with CIs, and the comparison with `baseline`.
 
-    Statistics that pool positions (accuracy, ρ, middle − edges, Δ) resample questions
-    (`example_id`), since one question at k positions is one independent unit; per-position
-    intervals resample that position's rows (one per question). `vs_baseline` pairs records by
-    `id` and tests Δ = 0 with a two-sided sign-flip test on per-question mean differences.
+    Statistics that pool positions (accuracy, ρ, middle, edges, middle − edges, Δ) resample
+    questions (`example_id`), since one question at k positions is one independent unit;
+    per-position intervals resample that position's rows (one per question). `vs_baseline` pairs
+    records by `id` and tests Δ = 0 with a two-sided sign-flip test on per-question mean
+    differences; `vs_baseline.middle` does the same on the interior positions only (the middle
+    that `middle_minus_edges` compares with the edges). Holm and the verdicts need every method
+    of the task: `build_summary` adds them.
     """
     if not records:
         raise ValueError("summarize_group got no records")
@@ -200,6 +206,8 @@ def summarize_group(
     position_cis = {p: bootstrap_ci(by_position[p], n_resamples, alpha, seed) for p in sorted(by_position)}
     label = classify_shape({p: (ci.low, ci.high) for p, ci in position_cis.items()})
     worst = None if label == "flat" else min(curve, key=lambda p: (curve[p], p))
+    middle, edges = middle_and_edges(curve)
+    middle_rows, edges_rows = middle_and_edges_rows(curves)
     result = {
         "n": len(records),
         "n_examples": len(table.clusters),
@@ -218,11 +226,20 @@ def summarize_group(
         "worst_accuracy": shape["worst_accuracy"],
         "middle_minus_edges": shape["middle_minus_edges"],
         "middle_minus_edges_ci": list(percentile_interval(middle_minus_edges_rows(curves), alpha)),
+        "middle_accuracy": middle,
+        "middle_accuracy_ci": list(percentile_interval(middle_rows, alpha)),
+        "edges_accuracy": edges,
+        "edges_accuracy_ci": list(percentile_interval(edges_rows, alpha)),
         "truncated": sum(bool(r.get("truncated", False)) for r in records),
         "vs_baseline": None,
     }
     if baseline is not None:
-        result["vs_baseline"] = compare_with_baseline(records, baseline, n_resamples, alpha, seed, n_permutations)
+        vs = compare_with_baseline(records, baseline, n_resamples, alpha, seed, n_permutations)
+        if vs is not None:
+            interior = set(table.positions[1:-1])
+            in_middle = [r for r in records if int(r["gold_position"]) in interior]
+            vs["middle"] = compare_with_baseline(in_middle, baseline, n_resamples, alpha, seed, n_permutations)
+        result["vs_baseline"] = vs
     return result
 
 
@@ -271,7 +288,9 @@ def build_summary(
     """The summary of a run: metrics for every (task, method) of the grid that has records.
 
     Each method's p-value against the baseline is also Holm-adjusted over the methods of its
-    task (`vs_baseline.p_holm`), since a report reads them as one family of comparisons.
+    task (`vs_baseline.p_holm`), since a report reads them as one family of comparisons, and
+    turned into a verdict (`vs_baseline.verdict`); the middle-only comparisons form a second
+    family (`vs_baseline.middle.p_holm`, `.verdict`).
     """
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
@@ -285,7 +304,7 @@ def build_summary(
             if group:
                 ref = baseline if method != BASELINE else None
                 results[task][method] = summarize_group(group, ref, n_resamples, alpha, seed, n_permutations)
-        _add_holm(results[task])
+        add_holm_and_verdicts(results[task], alpha)
     summary = {
         "format_version": FORMAT_VERSION,
         "model": dict(model),
@@ -304,10 +323,34 @@ def build_summary(
     return _clean(summary)
 
 
-def _add_holm(by_method: dict[str, dict[str, Any]]) -> None:
-    compared = {m: r["vs_baseline"]["p_value"] for m, r in by_method.items() if r.get("vs_baseline")}
-    for method, p in holm_adjust(compared).items():
-        by_method[method]["vs_baseline"]["p_holm"] = p
+def add_holm_and_verdicts(by_method: dict[str, dict[str, Any]], alpha: float = 0.05) -> None:
+    """Holm-adjust the p-values of a task's comparisons with the baseline, then give each its verdict.
+
+    The overall Δs are one family and the middle-only Δs another: each is adjusted over the methods.
+    """
+    overall = {m: r["vs_baseline"] for m, r in by_method.items() if r.get("vs_baseline")}
+    middle = {m: vs["middle"] for m, vs in overall.items() if vs.get("middle")}
+    for family in (overall, middle):
+        for method, p in holm_adjust({m: c["p_value"] for m, c in family.items()}).items():
+            family[method]["p_holm"] = p
+            family[method]["verdict"] = _verdict_of(family[method], alpha)
+
+
+def comparison_verdict(comparison: Mapping[str, Any] | None, alpha: float = 0.05) -> str | None:
+    """The verdict of one `vs_baseline` (or `vs_baseline.middle`) entry: stored, else computed from its numbers.
+
+    Summaries written before verdicts existed have the interval and p-values they need. Without
+    `p_holm` (a comparison summarised alone) the raw p is used: Holm over one comparison. None without
+    a comparison.
+    """
+    if not comparison:
+        return None
+    return comparison.get("verdict") or _verdict_of(comparison, alpha)
+
+
+def _verdict_of(comparison: Mapping[str, Any], alpha: float) -> str:
+    p = comparison.get("p_holm", comparison.get("p_value"))
+    return verdict(comparison.get("low"), comparison.get("high"), p, bool(comparison.get("identical")), alpha)
 
 
 def validate_summary(summary: Any, where: str = "summary") -> dict[str, Any]:

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from tqdm.auto import tqdm
 
 from evaluation.generation import (
     DecodeSettings,
@@ -64,6 +63,7 @@ from evaluation.results import (
 )
 from evaluation.tasks import Task, build_task
 from repo_train.atomic import write_text_atomic
+from repo_train.progress import track
 from repo_train.run_lock import locked_directory
 
 MANIFEST_FILE = "run.json"
@@ -219,9 +219,12 @@ def run_stack(
     prepared: PreparedTask,
     stack: MethodStack,
     done: Mapping[str, Any] | set[str] = frozenset(),
-    progress: bool = False,
+    progress: bool | str = False,
 ) -> Iterator[dict[str, Any]]:
-    """Records of one method stack on one prepared task, in plan order, skipping ids in `done`."""
+    """Records of one method stack on one prepared task, in plan order, skipping ids in `done`.
+
+    `progress`: True = a bar on a terminal, else lines in a log; False = lines only; "off" = silent
+    (`repo_train.progress`)."""
     todo = [batch for batch in prepared.plan if any(prepared.rows[i]["id"] not in done for i in batch)]
     if not todo:
         return
@@ -230,7 +233,7 @@ def run_stack(
         return
     label = stack.label
     with stack.attached(model, tokenizer):
-        bar = tqdm(todo, desc=f"{prepared.name} / {label}", unit="batch", disable=not progress)
+        bar = track(todo, f"{prepared.name} / {label}", unit="batch", mode=progress)
         pending, since = [], time.monotonic()
         for indices in bar:
             rows = [prepared.rows[i] for i in indices]
@@ -289,7 +292,7 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
     label, task = stack.label, prepared.task
     use_cache = bool(task.use_kv_cache)
     with stack.attached(model, tokenizer):
-        bar = tqdm(todo, desc=f"{prepared.name} / {label}", unit="batch", disable=not progress)
+        bar = track(todo, f"{prepared.name} / {label}", unit="batch", mode=progress)
         for indices in bar:
             for i in indices:
                 row, tokens = prepared.rows[i], prepared.prompts[i]
@@ -362,7 +365,7 @@ def run(
     tokenizer=None,
     max_records: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
     config_text: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate every (task, method stack), append records, write summary.json and return the summary.

@@ -240,6 +240,31 @@ def holm_adjust(p_values: Mapping[str, float]) -> dict[str, float]:
     return adjusted
 
 
+#: The verdicts of a comparison with the baseline (`verdict`).
+HELPS, HURTS, NO_CHANGE, IDENTICAL = "helps", "hurts", "no measurable change", "identical"
+VERDICTS = (HELPS, HURTS, NO_CHANGE, IDENTICAL)
+
+
+def verdict(low: float | None, high: float | None, p_holm: float | None, identical: bool, alpha: float = 0.05) -> str:
+    """One word for a paired Δ (method − baseline): what a reader may conclude from its interval and test.
+
+    "helps" when the whole (1 - alpha) interval of Δ lies above 0 and the Holm-adjusted p is below
+    alpha, "hurts" when it lies below 0 with the same p; "identical" when no paired prompt differs;
+    otherwise "no measurable change" (also when the interval or p is undefined). Both conditions are
+    asked for because the bootstrap interval and the sign-flip test can disagree near the boundary,
+    and p is the adjusted one because a table compares several methods with one baseline.
+    """
+    if identical:
+        return IDENTICAL
+    defined = all(v is not None and math.isfinite(v) for v in (low, high, p_holm))
+    if defined and p_holm < alpha:
+        if low > 0:
+            return HELPS
+        if high < 0:
+            return HURTS
+    return NO_CHANGE
+
+
 def mean_std_over_seeds(values: Sequence[float]) -> MeanStd:
     """Mean and sample std (ddof=1) of one metric measured under several seeds; std is nan for one seed."""
     if len(values) == 0:

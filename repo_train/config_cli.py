@@ -196,6 +196,9 @@ class ConfigParser(ArgumentParser):
             options = self.parse_args(args)
         except (argparse.ArgumentError, TypeError, ValueError) as err:  # type checks of options and config files
             self.fail(str(err))
+        for key, value in list(options.items()):  # PositiveInt & co. as plain numbers (YAML and JSON writers)
+            if type(value) not in (int, float, bool) and isinstance(value, (int, float)) and not isinstance(value, bool):
+                options[key] = int(value) if isinstance(value, int) else float(value)
         return options, show
 
 

@@ -34,9 +34,9 @@ The script holds run constants only; the work is in the packages.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -50,12 +50,31 @@ from repo_train.scripting import loop_config
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "assets" / "tiny-kv-base"
-KV_SEED_TRAIN, KV_SEED_SEARCH, KV_SEED_EVAL = 1000, 2000, 3000
+sys.path.insert(0, str(ROOT / "scripts"))  # the position-bias recipe lives in the reproduction script beside this one
+
+import reproduce_position_bias as recipe
+
+#: The built-in base: a tiny RoPE OLMo-2 that retrieves at the edges of a 64-pair context and loses the middle.
+BASE = ROOT / "assets" / "tiny-kv-dip"
+#: The methods the tiny loop evaluates on the base; {scale_file}, {mean_scale} are filled after the search.
+#: CALIOPE's published gaps add thousands of positions to a ~200-token context; "context-sized" gaps keep the
+#: calibrated positions within the lengths the model was trained on (docs/methods/caliope.md).
+BASE_METHODS = (
+    "baseline",
+    "lpes:scale_file={scale_file}",
+    "pi:scale={mean_scale}",
+    "caliope:calibrator=hourglass,delta_min=0,delta_max=0.25",
+    "caliope:calibrator=moses,delta_gap=4",
+    "caliope:calibrator=hourglass",
+    "pcd",
+)
+#: Found in the Middle calibrates each prompt with one extra prefill per item (65 for 64 pairs), so at the
+#: quickstart's budget it runs on its own smaller set of questions, with that set's baseline.
+FIM_METHODS = ("baseline", "fim:dummy=blank")
 
 
 #: Options of the built-in tiny loop; a loop file (train/search/evaluate sections) sets the run, so they are refused.
-TINY_OPTIONS = ("steps", "lr", "num_keys", "key_chars", "train_examples", "eval_examples", "generations", "edge_share")
+TINY_OPTIONS = ("steps", "lr", "eval_examples", "fim_examples", "generations", "population")
 PROG = "scripts/quickstart.py"
 
 
@@ -72,24 +91,16 @@ def build_parser() -> ConfigParser:
     )
     parser.add_argument("--base", type=str | None, help="HF directory to continue from (default: the built-in)")
     tiny = "built-in tiny loop only"
-    parser.add_argument("--steps", type=PositiveInt, default=1000, help=f"training steps per model ({tiny})")
+    parser.add_argument("--steps", type=PositiveInt, default=10, help=f"continual-training steps per model ({tiny})")
     parser.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate ({tiny})")
-    parser.add_argument("--num_keys", "--num-keys", type=PositiveInt, default=8, help=f"KV pairs per prompt ({tiny})")
     parser.add_argument(
-        "--key_chars", "--key-chars", type=PositiveInt, default=1, help=f"key/value characters ({tiny})"
+        "--eval_examples", "--eval-examples", type=PositiveInt, default=50, help=f"questions per position ({tiny})"
     )
-    parser.add_argument("--train_examples", "--train-examples", type=PositiveInt, default=4000, help=tiny)
     parser.add_argument(
-        "--eval_examples", "--eval-examples", type=PositiveInt, default=40, help=f"examples per position ({tiny})"
+        "--fim_examples", "--fim-examples", type=PositiveInt, default=3, help=f"FiM's questions per position ({tiny})"
     )
     parser.add_argument("--generations", type=int, default=2, help=f"LPES breeding rounds ({tiny})")
-    parser.add_argument(
-        "--edge_share",
-        "--edge-share",
-        type=float | None,
-        help="train with this share of gold pairs in the first and last two positions (e.g. 0.95) instead of "
-        f"uniform: gives the model a position bias to correct (docs/reproductions.md; {tiny})",
-    )
+    parser.add_argument("--population", type=PositiveInt, default=8, help=f"LPES population ({tiny})")
     parser.add_argument("--train", type=loop_config.TrainSection | None, help="loop file: the training runs")
     parser.add_argument("--search", type=loop_config.SearchSection | None, help="loop file: the LPES search")
     parser.add_argument("--evaluate", type=loop_config.EvaluateSection | None, help="loop file: the harness runs")
@@ -157,64 +168,40 @@ def resolved_config(args: Namespace) -> dict:
     return {**head, **sections, "dry_run": args.dry_run}
 
 
-def kv_params(args: Namespace, **more) -> dict:
-    """The harness's KV task in the base's format: generated short keys, "pairs" template."""
-    return dict(num_keys=args.num_keys, key_chars=args.key_chars, template="pairs", **more)
+def tiny_settings(args: Namespace) -> argparse.Namespace:
+    """The position-bias recipe's settings (scripts/reproduce_position_bias.py) at the quickstart's budget."""
+    return recipe.parse_args(
+        ["--base", str(args.base), "--seeds", "1", "--steps", str(args.steps), "--lr", str(args.lr),
+         "--eval-examples", str(args.eval_examples), "--generations", str(args.generations),
+         "--population", str(args.population), "--search-examples", "16"]
+    )  # fmt: skip
 
 
-def write_training_data(out: Path, args: Namespace) -> Path:
-    """Prompt/completion lines (loss on the value only), one random gold position per example."""
-    from evaluation.tasks import build_task
-
-    params = kv_params(args, num_examples=args.train_examples, gold_positions="all", seed=KV_SEED_TRAIN)
-    rng = random.Random(0)
-    by_example: dict[str, list[dict]] = {}
-    for row in build_task("kv", **params).rows():
-        by_example.setdefault(row["example_id"], []).append(row)
-    data = out / "data" / "kv-train.jsonl"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    with data.open("w") as handle:
-        for rows in by_example.values():
-            row = rows[gold_position(rng, len(rows), args.edge_share)]
-            handle.write(json.dumps({"prompt": row["prompt"], "completion": row["value"]}) + "\n")
-    return data
-
-
-def gold_position(rng: random.Random, num_keys: int, edge_share: float | None) -> int:
-    """Uniform, or with `edge_share` of the mass on the first and last two positions (the rest uniform)."""
-    if edge_share is None or num_keys <= 4:
-        return rng.randrange(num_keys)
-    if not 0.0 <= edge_share <= 1.0:
-        raise SystemExit(f"--edge-share must be in [0, 1], got {edge_share}")
-    edges = [0, 1, num_keys - 2, num_keys - 1]
-    if rng.random() < edge_share:
-        return rng.choice(edges)
-    return rng.choice([k for k in range(num_keys) if k not in edges])
-
-
-def training_config(out: Path, method: str, data: Path, args: Namespace) -> Path:
-    curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": args.steps // 2} if method == "repo" else {}
+def training_config(out: Path, method: str, data: Path, settings: argparse.Namespace) -> Path:
+    """LightningCLI config continuing the base with `method` on the edge-gold KV data (REPO: from RoPE positions)."""
+    steps = settings.steps
+    curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": steps // 2} if method == "repo" else {}
     config = {
         "seed_everything": 42,
-        "trainer": cpu_trainer_section(args.steps, out / "runs" / method, log_every_n_steps=25),
+        "trainer": cpu_trainer_section(steps, out / "runs" / method, log_every_n_steps=max(1, steps // 4)),
         "model": {
-            "init_from": str(args.base),
+            "init_from": str(settings.base),
             "position_method": method,
-            "lr": args.lr,
-            "warmup_steps": min(20, args.steps // 10),
+            "lr": settings.lr,
+            "warmup_steps": min(20, steps // 10),
             **curriculum,
         },
         "data": {
             "train": {
                 "source": "prompt_completion",
                 "paths": [str(data)],
-                "tokenizer": str(args.base),
-                "seq_len": 3 * args.num_keys * args.key_chars + 8,
+                "tokenizer": str(settings.base),
+                "seq_len": 3 * settings.pairs + 8,
             },
             "global_batch_size": 32,
             "micro_batch_size": 32,
         },
-        "checkpoint": {"every_n_train_steps": args.steps},
+        "checkpoint": {"every_n_train_steps": steps},
     }
     path = out / "configs" / f"train-{method}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,29 +209,7 @@ def training_config(out: Path, method: str, data: Path, args: Namespace) -> Path
     return path
 
 
-def search_config(out: Path, args: Namespace) -> Path:
-    config = {
-        "task": {
-            "name": "kv",
-            "num_items": args.num_keys,
-            "num_examples": 16,
-            "seed": KV_SEED_SEARCH,
-            "max_new_tokens": args.key_chars,
-            "batch_size": 48,
-            "key_chars": args.key_chars,
-            "template": "pairs",
-        },
-        "space": {"num_points": 3},
-        "ga": {"population": 8, "parents": 4, "generations": args.generations, "mutation_offspring": 3,
-               "crossover_offspring": 1},
-        "held_out": {"num_examples": 16},
-    }  # fmt: skip
-    path = out / "configs" / "search.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def plot_repo_positions(out: Path, model_dir: Path, args: Namespace) -> Path:
+def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace) -> Path:
     """Positions per head of the last REPO layer on one evaluation prompt (REPO paper's position figures)."""
     import torch
 
@@ -254,7 +219,8 @@ def plot_repo_positions(out: Path, model_dir: Path, args: Namespace) -> Path:
     from repo_train.modeling import record_positions
 
     model, tokenizer = load_model(str(model_dir))
-    row = next(iter(build_task("kv", **kv_params(args, num_examples=1, gold_positions=0, seed=KV_SEED_EVAL)).rows()))
+    params = {**recipe.kv_params(settings), "num_examples": 1, "gold_positions": 0, "seed": recipe.EVAL_SEED}
+    row = next(iter(build_task("kv", **params).rows()))
     ids = tokenizer(row["prompt"], return_tensors="pt").input_ids
     with torch.no_grad(), record_positions(model) as recorder:
         model(ids)
@@ -275,38 +241,42 @@ def main() -> None:
     started = time.perf_counter()
 
     if not (Path(args.base) / "config.json").is_file():
-        raise SystemExit(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
-    data = write_training_data(out, args)
+        raise SystemExit(f"--base {args.base!r} is not an HF model directory (make one: scripts/make_tiny_dip_base.py)")
+    settings = tiny_settings(args)
+    settings.fim_examples = args.fim_examples
+    data = out / "data" / "kv-train.jsonl"
+    counts = recipe.write_training_data(data, 0, settings)
+    print(f"training data: {counts['examples']} KV streams, the gold pair in the first or last 4 of 64", flush=True)
     models = {}
     for method in ("rope", "repo"):
-        config = training_config(out, method, data, args)
+        config = training_config(out, method, data, settings)
         run(f"train tiny OLMo-2 with {method.upper()}", "repo_train", "fit", "--config", str(config))
         checkpoint = last_checkpoint(out / "runs" / method)
         models[method] = out / "models" / method
         run(f"export the {method.upper()} checkpoint", "repo_train", "export", "--checkpoint", str(checkpoint),
             "--out", str(models[method]), "--tokenizer", str(args.base))  # fmt: skip
 
-    scale_file = out / "scales" / "rope-kv.json"
-    run("LPES search on the RoPE model", "search", "run", "--model", str(models["rope"]), "--config",
-        str(search_config(out, args)), "--out", str(scale_file))  # fmt: skip
-    mean_scale = loop_config.mean_scale(scale_file)
-
-    common = ["--tasks", "kv", "--num-keys", str(args.num_keys), "--num-examples", str(args.eval_examples),
-              "--task-param", f"kv:key_chars={args.key_chars}", "--task-param", "kv:template=pairs",
-              "--seed", str(KV_SEED_EVAL), "--gold-positions", "all", "--batch-size", "64"]  # fmt: skip
-    eval_dirs = {"rope": out / "eval" / "rope", "repo": out / "eval" / "repo", "base": out / "eval" / "base"}
-    run("evaluate the RoPE model with every method", "evaluation", "run", "--model", str(models["rope"]), *common,
-        "--method", "baseline", "--method", f"lpes:scale_file={scale_file}", "--method", f"pi:scale={mean_scale:.4g}",
-        "--method", "caliope:calibrator=hourglass", "--method", "fim:dummy=blank", "--method", "pcd",
-        "--out", str(eval_dirs["rope"]))  # fmt: skip
-    run("evaluate the REPO model", "evaluation", "run", "--model", str(models["repo"]), *common,
-        "--method", "baseline", "--out", str(eval_dirs["repo"]))  # fmt: skip
-    run("evaluate the base model (before continual training)", "evaluation", "run", "--model", str(args.base),
-        *common, "--method", "baseline", "--out", str(eval_dirs["base"]))  # fmt: skip
-    run("one plot: RoPE methods, the REPO model and the base", "evaluation", "report", "--out",
-        str(eval_dirs["rope"]), "--compare", str(eval_dirs["repo"]), "--compare", str(eval_dirs["base"]))  # fmt: skip
-    positions_plot = plot_repo_positions(out, models["repo"], args)
-    write_report(out, run, eval_dirs, time.perf_counter() - started, *tiny_report_parts(out, args, eval_dirs,
+    # the training-free methods act on the model with the measured dip; the continued models are compared as trained
+    scale_file = out / "scales" / "base-kv.json"
+    run("LPES search on the base model", "search", "run", "--model", str(args.base), "--config",
+        str(recipe.search_config(out, settings)), "--out", str(scale_file))  # fmt: skip
+    values = {"scale_file": str(scale_file), "mean_scale": f"{loop_config.mean_scale(scale_file):.4g}"}
+    base_methods = [loop_config.fill(method, values) for method in BASE_METHODS]
+    eval_dirs = {name: out / "eval" / name for name in ("base", "base-fim", "rope", "repo")}
+    run("evaluate the base model with every method",
+        *recipe.eval_command(Path(args.base), eval_dirs["base"], base_methods, settings))  # fmt: skip
+    fim_settings = argparse.Namespace(**{**vars(settings), "eval_examples": args.fim_examples})
+    run("evaluate the base model with Found in the Middle (fewer questions)",
+        *recipe.eval_command(Path(args.base), eval_dirs["base-fim"], FIM_METHODS, fim_settings))  # fmt: skip
+    run("evaluate the RoPE-continued model", *recipe.eval_command(models["rope"], eval_dirs["rope"], ["baseline"],
+        settings))  # fmt: skip
+    run("evaluate the REPO-continued model", *recipe.eval_command(models["repo"], eval_dirs["repo"], ["baseline"],
+        settings))  # fmt: skip
+    run("one plot: every method on the base, the continued models", "evaluation", "report", "--out",
+        str(eval_dirs["base"]), *(arg for name in ("base-fim", "rope", "repo") for arg in ("--compare",
+        str(eval_dirs[name]))))  # fmt: skip
+    positions_plot = plot_repo_positions(out, models["repo"], settings)
+    write_report(out, run, eval_dirs, time.perf_counter() - started, *tiny_report_parts(out, settings, eval_dirs,
                  scale_file, positions_plot))  # fmt: skip
     print(f"\nreport: {out / 'README.md'}")
 
@@ -366,23 +336,48 @@ def run_config(args: Namespace, out: Path) -> None:
     print(f"\nreport: {out / 'README.md'}")
 
 
+def _ci(value, bounds) -> str:
+    return "–" if value is None else f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
+
+
+def _delta(comparison) -> str:
+    if not comparison:
+        return "–"
+    return f"{comparison['mean_diff']:+.3f} [{comparison['low']:+.3f}, {comparison['high']:+.3f}]"
+
+
+def _p(comparison) -> str:
+    if not comparison or comparison.get("identical"):
+        return "–"
+    p = comparison.get("p_holm", comparison["p_value"])
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def results_table(eval_dirs: dict[str, Path]) -> list[str]:
-    """Overall accuracy, CI, curve shape, ρ and worst position per (model, method, task), from each summary.json."""
+    """Per (model, method, task): accuracy, middle, edges, Δ vs that model's baseline overall and in the middle,
+    each with its 95% CI and Holm-adjusted p, and the verdict words computed from them (docs/evaluation.md)."""
+    from evaluation.method_labels import short_labels
+    from evaluation.results import comparison_verdict
+
     lines = [
-        "| model | method | task | questions (prompts) | accuracy [95% CI] | shape | ρ | worst position (acc) |",
-        "|---|---|---|---|---|---|---|---|",
+        (
+            "| model | method | task | questions (prompts) | accuracy [95% CI] | middle | edges | Δ [95% CI] "
+            "| p (Holm) | verdict | Δ middle [95% CI] | p (Holm) | middle verdict |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model, directory in eval_dirs.items():
         for task, results in json.loads((directory / "summary.json").read_text())["results"].items():
+            labels = short_labels(list(results))
             for method, r in results.items():
-                rho = "n/a" if r["rho"] is None else f"{r['rho']:.1f}"
-                low, high = r["accuracy_ci"]
-                worst = (
-                    "– (flat)" if r["worst_position"] is None else f"{r['worst_position']} ({r['worst_accuracy']:.3f})"
-                )
+                vs = r.get("vs_baseline")
+                middle = (vs or {}).get("middle")
                 lines.append(
-                    f"| {model} | `{method}` | {task} | {r['n_examples']} ({r['n']}) | {r['accuracy']:.3f} "
-                    f"[{low:.3f}, {high:.3f}] | {r['shape']} | {rho} | {worst} |"
+                    f"| {model} | {labels[method]} | {task} | {r['n_examples']} ({r['n']}) | "
+                    f"{_ci(r['accuracy'], r['accuracy_ci'])} | {_ci(r['middle_accuracy'], r['middle_accuracy_ci'])} | "
+                    f"{_ci(r['edges_accuracy'], r['edges_accuracy_ci'])} | {_delta(vs)} | {_p(vs)} | "
+                    f"{comparison_verdict(vs) or 'baseline'} | {_delta(middle)} | {_p(middle)} | "
+                    f"{comparison_verdict(middle) or '–'} |"
                 )
     return lines
 
@@ -390,17 +385,28 @@ def results_table(eval_dirs: dict[str, Path]) -> list[str]:
 def tiny_report_parts(out, args, eval_dirs, scale_file, positions_plot) -> tuple[str, list[str], list[str]]:
     """Intro, outputs and closing of the built-in loop's report: what the tiny models are and are not evidence of."""
     stem = scale_file.with_suffix("")
+    positions = ", ".join(map(str, recipe.eval_positions(args)))
     intro = (
-        f"The tiny base `{Path(args.base).name}` (4-layer RoPE "
-        f"OLMo-2, byte tokenizer, pre-trained to retrieve) continued for {args.steps} steps with RoPE and with "
-        f"REPO on KV retrieval ({args.num_keys} pairs, {args.key_chars}-character keys, the harness's `pairs` "
-        "template, loss on the answer), then evaluated with the gold pair at every position. Tiny models on a "
-        "short context: read the numbers as a check that every piece runs on a model that does the task, not "
-        "as evidence for or against a method at scale (docs/reproductions.md)."
+        f"The tiny base `{Path(args.base).name}` is a 4-layer RoPE OLMo-2 (byte tokenizer) that retrieves a key's "
+        f"value at the edges of a {args.pairs}-pair context and loses the middle (scripts/make_tiny_dip_base.py). "
+        "The training-free methods act on it: LPES searched on it, then every method evaluated on held-out prompts "
+        f"(seed {recipe.EVAL_SEED}) with the gold pair at positions {positions}, {args.eval_examples} questions each "
+        f"(Found in the Middle, which calibrates with one extra prefill per pair, on {args.fim_examples} with their "
+        f"own baseline: `base-fim`). It was also continued for {args.steps} steps with RoPE and with REPO on the same "
+        f"data (KV streams of {args.pairs} pairs from {args.distinct_keys} keys, the gold pair in the first or last "
+        f"{args.edge_width}): `rope` and `repo`; REPO's predictors start fresh, and {args.steps} steps are far from "
+        "the paper's continual pre-training. Middle: the positions between the first and the last; Δ: paired "
+        "difference with the same model's baseline, 95% CI by question, two-sided sign-flip p with Holm's adjustment "
+        "over the methods (docs/evaluation.md#statistics); a verdict needs both. A tiny model on a short context: it "
+        "shows what each method does to a measured dip, not how it does on an LLM (docs/reproductions.md)."
     )
     outputs = [
-        f"- RoPE model, every method: [report]({(eval_dirs['rope'] / 'report.md').relative_to(out)})",
-        f"- REPO model, baseline: [report]({(eval_dirs['repo'] / 'report.md').relative_to(out)})",
+        f"- Base model, every method: [report]({(eval_dirs['base'] / 'report.md').relative_to(out)})",
+        f"- Base model, Found in the Middle: [report]({(eval_dirs['base-fim'] / 'report.md').relative_to(out)})",
+        (
+            f"- RoPE- and REPO-continued models: [report]({(eval_dirs['rope'] / 'report.md').relative_to(out)}), "
+            f"[report]({(eval_dirs['repo'] / 'report.md').relative_to(out)})"
+        ),
         (
             f"- LPES scale file: `{scale_file.relative_to(out)}`; curve and fitness plots next to it "
             f"(`{stem.name}.curve.png`, `{stem.name}.fitness.png`)"

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from evaluation.results import load_summary, write_json_atomic
 from evaluation.statistics import mean_std_over_seeds
 from repo_train.atomic import save_figure_atomic, write_text_atomic
-from repo_train.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 FORMAT_VERSION = 1
 BASE = ROOT / "assets" / "tiny-kv-base"
@@ -208,8 +208,11 @@ def eval_command(model: Path, out: Path, methods: Sequence[str], args: argparse.
 
 
 # ------------------------------------------------------------------ one seed
-def run_seed(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace) -> dict:
-    """Train, search, evaluate one seed (each step skipped when its output exists); its scales and eval dir."""
+def train_model(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace) -> Path:
+    """Continue the base on edge-gold data and export it: OUT/models/seedN (skipped when it exists).
+
+    Also the recipe of the shipped dip model (scripts/make_tiny_dip_base.py), so both make the same model.
+    """
     model = out / "models" / f"seed{seed}"
     if not (model / "config.json").is_file():
         data = out / "data" / f"train-seed{seed}.jsonl"
@@ -221,6 +224,12 @@ def run_seed(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace)
         checkpoint = last_checkpoint(out / "runs" / f"seed{seed}")
         run(f"seed {seed}: export", "repo_train", "export", "--checkpoint", str(checkpoint), "--out", str(model),
             "--tokenizer", str(args.base), log=out / "logs" / f"export-seed{seed}.log")  # fmt: skip
+    return model
+
+
+def run_seed(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace) -> dict:
+    """Train, search, evaluate one seed (each step skipped when its output exists); its scales and eval dir."""
+    model = train_model(seed, out, run, args)
     scale_file = out / "scales" / f"seed{seed}.json"
     if not scale_file.is_file():
         run(f"seed {seed}: LPES search", "search", "run", "--model", str(model), "--config",
@@ -247,11 +256,11 @@ def _has_every_method(eval_dir: Path) -> bool:
 
 
 # ------------------------------------------------------------------ aggregation
-def method_results(summary: Mapping) -> dict[str, dict]:
-    """Short method name -> its kv result, matching each harness label to the METHODS flag it came from."""
+def method_results(summary: Mapping, methods: Sequence[tuple[str, str]] = METHODS) -> dict[str, dict]:
+    """Short method name -> its kv result, matching each harness label to the `methods` flag it came from."""
     results = summary["results"]["kv"]
     out = {}
-    for name, flag in METHODS:
+    for name, flag in methods:
         matches = [label for label in results if _label_matches(label, flag)]
         if len(matches) != 1:
             raise ValueError(f"method {name!r}: expected one result labelled like {flag!r}, found {matches}")

@@ -17,6 +17,7 @@ writes files. User mistakes end with one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
@@ -231,7 +232,8 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     space = config.space.build(num_layers)
     if rank == 0 and config_text is not None:
         write_text_atomic(paths["config"], config_text)
-    echo = print if rank == 0 else (lambda *a, **k: None)
+    # Flushed: stdout to a file is block-buffered, and a log must show each generation when it ends.
+    echo = functools.partial(print, flush=True) if rank == 0 else (lambda *a, **k: None)
     echo(
         f"LPES search: {num_layers} layers, {space.curve} curve with {space.num_points} points, "
         f"{task.name} k={task.num_items}, {len(fitness.example_ids)} examples × 3 subsets "

@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from evaluation.generation import DecodeSettings, plan_batches
 from evaluation.methods import MethodStack
@@ -54,6 +53,7 @@ from evaluation.runner import PreparedTask, prepare_task, run_stack, task_genera
 from evaluation.tasks import build_task
 from repo_train.modeling.scaling import scaled_policies
 from repo_train.modeling.swapping import current_policies
+from repo_train.progress import track
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
 from search.scale_file import config_sha256
@@ -144,7 +144,7 @@ class HarnessFitness:
         seed: int = 0,
         weights: SubsetWeights | None = None,
         settings: DecodeSettings | None = None,
-        progress: bool = False,
+        progress: bool | str = False,
     ):
         if task not in ITEM_PARAMETER:
             raise ValueError(f"the LPES fitness scores tasks {sorted(ITEM_PARAMETER)}, not {task!r}")
@@ -207,10 +207,10 @@ class HarnessFitness:
         """[candidates × rows] scores, identical on every rank (rows in `prepared.rows` order)."""
         local = torch.zeros(len(scales), len(self.prepared.rows), dtype=torch.float64)
         stack = MethodStack([])
-        candidates = tqdm(scales, desc="candidates", unit="cand", disable=not self.progress or self.rank != 0)
-        for c, candidate in enumerate(candidates):
+        mode = self.progress if self.rank == 0 else "off"  # True: a bar on a terminal, lines in a log file
+        for c, candidate in enumerate(track(scales, "candidates", unit="cand", mode=mode)):
             with scaled_model(self.model, candidate):
-                for record in run_stack(self.model, self.tokenizer, self.local, stack):
+                for record in run_stack(self.model, self.tokenizer, self.local, stack, progress="off"):
                     local[c, self.row_index[record["id"]]] = self.score_record(record)
         if self.world_size > 1:
             shared = local.to(_reduce_device())

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from repo_train.atomic import write_text_atomic
+from repo_train.progress import format_duration
 from search.fitness import Fitness
 from search.ga import GAConfig, SearchResult, SearchState, run
 from search.genome import Genome, SearchSpace
@@ -103,6 +104,7 @@ def search_with_log(
     generation = SearchState.load(state_path).generation if resuming else 0
     lines = [line for line in read_log(log_path) if line["generation"] <= generation] if resuming else []
     first = True
+    began, ran = time.perf_counter(), 0  # this process's generations, for the ETA (a resume starts anew)
     while True:
         start = time.perf_counter()
         result = run(
@@ -117,10 +119,13 @@ def search_with_log(
         state = SearchState.load(state_path)
         timing = {**result.timing, "wall_s": time.perf_counter() - start}
         logged = {line["generation"] for line in lines}
+        ran += 1
+        elapsed = time.perf_counter() - began
+        eta = elapsed / ran * max(0, config.generations - state.generation)
         for entry in state.history:
             if entry["generation"] not in logged:
                 lines.append(_line(space, state, entry, timing))
-                _echo(echo, lines[-1], config.generations)
+                _echo(echo, lines[-1], config.generations, elapsed, eta)
         write_log(log_path, lines)
         stale = config.patience is not None and state.stale >= config.patience
         if state.generation >= config.generations or stale:
@@ -128,11 +133,13 @@ def search_with_log(
         generation = state.generation + 1
 
 
-def _echo(echo: Callable[[str], None], line: dict[str, Any], total: int) -> None:
+def _echo(echo: Callable[[str], None], line: dict[str, Any], total: int, elapsed: float, eta: float) -> None:
+    """One line per generation, with the run's elapsed time and an ETA (at most: patience may stop it early)."""
     parts = [f"generation {line['generation']}/{total}", f"best {line['best']:.4f}", f"mean {line['mean']:.4f}"]
     if line["diversity"] is not None:
         parts.append(f"diversity {line['diversity']:.3f}")
     parts.append(f"scored {line['evaluated']}")
     if line["time_s"] is not None:
         parts.append(f"{line['time_s']:.1f} s")
+    parts += [f"elapsed {format_duration(elapsed)}", f"eta {format_duration(eta)}"]
     echo("  ".join(parts))

@@ -1,7 +1,9 @@
 """CommandRunner: any argv (launchers) logged and timed like `python -m` commands; dry runs log without running."""
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,11 +31,16 @@ def test_run_argv_uses_cwd(tmp_path):
     assert (tmp_path / "sub" / "here.txt").read_text().strip() == str(tmp_path / "sub")
 
 
-def test_python_module_commands_still_written_as_python_m(tmp_path):
-    run = CommandRunner(tmp_path)
+def test_python_module_commands_are_written_with_this_interpreter_and_the_script_runs(tmp_path):
+    run = CommandRunner(tmp_path, cwd=tmp_path)
     run("json help", "json.tool", "--help", log=tmp_path / "help.log", echo=False)
-    assert "\n# json help\npython -m json.tool --help\n" in (tmp_path / "commands.sh").read_text()
-    assert "usage" in (tmp_path / "help.log").read_text()
+    script = tmp_path / "commands.sh"
+    text = script.read_text()
+    assert f"\n# json help\n{Path(sys.executable).absolute()} -m json.tool --help\n" in text  # not a bare python
+    assert f"\ncd {tmp_path.resolve()}\n" in text and "usage" in (tmp_path / "help.log").read_text()
+    assert os.access(script, os.X_OK)
+    result = subprocess.run([str(script)], capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0 and "usage" in result.stdout  # runs as is, without an activated environment
 
 
 def test_dry_run_writes_and_prints_but_runs_nothing(tmp_path, capsys):

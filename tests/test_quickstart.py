@@ -13,30 +13,39 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess
-def test_quickstart_runs_the_whole_loop(tmp_path):
+def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(tmp_path):
     out = tmp_path / "qs"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), "--steps", "4",
-         "--train-examples", "64", "--eval-examples", "1", "--generations", "0"],
+         "--eval-examples", "10", "--generations", "0", "--population", "4"],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     report = (out / "README.md").read_text()
-    for piece in ("eval/rope/report.md", "eval/repo/report.md", "scales/rope-kv.json", "commands.sh"):
+    for piece in ("eval/base/report.md", "eval/repo/report.md", "scales/base-kv.json", "commands.sh"):
         assert piece in report
-    assert "| rope | `baseline` |" in report and "| repo | `baseline` |" in report and "| base | `baseline` |" in report
+    header = "| model | method | task | questions (prompts) | accuracy [95% CI] | middle | edges | Δ [95% CI] |"
+    assert header in report and "| base | baseline | kv | 10 (80) |" in report and "| repo | baseline |" in report
+    assert "| base | lpes (base-kv) |" in report and "| base | caliope (hourglass, delta=0–0.25) |" in report
+    assert "| rope | baseline |" in report and "| base-fim | fim (dummy=blank) |" in report
+    verdicts = [line.split("|")[10].strip() for line in report.splitlines() if line.startswith("| base | ")]
+    assert verdicts[0] == "baseline" and set(verdicts[1:]) <= {"helps", "hurts", "no measurable change", "identical"}
+    # the shipped base has a lost middle: at least 0.20 below its edges, the intervals apart
+    base = json.loads((out / "eval" / "base" / "summary.json").read_text())["results"]["kv"]["baseline"]
+    assert base["middle_accuracy"] <= base["edges_accuracy"] - 0.20
+    assert base["middle_accuracy_ci"][1] < base["edges_accuracy_ci"][0]
     assert (out / "repo_positions_last_layer.png").is_file()
-    assert (out / "eval" / "rope" / "accuracy_by_position_kv.png").is_file()
-    summary = json.loads((out / "eval" / "rope" / "summary.json").read_text())
-    methods = set(summary["results"]["kv"])
+    assert (out / "eval" / "base" / "accuracy_by_position_kv.png").is_file()
+    methods = set(json.loads((out / "eval" / "base" / "summary.json").read_text())["results"]["kv"])
     assert {"baseline", "pcd:alpha=0.2,beta=2.5,ratio=0.0001,gamma=30"} <= methods
-    assert any(m.startswith("lpes:") for m in methods) and any(m.startswith("caliope:") for m in methods)
-    assert any(m.startswith("fim:") for m in methods)
+    assert any(m.startswith("lpes:") for m in methods) and sum(m.startswith("caliope:") for m in methods) == 3
+    fim = json.loads((out / "eval" / "base-fim" / "summary.json").read_text())["results"]["kv"]
+    assert any(m.startswith("fim:") for m in fim)
     assert (out / "models" / "repo" / "tokenizer.json").is_file()
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     config = (out / "configs" / "train-repo.yaml").read_text()
-    assert "init_from:" in config and "tiny-kv-base" in config and "prompt_completion" in config
+    assert "init_from:" in config and "tiny-kv-dip" in config and "prompt_completion" in config
 
 
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess
@@ -185,7 +194,7 @@ def test_config_errors_name_the_key_or_file(tmp_path):
     cases = {
         "unknown key 'train.lancher'": dict(train__lancher=["x"]),
         "train.methods.rope: configs/train/no-such.yaml does not exist": dict(
-            train__methods={"rope": "configs/train/no-such.yaml"}
+            train__methods={"rope": "configs/train/no-such.yaml", "repo": str(tmp_path / "train-repo.yaml")}
         ),
         "missing key 'search.config'": dict(search__config=None),
         "search.args[1]: unknown placeholder {scale_file}": dict(search__args=["--data-dir", "{scale_file}"]),

@@ -219,6 +219,11 @@ def build_method(spec: str) -> Method:
 _STACK_SPLIT = re.compile(r"\+(?=[A-Za-z_])")
 
 
+def split_stack_spec(spec: str) -> list[str]:
+    """The method specs of a stack spec, in order: `'caliope:calibrator=moses+pi:scale=2'` -> two specs."""
+    return [part.strip() for part in _STACK_SPLIT.split(spec.strip()) if part.strip()]
+
+
 class MethodStack:
     """Several methods applied in order; what the runner and `generate_batch` talk to."""
 
@@ -228,7 +233,7 @@ class MethodStack:
     @classmethod
     def parse(cls, spec: str) -> MethodStack:
         """`'baseline'`, `'pi:scale=2'` or a stack `'caliope+pi:scale=2'`."""
-        parts = [part for part in _STACK_SPLIT.split(spec.strip()) if part.strip()]
+        parts = split_stack_spec(spec)
         if not parts:
             raise ValueError("empty method spec; use e.g. 'baseline' or 'pi:scale=2'")
         return cls([build_method(part) for part in parts])

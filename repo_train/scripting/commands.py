@@ -24,6 +24,17 @@ from pathlib import Path
 FAILURE_TAIL_LINES = 40
 
 
+def _shown_interpreter(cwd: Path | None) -> str:
+    """This interpreter's path as commands.sh writes it: relative to `cwd` when inside it (`.venv/bin/python`)."""
+    executable = Path(sys.executable).absolute()
+    if cwd is not None:
+        try:
+            return str(executable.relative_to(Path(cwd).absolute()))
+        except ValueError:
+            pass
+    return str(executable)
+
+
 class CommandRunner:
     """Runs commands one after the other, logging each to `script` (default OUT/commands.sh).
 
@@ -50,14 +61,18 @@ class CommandRunner:
         self.script = Path(script) if script is not None else self.out / "commands.sh"
         self.script.parent.mkdir(parents=True, exist_ok=True)
         if fresh or not self.script.is_file():
-            self.script.write_text(f"#!/usr/bin/env bash\n# {description}\nset -euo pipefail\n")
+            where = f"cd {shlex.quote(str(Path(cwd).resolve()))}\n" if cwd is not None else ""
+            self.script.write_text(f"#!/usr/bin/env bash\n# {description}\nset -euo pipefail\n{where}")
+            self.script.chmod(0o755)  # `OUT/commands.sh` reruns the whole run
+        #: The interpreter as the script writes it: the project's virtualenv (relative to cwd when inside it).
+        self.python = _shown_interpreter(cwd)
         self.env = dict(env or {})
         self.dry_run = dry_run
         self.timings: list[tuple[str, float]] = []
 
     def __call__(self, title: str, *args: str, log: Path | None = None, echo: bool = True) -> float:
-        """Run `python -m ARGS` with this interpreter (written as `python -m ARGS`); see `run_argv`."""
-        return self._run(title, [sys.executable, "-m", *args], ["python", "-m", *args], log=log, echo=echo)
+        """Run `python -m ARGS` with this interpreter (written as its path, e.g. `.venv/bin/python -m ARGS`)."""
+        return self._run(title, [sys.executable, "-m", *args], [self.python, "-m", *args], log=log, echo=echo)
 
     def run_argv(self, title: str, argv: list[str], *, log: Path | None = None, echo: bool = True) -> float:
         """Run any command (a launcher script, torchrun, ...): logged, echoed and timed like `__call__`.

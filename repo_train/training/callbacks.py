@@ -1,20 +1,26 @@
-"""Training callbacks: throughput and MFU, DeepSpeed's gradient norm, loss history.
+"""Training callbacks: throughput and MFU, DeepSpeed's gradient norm, loss history, progress.
 
 MFU = achieved model FLOPs / peak FLOPs of the devices, with model FLOPs per
 token from `repo_train.modeling.accounting` (what each layer's position policy
 adds included, e.g. REPO's predictor). The peak is per device and must be
 given for MFU to be logged (H100 SXM dense bf16: 989 TFLOP/s); on CPUs it is
 left unset.
+
+Progress counts optimizer steps towards `max_steps`: `StepProgressBar` on a
+terminal, `ProgressLog`'s plain lines in a log file (repo_train/progress.py).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import TQDMProgressBar
 
 from repo_train.modeling.accounting import training_flops_per_token
+from repo_train.progress import DEFAULT_SECONDS, Progress, is_terminal
 
 
 class ThroughputMonitor(pl.Callback):
@@ -81,3 +87,85 @@ class LossHistory(pl.Callback):
             mean = torch.stack(self._pending).mean()
             self.losses.append(float(trainer.strategy.reduce(mean, reduce_op="mean")))
             self._pending = []
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's tqdm bar, counting optimizer steps towards `max_steps`.
+
+    Lightning's own bars count micro-batches against min(batches, max_steps −
+    step), so gradient accumulation 2 shows 600/300, and the Rich bar titles a
+    `max_epochs=-1` run "Epoch 0/-2". Runs here stop at `max_steps` (the
+    learning rate decays to 0 there), so steps are the unit that means something.
+    """
+
+    def on_train_epoch_start(self, trainer, *args) -> None:
+        super().on_train_epoch_start(trainer, *args)
+        if trainer.max_steps > 0 and self.train_progress_bar is not None:
+            bar = self.train_progress_bar
+            bar.total, bar.unit = trainer.max_steps, "step"
+            bar.initial = bar.n = trainer.global_step  # a resumed run: the rate and ETA count this run's steps
+            bar.set_description("train")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            return
+        bar, step = self.train_progress_bar, trainer.global_step
+        if bar is not None and not bar.disable and self._should_update(step, bar.total):
+            bar.n = step
+            bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes the bar too
+
+    def get_metrics(self, trainer, pl_module):
+        metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)  # the logger's version number, not a metric
+        return metrics
+
+
+class ProgressLog(pl.Callback):
+    """Plain progress lines for a log file: step/max_steps, loss, tokens/s, lr, elapsed and ETA.
+
+    Printed (rank 0, stderr) unless a progress bar draws on a terminal: when
+    the output goes to a file, or the bar is off. One line every
+    `every_n_steps` optimizer steps or `every_seconds` seconds, whichever comes
+    later, and the validation loss after each validation.
+    """
+
+    METRICS = (("train/loss", "loss"), ("perf/tokens_per_s", "tokens/s"), ("train/lr", "lr"))
+
+    def __init__(self, every_n_steps: int = 10, every_seconds: float = DEFAULT_SECONDS):
+        """
+        Args:
+            every_n_steps: a line after at least this many optimizer steps ...
+            every_seconds: ... and at least this many seconds since the last line.
+        """
+        if every_n_steps < 1 or every_seconds < 0:
+            raise ValueError(
+                f"progress_log: every_n_steps must be >= 1 and every_seconds >= 0, got {every_n_steps}, {every_seconds}"
+            )
+        self.every_n_steps, self.every_seconds = every_n_steps, every_seconds
+        self.stream = None  # sys.stderr when training starts (tests set their own)
+        self.progress: Progress | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        bar_on_terminal = trainer.progress_bar_callback is not None and is_terminal(stream)
+        if not trainer.is_global_zero or bar_on_terminal:
+            self.progress = None
+            return
+        total = trainer.max_steps if trainer.max_steps > 0 else None
+        self.progress = Progress(
+            total, "train step", initial=trainer.global_step, mode="lines", every=self.every_n_steps,
+            seconds=self.every_seconds, stream=stream,
+        )  # fmt: skip
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.progress is None or trainer.global_step == self.progress.count:
+            return  # not printing, or inside an accumulation
+        metrics = trainer.callback_metrics
+        fields = {name: float(metrics[key]) for key, name in self.METRICS if key in metrics}
+        self.progress.set(trainer.global_step, **fields)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        loss = trainer.callback_metrics.get("val/loss")
+        if self.progress is not None and not trainer.sanity_checking and loss is not None:
+            self.progress.write(f"validation at step {trainer.global_step}: loss {float(loss):.4g}")

@@ -25,18 +25,21 @@ shape, position method and training data never change on resume). See
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from contextlib import ExitStack
 
-from pytorch_lightning.callbacks import ModelCheckpoint
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
+from repo_train.progress import is_terminal
 from repo_train.run_lock import locked_directory
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
-from repo_train.training.callbacks import ThroughputMonitor
+from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (
     ALLOW_HPARAM_CHANGES,
     check_config_overrides,
@@ -49,6 +52,13 @@ from repo_train.training.checks import (
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.launcher_watch import watch_launcher
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule
+
+# Every Trainer with a logger prints Lightning's advertisement for its cloud logger (litlogger) at info
+# level; it says nothing about the run. Only that one message is dropped.
+_LITLOGGER_TIP = re.compile(r"Tip: .*litlogger")
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(
+    lambda record: not _LITLOGGER_TIP.search(record.getMessage())
+)
 
 TINY_TRAINER_DEFAULTS = {
     "max_steps": 300,
@@ -65,12 +75,13 @@ TINY_TRAINER_DEFAULTS = {
 
 class RePoCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
-        # Always-on callbacks, configurable as `checkpoint:` and `throughput:` sections of the YAML.
+        # Always-on callbacks, configurable as `checkpoint:`, `throughput:` and `progress_log:` sections of the YAML.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
             {"checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True, "checkpoint.save_top_k": -1}
         )
         parser.add_lightning_class_args(ThroughputMonitor, "throughput")
+        parser.add_lightning_class_args(ProgressLog, "progress_log")
         parser.add_argument(
             f"--{ALLOW_HPARAM_CHANGES}",
             type=bool,
@@ -83,6 +94,14 @@ class RePoCLI(LightningCLI):
         """Lightning's parse, minus its warning about `args` and sys.argv together (main(argv) passes both)."""
         self._argv = args
         self.config = parser.parse_args(args)
+
+    def _instantiate_trainer(self, config: dict, callbacks: list) -> pl.Trainer:
+        """Lightning's, with `StepProgressBar` as the bar unless the config names one (Lightning's counts batches)."""
+        given = config.get("callbacks") or []
+        given = given if isinstance(given, list) else [given]
+        if config.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in given + callbacks):
+            callbacks = [*callbacks, StepProgressBar()]
+        return super()._instantiate_trainer(config, callbacks)
 
     def _parse_ckpt_path(self) -> None:
         """Replaces Lightning's: it loaded the checkpoint's model hyperparameters over the given ones, silently.
@@ -199,11 +218,14 @@ def parse_error_line(message: str, subcommand: str | None) -> str:
 
 def run(argv: list[str]) -> int:
     watch_launcher()  # a torchrun worker ends when its launcher is gone
+    # A bar only on a terminal; in a log file it is fragments (or nothing until the end), and
+    # `ProgressLog` writes plain lines there instead.
+    terminal = is_terminal(sys.stdout) and is_terminal(sys.stderr)
     try:
         RePoCLI(
             RePoLightningModule,
             RePoDataModule,
-            trainer_defaults=TINY_TRAINER_DEFAULTS,
+            trainer_defaults={**TINY_TRAINER_DEFAULTS, "enable_progress_bar": terminal},
             seed_everything_default=42,
             save_config_kwargs={"overwrite": True},
             args=argv,

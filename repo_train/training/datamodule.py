@@ -10,6 +10,7 @@ would have read next.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,25 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Sampler
 
 from repo_train.data import ResumableSampler, TokenSequenceDataset, build_data_source
+
+
+def silence_loader_warnings() -> None:
+    """Hide two harmless warnings Lightning raises about these loaders (called in `setup`, just before them).
+
+    Installed per run rather than at import, so they also hold inside a caller's `catch_warnings`
+    (pytest's, for one); a filter added twice is kept once.
+    """
+    # Without validation data `val_dataloader` returns [], Lightning's documented way to skip validation,
+    # and Lightning then warns that the list has length zero: intended here, so not worth a line.
+    warnings.filterwarnings("ignore", message=r"Total length of `list` across ranks is zero", category=UserWarning)
+    # Lightning 2.6 wraps the loaders with torch's `LeafSpec`, deprecated in torch 2.13: a note for Lightning's
+    # developers (nothing a user can change), raised from Lightning's own module.
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"pytorch_lightning\.utilities\._pytree",
+    )
 
 
 class RunSampler(Sampler[int]):
@@ -103,6 +123,7 @@ class RePoDataModule(pl.LightningDataModule):
             )
 
     def setup(self, stage: str) -> None:
+        silence_loader_warnings()
         self.build_sources()
         if self.trainer is None:
             return

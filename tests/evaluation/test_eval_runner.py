@@ -154,7 +154,7 @@ def test_report_writes_plots_and_markdown(tmp_path, reference_run):
     text = (reference / "report.md").read_text()
     assert "](accuracy_by_position_mdqa.png)" in text and "| pi:scale=2 |" not in text  # compared: labelled by model
     render_report(reference)
-    assert "| pi:scale=2 | 2 (6) |" in (reference / "report.md").read_text()  # questions (prompts)
+    assert "| pi (scale=2) | 2 (6) |" in (reference / "report.md").read_text()  # short label, questions (prompts)
 
 
 def test_compared_runs_of_one_model_get_distinct_labels():

@@ -18,6 +18,7 @@ from evaluation.results import (
     FORMAT_VERSION,
     ResultsFormatError,
     build_summary,
+    comparison_verdict,
     load_summary,
     read_records,
     resummarize,
@@ -26,10 +27,15 @@ from evaluation.results import (
 )
 from evaluation.statistics import (
     EXACT_SIGN_FLIP_MAX,
+    HELPS,
+    HURTS,
+    IDENTICAL,
+    NO_CHANGE,
     bootstrap_ci,
     holm_adjust,
     mean_std_over_seeds,
     sign_flip_test,
+    verdict,
 )
 
 POSITIONS = 8
@@ -184,6 +190,81 @@ def test_bootstrap_arguments_are_checked() -> None:
         summarize_group(grid(lambda q, p: 1.0), None, n_resamples=0)
 
 
+# --- verdicts -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "low, high, p_holm, identical, expected",
+    [
+        (0.01, 0.20, 0.010, False, HELPS),
+        (-0.20, -0.01, 0.010, False, HURTS),
+        (0.01, 0.20, 0.060, False, NO_CHANGE),  # interval above 0, but p (Holm) not below 0.05
+        (-0.01, 0.20, 0.001, False, NO_CHANGE),  # p small, but the interval reaches 0
+        (-0.20, 0.00, 0.001, False, NO_CHANGE),  # an interval ending at 0 is not below it
+        (0.0, 0.0, 1.0, True, IDENTICAL),
+        (None, None, 0.001, False, NO_CHANGE),  # undefined interval
+        (0.01, 0.20, math.nan, False, NO_CHANGE),
+    ],
+)
+def test_verdict_rule(low, high, p_holm, identical, expected) -> None:
+    assert verdict(low, high, p_holm, identical) == expected
+
+
+def test_verdict_uses_the_given_level() -> None:
+    assert verdict(0.01, 0.2, 0.03, False, alpha=0.05) == HELPS
+    assert verdict(0.01, 0.2, 0.03, False, alpha=0.01) == NO_CHANGE
+
+
+def test_summary_gives_verdicts_overall_and_for_the_middle() -> None:
+    """Even questions right everywhere, odd ones wrong; methods fix or break a quarter of them, somewhere."""
+    base = grid(lambda q, p: q % 2 == 0)
+    fixed = lambda q: q % 4 == 1  # 13 of the 25 wrong questions
+    methods = {
+        "better": lambda q, p: q % 2 == 0 or fixed(q),
+        "worse": lambda q, p: q % 4 == 0,  # breaks 12 of the 25 right questions
+        "same": lambda q, p: q % 2 == 0,
+        "edges_only": lambda q, p: q % 2 == 0 or (fixed(q) and p in (0, POSITIONS - 1)),
+        "middle_only": lambda q, p: q % 2 == 0 or (fixed(q) and 0 < p < POSITIONS - 1),
+        "two": lambda q, p: q % 2 == 0 or q in (1, 3),  # 2 questions: exact p = 2/4
+    }
+    records = base + [r for name, score in methods.items() for r in grid(score, method=name)]
+    summary = build_summary(records, {"name": "m"}, {"kv": {}}, ["baseline", *methods])
+    results = summary["results"]["kv"]
+    overall = {m: results[m]["vs_baseline"]["verdict"] for m in methods}
+    middle = {m: results[m]["vs_baseline"]["middle"]["verdict"] for m in methods}
+    assert overall == {
+        "better": HELPS,
+        "worse": HURTS,
+        "same": IDENTICAL,
+        "edges_only": HELPS,
+        "middle_only": HELPS,
+        "two": NO_CHANGE,
+    }
+    assert middle == {**overall, "edges_only": IDENTICAL}  # the edges are not the middle
+    # the middle comparison pairs only interior prompts: 6 of 8 per question
+    edge_free = results["middle_only"]["vs_baseline"]["middle"]
+    assert edge_free["n"] == 50 * (POSITIONS - 2) and edge_free["mean_diff"] == pytest.approx(13 / 50)
+    # the middle Δs are their own family for Holm
+    raw = {m: results[m]["vs_baseline"]["middle"]["p_value"] for m in methods}
+    assert {m: results[m]["vs_baseline"]["middle"]["p_holm"] for m in methods} == pytest.approx(holm_adjust(raw))
+    # middle and edge accuracy: the two means middle − edges subtracts
+    edges = results["edges_only"]
+    assert edges["middle_accuracy"] == pytest.approx(0.5) and edges["edges_accuracy"] == pytest.approx(38 / 50)
+    assert edges["middle_accuracy"] - edges["edges_accuracy"] == pytest.approx(edges["middle_minus_edges"])
+    low, high = edges["edges_accuracy_ci"]
+    assert low < 38 / 50 < high
+
+
+def test_a_stored_verdict_is_read_and_a_missing_one_computed() -> None:
+    base = grid(lambda q, p: q % 2 == 0)
+    vs = summarize_group(grid(lambda q, p: q % 2 == 0 or q % 4 == 1, method="m"), base)["vs_baseline"]
+    assert "verdict" not in vs and "p_holm" not in vs  # Holm and verdicts need the whole task
+    assert comparison_verdict(vs) == HELPS  # alone: the raw p is Holm over one comparison
+    assert comparison_verdict({**vs, "verdict": HURTS}) == HURTS
+    assert comparison_verdict({**vs, "p_holm": 0.2}) == NO_CHANGE
+    assert comparison_verdict(None) is None
+
+
 # --- files: duplicates, versions, seeds ------------------------------------------------------------
 
 
@@ -229,10 +310,12 @@ def test_report_over_seed_runs_gives_mean_and_sample_std(tmp_path) -> None:
     text = (runs[0] / "report.md").read_text()
     assert "Over 3 seeds" in text
     # accuracy per seed 31/32, 30/32, 29/32: mean 0.9375, sample std 1/32
-    assert "| pi:scale=2 | 3 | 0.938 ± 0.031 |" in text
+    assert "| pi (scale=2) | 3 | 0.938 ± 0.031 |" in text
     # position 3 per seed: 0.75, 0.5, 0.25 -> mean 0.50, sample std 0.25 (population std would be 0.20)
-    by_position = next(row for row in text.splitlines() if row.startswith("| pi:scale=2 | 1.00 ± 0.00 |"))
+    by_position = next(row for row in text.splitlines() if row.startswith("| pi (scale=2) | 1.00 ± 0.00 |"))
     assert by_position.split(" | ")[4] == "0.50 ± 0.25"
     single = render_report(runs[0])
     assert "Over 3 seeds" not in single[-1].read_text()
-    assert "no difference on any example" not in text
+    assert "| pi (scale=2) | 3 | 0.938 ± 0.031 | -0.083 ± 0.042 | 50.7 ± 0.0 | -0.062 ± 0.031 " in text
+    # 5, 10, 15 questions broken at one position: exact p 2/2^5 = 0.0625 is not below 0.05, the others are
+    assert "| hurts ×2, no measurable change ×1 |" in text

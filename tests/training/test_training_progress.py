@@ -1,0 +1,72 @@
+"""Training progress: plain lines in a log, a bar counting optimizer steps, Lightning's known warnings silenced."""
+
+import io
+import logging
+import re
+import warnings
+from types import SimpleNamespace
+
+import pytorch_lightning as pl
+import torch
+
+from repo_train.progress import Progress
+from repo_train.training import cli  # noqa: F401  (the CLI module drops Lightning's litlogger tip)
+from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
+from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.module import RePoLightningModule
+
+SILENCED = ("LeafSpec", "across ranks is zero")
+
+
+def test_a_fit_with_accumulation_prints_step_lines_and_the_bar_counts_steps(tmp_path, one_thread):
+    log = io.StringIO()  # not a terminal: lines even though a bar is on
+    progress = ProgressLog(every_n_steps=2, every_seconds=0)
+    progress.stream = log
+    data = RePoDataModule(
+        train={"source": "synthetic", "seq_len": 16, "num_samples": 64}, global_batch_size=4, micro_batch_size=2
+    )  # no validation data: val_dataloader returns [], which made Lightning warn
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    lightning_log = logging.getLogger("pytorch_lightning.utilities.rank_zero")  # where Lightning's info lines go
+    lightning_log.addHandler(handler)
+    try:
+        trainer = pl.Trainer(
+            accelerator="cpu", max_steps=4, logger=False, enable_checkpointing=False, enable_model_summary=False,
+            use_distributed_sampler=False, default_root_dir=tmp_path,
+            callbacks=[ThroughputMonitor(), progress, StepProgressBar()],
+        )  # fmt: skip
+    finally:
+        lightning_log.removeHandler(handler)
+    said = [record.getMessage() for record in records]
+    assert any("GPU available" in line for line in said) and not any("litlogger" in line for line in said), said
+    module = RePoLightningModule(lr=3e-3, attn_implementation="sdpa")
+    with warnings.catch_warnings(record=True) as caught:
+        # pytest ignores every DeprecationWarning/FutureWarning; drop those blanket filters so only the
+        # project's narrow ones (repo_train/training/datamodule.py) can hide a warning here.
+        warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and f[1] is None)]
+        warnings.simplefilter("always", append=True)
+        trainer.fit(module, data)
+    assert trainer.accumulate_grad_batches == 2 and trainer.global_step == 4
+    lines = log.getvalue().splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["train step: 2/4 (50%)", "train step: 4/4 (100%)"]
+    assert "eta " in lines[0] and all(" loss " in line and " lr " in line for line in lines)
+    assert "tokens/s " in lines[1]  # the throughput monitor has a rate from the second step on
+    loss = float(re.search(r" loss (\S+)", lines[1]).group(1))
+    last = float(trainer.callback_metrics["train/loss"])
+    assert abs(loss - last) <= 5e-4 * abs(last)  # the last step's loss, to the 4 digits shown
+    bar = trainer.progress_bar_callback.train_progress_bar
+    assert (bar.n, bar.total, bar.desc.rstrip(": ")) == (4, 4, "train")  # Lightning's own bar: 8/4 here
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if any(phrase in m for phrase in SILENCED)], messages
+
+
+def test_validation_loss_gets_its_own_line_and_sanity_checks_none():
+    log = io.StringIO()
+    callback = ProgressLog()
+    callback.progress = Progress(10, "train step", mode="lines", stream=log)
+    trainer = SimpleNamespace(callback_metrics={"val/loss": torch.tensor(3.14159)}, sanity_checking=True, global_step=0)
+    callback.on_validation_end(trainer, None)
+    trainer.sanity_checking, trainer.global_step = False, 6
+    callback.on_validation_end(trainer, None)
+    assert log.getvalue().splitlines() == ["validation at step 6: loss 3.142"]
