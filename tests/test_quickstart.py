@@ -172,8 +172,8 @@ def test_config_mode_runs_the_loop_on_cpu(tmp_path):
     result = quickstart("--config", write_tiny_loop_config(tmp_path), "--out", out, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = (out / "README.md").read_text()
-    for row in ("| rope | `baseline` | kv |", "| rope | `lpes:", "| rope | `pi:scale=", "| repo | `baseline` | kv |",
-                "| base | `baseline` | kv |"):  # fmt: skip
+    for row in ("| rope | baseline | kv |", "| rope | lpes (rope) |", "| rope | pi (scale=", "| repo | baseline | kv |",
+                "| base | baseline | kv |"):  # fmt: skip
         assert row in report
     assert "The loop of `" in report and "tiny base" not in report and "scripts/analyze_repo_positions.py" in report
     assert (out / "scales" / "rope.json").is_file() and (out / "models" / "repo" / "tokenizer.json").is_file()
@@ -258,3 +258,20 @@ def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, caps
     printed = yaml.safe_load(capsys.readouterr().out)
     assert stop.value.code == 0 and printed["search"]["config"] == str(tmp_path / "search.yaml")
     assert printed["evaluate"]["methods"]["base"] == ["baseline"]
+
+
+def test_data_a_loop_reads_is_checked_before_training(tmp_path):
+    """Missing shard lists and --data-dir folders are machine problems: fatal for a real run, listed by a dry run."""
+    from repo_train.scripting import loop_config
+
+    qs = load_script("quickstart")
+    path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])
+    train = yaml.safe_load((tmp_path / "train-rope.yaml").read_text())
+    train["data"]["train"] = {**train["data"]["train"], "source": "olmo_numpy", "mix_file": "data/nowhere/mix.txt"}
+    (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
+    args = qs.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
+    values = {"out": "o", "base": args.loop.base, "python": sys.executable}
+    problems = loop_config.machine_problems(args.loop, ROOT, values)
+    assert any("data.train.mix_file: data/nowhere/mix.txt does not exist here" in p for p in problems), problems
+    assert any(f"search.args: --data-dir {tmp_path / 'no-such-dir'} is not a directory" in p for p in problems)
+    assert len(problems) == 2  # the base, the launchers and the other run's data are fine

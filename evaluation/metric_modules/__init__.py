@@ -80,6 +80,51 @@ def score_rows(
     return [rule(p, a) for p, a in zip(predictions, as_answer_lists(references), strict=True)]
 
 
+#: The Lost in the Middle paper, source of the MDQA and KV scores.
+LIU_2024_CITATION = """\
+@article{liu2024lost,
+  title={Lost in the Middle: How Language Models Use Long Contexts},
+  author={Liu, Nelson F. and Lin, Kevin and Hewitt, John and Paranjape, Ashwin and Bevilacqua, Michele and
+          Petroni, Fabio and Liang, Percy},
+  journal={Transactions of the Association for Computational Linguistics},
+  volume={12},
+  pages={157--173},
+  year={2024}
+}
+"""
+#: SQuAD, source of the exact-match and token-F1 rules.
+SQUAD_CITATION = """\
+@inproceedings{rajpurkar2016squad,
+  title={{SQuAD}: 100,000+ Questions for Machine Comprehension of Text},
+  author={Rajpurkar, Pranav and Zhang, Jian and Lopyrev, Konstantin and Liang, Percy},
+  booktitle={Proceedings of the 2016 Conference on Empirical Methods in Natural Language Processing},
+  pages={2383--2392},
+  year={2016}
+}
+"""
+LOST_IN_THE_MIDDLE_CODE = "https://github.com/nelson-liu/lost-in-the-middle"
+SQUAD_PAGE = "https://rajpurkar.github.io/SQuAD-explorer/"
+
+
+def answer_metric_info(name: str, description: str, citation: str = "", **urls: list[str]):
+    """`evaluate.MetricInfo` of an answer metric (prediction vs gold answers); `urls`: codebase_urls=, reference_urls=."""
+    import evaluate
+
+    return evaluate.MetricInfo(
+        description=description,
+        citation=citation,
+        inputs_description=ANSWER_INPUTS.format(name=name),
+        features=answer_features(),
+        **urls,
+    )
+
+
+def answer_scores(name: str, rule, predictions, references, per_row: bool) -> dict[str, Any]:
+    """What an answer metric's `compute` returns: the mean under `name`, every example's score with `per_row`."""
+    scores = score_rows(rule, predictions, references)
+    return {name: mean(scores), **({"per_row": scores} if per_row else {})}
+
+
 def mean(scores: Sequence[float]) -> float:
     """The mean score, summed in order as `evaluation.metrics.accuracy` sums it (same float result)."""
     return sum(scores) / len(scores)

@@ -16,6 +16,7 @@ configs/quickstart/olmo2-1b.yaml.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -23,6 +24,8 @@ import shutil
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
@@ -175,6 +178,30 @@ def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> 
         )
         if not found:
             problems.append(f"{config.path}: {key}: {program} is not an executable here")
+    problems += [f"{config.path}: {problem}" for problem in data_problems(config, root, values)]
+    return problems
+
+
+def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:
+    """The data each step reads, checked before the first step: the train configs' shard lists and folders
+    (`data.train.mix_file`, `data.train.paths`, validation too) and the `--data-dir` of the search and
+    evaluation arguments. A typo here would otherwise stop the loop after hours of training."""
+    problems = []
+    for name, train_config in config.train.methods.items():
+        data = (yaml.safe_load((root / train_config).read_text()) or {}).get("data") or {}
+        for split in ("train", "validation"):
+            source = data.get(split) or {}
+            named = [("mix_file", source.get("mix_file"))] + [("paths", path) for path in source.get("paths") or []]
+            for key, value in named:
+                if value and not any(ch in str(value) for ch in "*?[") and not (root / str(value)).exists():
+                    problems.append(
+                        f"train.methods.{name} ({train_config}): data.{split}.{key}: {value} does not exist here "
+                        "(configs/data/README.md says how to prepare it)"
+                    )
+    for key, args in (("search.args", config.search.args), ("evaluate.args", config.evaluate.args)):
+        for flag, value in itertools.pairwise(args):
+            if flag == "--data-dir" and not (root / fill(value, values)).is_dir():
+                problems.append(f"{key}: --data-dir {value} is not a directory here (docs/evaluation.md: the data)")
     return problems
 
 

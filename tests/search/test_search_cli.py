@@ -188,7 +188,7 @@ def test_other_mistakes(tmp_path, capsys):
 
 def test_every_shipped_config_loads():
     shipped = {path.name: load_config(path) for path in sorted(CONFIGS.glob("*.yaml"))}
-    assert set(shipped) == {"lpes.yaml", "lpes-vicuna-mdqa10.yaml", "lpes-qwen-kv50.yaml", "tiny.yaml"}
+    assert set(shipped) == {"lpes.yaml", "lpes-vicuna-mdqa10.yaml", "lpes-qwen-kv50.yaml", "tiny.yaml", "quick.yaml"}
     assert shipped["lpes.yaml"] == SearchConfig()  # the file spells out the paper defaults
     assert shipped["tiny.yaml"] == SearchConfig.tiny()
     paper = shipped["lpes.yaml"]

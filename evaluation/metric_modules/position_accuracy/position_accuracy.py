@@ -3,26 +3,20 @@
 import datasets
 import evaluate
 
-from evaluation.metric_modules import mean, score_rows
+from evaluation.metric_modules import LIU_2024_CITATION, mean, score_rows
 from evaluation.metrics import get_metric
 from evaluation.position_metrics import accuracy_by_position, summarize_positions
 
-_CITATION = """\
-@article{liu2024lost,
-  title={Lost in the Middle: How Language Models Use Long Contexts},
-  author={Liu, Nelson F. and Lin, Kevin and Hewitt, John and Paranjape, Ashwin and Bevilacqua, Michele and
-          Petroni, Fabio and Liang, Percy},
-  journal={Transactions of the Association for Computational Linguistics},
-  volume={12},
-  pages={157--173},
-  year={2024}
-}
+_CITATION = (
+    LIU_2024_CITATION
+    + """\
 @misc{zehle_caliope,
   title={Can Calibration of Positional Encodings Enhance Long Context Utilization?},
   author={Zehle and A{\\ss}enmacher},
   note={CALIOPE; defines the U-shape index rho}
 }
 """
+)
 
 _DESCRIPTION = """\
 Scores every example with an answer metric (best-subspan EM by default), then summarizes the scores by the

@@ -2,7 +2,7 @@
 
 import evaluate
 
-from evaluation.metric_modules import ANSWER_INPUTS, answer_features, mean, score_rows
+from evaluation.metric_modules import answer_metric_info, answer_scores
 from evaluation.metrics import substring_match
 
 # No published source: a strict variant of the release's KV containment, defined by this project.
@@ -17,13 +17,7 @@ strings such as UUIDs.
 
 class SubstringMatch(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=ANSWER_INPUTS.format(name="substring_match"),
-            features=answer_features(),
-        )
+        return answer_metric_info("substring_match", _DESCRIPTION, _CITATION)
 
     def _compute(self, predictions, references, per_row=False):
-        scores = score_rows(substring_match, predictions, references)
-        return {"substring_match": mean(scores), **({"per_row": scores} if per_row else {})}
+        return answer_scores("substring_match", substring_match, predictions, references, per_row)

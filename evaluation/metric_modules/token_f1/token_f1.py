@@ -2,18 +2,10 @@
 
 import evaluate
 
-from evaluation.metric_modules import ANSWER_INPUTS, answer_features, mean, score_rows
+from evaluation.metric_modules import SQUAD_CITATION, SQUAD_PAGE, answer_metric_info, answer_scores
 from evaluation.metrics import token_f1
 
-_CITATION = """\
-@inproceedings{rajpurkar2016squad,
-  title={{SQuAD}: 100,000+ Questions for Machine Comprehension of Text},
-  author={Rajpurkar, Pranav and Zhang, Jian and Lopyrev, Konstantin and Liang, Percy},
-  booktitle={Proceedings of the 2016 Conference on Empirical Methods in Natural Language Processing},
-  pages={2383--2392},
-  year={2016}
-}
-"""
+_CITATION = SQUAD_CITATION
 
 _DESCRIPTION = """\
 Bag-of-tokens F1 between the normalized prediction and each normalized gold answer, the best over the answers;
@@ -25,14 +17,7 @@ datasets with the same function.
 
 class TokenF1(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=ANSWER_INPUTS.format(name="token_f1"),
-            features=answer_features(),
-            reference_urls=["https://rajpurkar.github.io/SQuAD-explorer/"],
-        )
+        return answer_metric_info("token_f1", _DESCRIPTION, _CITATION, reference_urls=[SQUAD_PAGE])
 
     def _compute(self, predictions, references, per_row=False):
-        scores = score_rows(token_f1, predictions, references)
-        return {"token_f1": mean(scores), **({"per_row": scores} if per_row else {})}
+        return answer_scores("token_f1", token_f1, predictions, references, per_row)
