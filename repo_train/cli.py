@@ -1,39 +1,33 @@
 """`python -m repo_train`: entry point of the training package.
 
-Subcommands: `demo` (the positional core on a tiny model), `fit` / `validate`
-(LightningCLI training; without a config the built-in tiny default), and
-`export` (a training checkpoint to an HF directory).
+Subcommands: `demo` (the positional core on a tiny model) and `export` (a
+training checkpoint to an HF directory) are the project's jsonargparse
+commands (`repo_train.config_cli`: `--config`, `--print_config`, one-line
+errors); `fit` / `validate` are LightningCLI's (without a config, the built-in
+tiny default), configured the same way.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from repo_train import demo, export
-from repo_train.cli_errors import OneLineArgumentParser, report_user_errors
+from repo_train.cli_errors import report_user_errors
+from repo_train.config_cli import dispatch
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(  # a bad option of demo / export: one line, not the usage block
-        prog="python -m repo_train",
-        description="repo-train: OLMo-2 with learned (REPO) and baseline position methods.",
-    )
-    sub = parser.add_subparsers(dest="command")
-    demo_parser = sub.add_parser(
-        "demo", help="tiny OLMo-2 with REPO: train a few steps, generate, print parameter counts and positions"
-    )
-    demo.add_arguments(demo_parser)
-    demo_parser.set_defaults(run=demo.run)
-    sub.add_parser("fit", help="train (LightningCLI; `python -m repo_train fit --help` for its options)")
-    sub.add_parser("validate", help="validate a checkpoint (LightningCLI)")
-    export_parser = sub.add_parser("export", help="Lightning/DeepSpeed checkpoint -> HF directory")
-    export.add_arguments(export_parser)
-    export_parser.set_defaults(run=export.run)
-    return parser
-
-
-LIGHTNING_SUBCOMMANDS = ("fit", "validate")
+COMMANDS = {
+    "demo": (
+        "tiny OLMo-2 with REPO: train a few steps, generate, print parameter counts and positions",
+        demo.add_arguments,
+        demo.run,
+    ),
+    "export": ("Lightning/DeepSpeed checkpoint -> HF directory", export.add_arguments, export.run),
+}
+#: LightningCLI's subcommands (their own parser; `python -m repo_train fit --help`).
+LIGHTNING_SUBCOMMANDS = {
+    "fit": "train (LightningCLI; `python -m repo_train fit --help` for its options)",
+    "validate": "validate a checkpoint (LightningCLI)",
+}
 #: User mistakes: one clear line, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)
 
@@ -44,9 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         from repo_train.training.cli import run  # imports Lightning only when training
 
         return report_user_errors(f"python -m repo_train {argv[0]}", lambda: run(argv), USER_ERRORS)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
-    return report_user_errors(f"python -m repo_train {args.command}", lambda: args.run(args), USER_ERRORS)
+    return dispatch(
+        "python -m repo_train",
+        "repo-train: OLMo-2 with learned (REPO) and baseline position methods.",
+        COMMANDS,
+        argv,
+        USER_ERRORS,
+        more_commands=LIGHTNING_SUBCOMMANDS,
+    )

@@ -51,6 +51,9 @@ def one_line_error(message: str) -> str:
         return "invalid configuration"
     head = lines[0]
     key = re.match(r'Parser key "([^"]+)":?\s*(.*)', head)
+    required = re.fullmatch(r"the following arguments are required: ([\w., ]+)", head)
+    if key is None and required is not None:
+        return "missing option " + ", ".join(f"--{name.strip()}" for name in required.group(1).split(","))
     if key is None:
         return " ".join(lines)
     name, rest = key.group(1), key.group(2)
@@ -197,7 +200,11 @@ class ConfigParser(ArgumentParser):
         except (argparse.ArgumentError, TypeError, ValueError) as err:  # type checks of options and config files
             self.fail(str(err))
         for key, value in list(options.items()):  # PositiveInt & co. as plain numbers (YAML and JSON writers)
-            if type(value) not in (int, float, bool) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if (
+                type(value) not in (int, float, bool)
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+            ):
                 options[key] = int(value) if isinstance(value, int) else float(value)
         return options, show
 
@@ -249,18 +256,22 @@ def dispatch(
     commands: Mapping[str, tuple[str, Callable[[ConfigParser], None], Callable[[Namespace, ConfigParser], int]]],
     argv: Sequence[str] | None,
     errors: tuple[type[Exception], ...] = (ValueError, OSError),
+    more_commands: Mapping[str, str] | None = None,
 ) -> int:
     """`PROG COMMAND [options]`: each command is a `ConfigParser` (its options, `--config`, one-line errors).
 
     `commands` maps a name to (help, add_options(parser), action(options, parser) -> exit code). A user mistake
-    raised by the action (one of `errors`) is one line on stderr and exit code 2.
+    raised by the action (one of `errors`) is one line on stderr and exit code 2. `more_commands` (name -> help)
+    are listed in the help only: the caller runs them itself (LightningCLI's fit / validate).
     """
     from repo_train.cli_errors import report_user_errors
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        lines = [f"usage: {prog} {{{','.join(commands)}}} [options]", "", description, "", "commands:"]
+        names = [*commands, *(more_commands or {})]
+        lines = [f"usage: {prog} {{{','.join(names)}}} [options]", "", description, "", "commands:"]
         lines += [f"  {name:10s} {help_text}" for name, (help_text, _, _) in commands.items()]
+        lines += [f"  {name:10s} {help_text}" for name, help_text in (more_commands or {}).items()]
         lines += ["", f"`{prog} COMMAND --help` lists a command's options."]
         print("\n".join(lines))
         return 0

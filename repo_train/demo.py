@@ -7,7 +7,6 @@ prints parameter counts and the positions REPO assigns. Needs no files.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -17,12 +16,17 @@ from repo_train.modeling.accounting import config_parameter_report, parameter_re
 from repo_train.modeling.presets import PRESETS, preset
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model size (default: tiny)")
-    parser.add_argument("--method", default="repo", help="position method: rope, nope, r2n1, n2r1, repo")
-    parser.add_argument("--seq-len", type=int, default=64, help="training sequence length")
-    parser.add_argument("--steps", type=int, default=40, help="AdamW steps on a fixed batch")
-    parser.add_argument("--new-tokens", type=int, default=12, help="tokens to generate")
+def add_arguments(parser) -> None:
+    """The options of `python -m repo_train demo` (also keys of a `--config` file)."""
+    from typing import Literal
+
+    from jsonargparse.typing import PositiveInt
+
+    parser.add_argument("--preset", type=Literal[tuple(sorted(PRESETS))], default="tiny", help="model size")
+    parser.add_argument("--method", type=str, default="repo", help="position method: rope, nope, r2n1, n2r1, repo")
+    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=64, help="training sequence length")
+    parser.add_argument("--steps", type=PositiveInt, default=40, help="AdamW steps on a fixed batch")
+    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=12, help="tokens to generate")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -33,7 +37,7 @@ def _copy_batch(vocab: int, seq_len: int, batch: int, generator: torch.Generator
     return torch.cat([first, first, torch.ones(batch, seq_len - 2 * half, dtype=torch.long)], dim=1)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args, _parser=None) -> int:
     torch.manual_seed(args.seed)
     config = preset(args.preset, position_method=args.method)
     if args.preset != "tiny":

@@ -27,7 +27,6 @@ another non-empty directory there is refused.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 from pathlib import Path
@@ -50,17 +49,21 @@ TOKENIZER_FILES = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="Lightning .ckpt file or DeepSpeed checkpoint directory")
-    parser.add_argument("--out", required=True, help="output HF directory (replaced if it holds an earlier export)")
-    tokenizer = parser.add_mutually_exclusive_group()
-    tokenizer.add_argument(
+def add_arguments(parser) -> None:
+    """The options of `python -m repo_train export` (also keys of a `--config` file)."""
+    from typing import Literal
+
+    parser.add_argument("--checkpoint", type=str, required=True, help="Lightning .ckpt file or DeepSpeed directory")
+    parser.add_argument("--out", type=str, required=True, help="output HF directory (replaced if an earlier export)")
+    parser.add_argument(
         "--tokenizer",
-        default=None,
+        type=str | None,
         help="directory whose tokenizer files are copied alongside (default: the tokenizer the run used)",
     )
-    tokenizer.add_argument("--no-tokenizer", action="store_true", help="export the weights without a tokenizer")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument(
+        "--no_tokenizer", "--no-tokenizer", action="store_true", help="export the weights without a tokenizer"
+    )
+    parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
 
 
 def check_out(out: Path) -> None:
@@ -181,7 +184,9 @@ def export_checkpoint(
     return model
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args, _parser=None) -> int:
+    if args.no_tokenizer and args.tokenizer is not None:
+        raise ValueError("--tokenizer and --no-tokenizer contradict each other: pass one of them")
     model = export_checkpoint(
         args.checkpoint, args.out, args.tokenizer, args.dtype, with_tokenizer=not args.no_tokenizer
     )

@@ -1202,14 +1202,14 @@ BAD_INPUTS = [
         "repo_train",
         lambda ctx: ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt"))],
         EXIT_USAGE,
-        "the following arguments are required: --out",
+        "missing option --out",
     ),
     BadInput(
         "export-unknown-dtype",
         "repo_train",
         lambda ctx: [*_export(lambda c: lightning_like(c.tmp / "run.ckpt"))(ctx), "--dtype", "int8"],
         EXIT_USAGE,
-        "argument --dtype: invalid choice: 'int8'",
+        "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'int8'",
     ),
     # == training and export rows: insert above this line ==
 ]
