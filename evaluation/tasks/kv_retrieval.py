@@ -144,8 +144,7 @@ class KVRetrievalTask(Task):
     name = "kv"
     data_file_pattern = "kv-retrieval-{num_keys}_keys.jsonl*"
     data_file_hint = (
-        "pass the --num-keys of a file there (the release has 75, 140 and 300), or drop --data-dir to generate "
-        "examples"
+        "pass the --num-keys of a file there (the release has 75, 140 and 300), or drop --data-dir to generate examples"
     )
 
     path: str | None = None

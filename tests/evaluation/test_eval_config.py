@@ -29,7 +29,18 @@ def _write(tmp_path, name, data) -> str:
 
 def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
     short = _resolve(
-        ["--out", "o", "--tasks", "kv", "--num-keys", "4", "--num-examples", "2", "--method", "pi:scale=2+caliope:calibrator=hourglass"]
+        [
+            "--out",
+            "o",
+            "--tasks",
+            "kv",
+            "--num-keys",
+            "4",
+            "--num-examples",
+            "2",
+            "--method",
+            "pi:scale=2+caliope:calibrator=hourglass",
+        ]
     )
     typed = _resolve(
         [
@@ -48,7 +59,10 @@ def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
                     "methods": [
                         [
                             {"class_path": "evaluation.methods.PositionInterpolation", "init_args": {"scale": 2}},
-                            {"class_path": "evaluation.methods.caliope.Caliope", "init_args": {"calibrator": "hourglass"}},
+                            {
+                                "class_path": "evaluation.methods.caliope.Caliope",
+                                "init_args": {"calibrator": "hourglass"},
+                            },
                         ]
                     ],
                 },
