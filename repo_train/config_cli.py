@@ -97,6 +97,8 @@ def one_line_error(message: str) -> str:
     if restricted is not None and restricted.group(1) in RESTRICTED_TYPES:
         detail = restricted.group(2)
         value = detail.split("does not conform")[0].strip() if "does not conform" in detail else ""
+        if not value and given is None:  # "invalid literal for int() with base 10: 'x'": the value is its end
+            given = detail.rsplit(": ", 1)[-1].strip("'\"")
         text, given = f"expected {RESTRICTED_TYPES[restricted.group(1)]}, got {value or repr(given)}", None
     if given is not None and given not in text:
         text += f" (got {given!r})"

@@ -1,0 +1,83 @@
+"""The shared command-line parser: jsonargparse's errors as one line, old flag forms, files before options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+from jsonargparse.typing import PositiveInt
+
+from repo_train.config_cli import ConfigParser, dump_config, one_line_error
+
+
+@dataclass
+class Section:
+    """A nested section, as the search's `ga:` or the quickstart's `train:`."""
+
+    size: int
+    names: list[str] = field(default_factory=list)
+
+
+def _parser() -> ConfigParser:
+    parser = ConfigParser.for_command("prog run", "a test command")
+    parser.add_argument("--out", type=str, required=True)
+    parser.add_argument("--count", "--count-alias", type=PositiveInt, default=1)
+    parser.add_argument("--mode", type=Literal["a", "b"] | None, default=None)
+    parser.add_argument("--words", type=list[str], default=[])
+    parser.add_argument("--section", type=Section | None, default=None)
+    parser.repeated_flags = {"--word": "words"}
+    parser.flag_aliases = {"--size": "--section.size"}
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--count", "0"], "option --count: expected a positive integer, got 0"),
+        (["--count", "x"], "option --count: expected a positive integer, got 'x'"),
+        (["--mode", "c"], "option --mode: expected one of ['a', 'b'], got 'c'"),
+        (["--nope", "1"], "unrecognized arguments: --nope 1"),
+        ([], "missing option --out"),
+        (["--section", '{"sise": 3}'], "unknown key 'section.sise'"),
+        (["--section", '{"names": ["x"]}'], "missing key 'section.size'"),
+        (["--section", '{"size": "big"}'], "option --section.size: expected int, got 'big'"),
+    ],
+)
+def test_errors_are_one_line_naming_the_key(capsys, argv, line):
+    argv = argv if argv == [] or "--out" in argv else ["--out", "o", *argv]
+    with pytest.raises(SystemExit) as stop:
+        _parser().parse(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == f"prog run: error: {line} (see prog run --help)\n"
+
+
+def test_a_message_that_is_not_jsonargparse_s_passes_through():
+    assert one_line_error("plain\n  words") == "plain words" and one_line_error("") == "invalid configuration"
+
+
+def test_old_repeated_flags_aliases_and_files_before_options(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("out: from-file\ncount: 3\nwords: [z]\nsection: {size: 1}\n")
+    options, show = _parser().parse(
+        ["--count", "5", "--word", "a", "--size", "7", "--config", str(config), "--word=b", "--print_config"]
+    )
+    assert show and options.out == "from-file" and options.count == 5 and type(options.count) is int
+    assert options.words == ["a", "b"] and options.section.size == 7
+
+
+def test_config_files_are_checked(tmp_path, capsys):
+    (tmp_path / "list.yaml").write_text("- a\n")
+    (tmp_path / "empty.yaml").write_text("")
+    for name, line in (("list.yaml", "the top level must be a mapping"), ("none.yaml", "no config file at")):
+        with pytest.raises(SystemExit):
+            _parser().parse(["--config", str(tmp_path / name)])
+        assert line in capsys.readouterr().err
+    options, _ = _parser().parse(["--config", str(tmp_path / "empty.yaml"), "--out", "o"])
+    assert options.out == "o"
+
+
+def test_dump_config_writes_plain_values_in_order():
+    options, _ = _parser().parse(["--out", "o", "--count", "2"])
+    text = dump_config({"out": options.out, "count": options.count, "section": {"size": PositiveInt(3)}})
+    assert text == "out: o\ncount: 2\nsection:\n  size: 3\n"
