@@ -1,26 +1,26 @@
 #!/usr/bin/env python
 """The whole loop: train, search, calibrate, evaluate, report; on the built-in tiny default, or from a config.
 
-    python scripts/quickstart.py [--out outputs/quickstart] [--steps 1000]
+    python scripts/quickstart.py [--out outputs/quickstart] [--steps 10] [--print_config]
     python scripts/quickstart.py --config configs/quickstart/olmo2-1b.yaml [--out DIR] [--dry-run]
 
-Without --config, on the CPU:
+Without a loop file, on the CPU, on the built-in base assets/tiny-kv-dip (a
+4-layer RoPE OLMo-2 that retrieves at the edges of a 64-pair context and loses
+the middle; scripts/make_tiny_dip_base.py):
 
-1. continual-trains the built-in tiny base (assets/tiny-kv-base: a 4-layer
-   RoPE OLMo-2 that already retrieves, made by scripts/pretrain_tiny_base.py)
-   twice, with RoPE and with REPO (same data and steps), with the real
-   Lightning path, on KV retrieval in the harness's "pairs" format (answer-only
-   loss), and exports both as HF directories. REPO starts from the base's
-   RoPE positions and hands over to its learned positions along a curriculum,
-   as the paper continues OLMo-2;
-2. runs an LPES search on the RoPE model and writes a scale file;
-3. evaluates baseline, LPES (and PI at the mean scale), CALIOPE, Found in the
-   Middle and PCD on the RoPE model, and the REPO model's baseline, with the
-   gold pair at every position;
-4. writes one report directory: README.md (summary, commands), the plots,
-   the scale file, the checkpoints.
+1. continues the base twice, with RoPE and with REPO (same data and steps:
+   the position-bias recipe's edge-gold KV streams), with the real Lightning
+   path, and exports both as HF directories. REPO starts from the base's RoPE
+   positions and hands over to its learned positions along a curriculum;
+2. runs an LPES search on the base and writes a scale file;
+3. evaluates on the base, with held-out prompts and the gold pair at 8
+   positions: baseline, LPES, PI at the mean scale, CALIOPE with context-sized
+   and with published gaps, PCD, and Found in the Middle on fewer questions
+   (one extra prefill per pair); then the two continued models' baselines;
+4. writes one report directory: README.md (a results table with Δ, CIs, Holm
+   p and verdict words; commands), the plots, the scale file, the checkpoints.
 
-With --config the same loop runs at full scale: an OLMo-2 checkpoint
+With a loop file (--config) the same loop runs at full scale: an OLMo-2 checkpoint
 directory, the train configs' data, the launchers the file names
 (scripts/launch_train.sh, scripts/run_search.sh), the evaluation it lists; the
 file is documented key by key in configs/quickstart/olmo2-1b.yaml and checked
