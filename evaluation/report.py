@@ -82,7 +82,9 @@ def plot_task(
     return plot_task_curves(task, curves, path)
 
 
-def _interval(value: Any, bounds: Sequence[Any] | None, digits: int = 3, signed: bool = False) -> str:
+def interval_cell(value: Any, bounds: Sequence[Any] | None, digits: int = 3, signed: bool = False) -> str:
+    """A table cell `value [low, high]` (the report's and the quickstart's tables)."""
+
     def fmt(v: Any) -> str:
         return f"{v:+.{digits}f}" if signed and isinstance(v, float) and math.isfinite(v) else _fmt(v, digits)
 
@@ -91,7 +93,7 @@ def _interval(value: Any, bounds: Sequence[Any] | None, digits: int = 3, signed:
     return f"{fmt(value)} [{fmt(bounds[0])}, {fmt(bounds[1])}]"
 
 
-def _p(vs: dict[str, Any] | None, key: str) -> str:
+def p_cell(vs: dict[str, Any] | None, key: str) -> str:
     """A p-value cell; "–" without a comparison or when nothing differs (the verdict says "identical")."""
     if not vs or vs.get("identical"):
         return "–"
@@ -99,8 +101,9 @@ def _p(vs: dict[str, Any] | None, key: str) -> str:
     return "–" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
 
 
-def _delta(vs: dict[str, Any] | None) -> str:
-    return _interval(vs["mean_diff"], [vs["low"], vs["high"]], signed=True) if vs else "–"
+def delta_cell(vs: dict[str, Any] | None) -> str:
+    """A Δ cell of a `vs_baseline` entry: the difference with its 95% interval, signed; "–" without one."""
+    return interval_cell(vs["mean_diff"], [vs["low"], vs["high"]], signed=True) if vs else "–"
 
 
 def _middle_edges(result: dict[str, Any]) -> tuple[Any, Any]:
@@ -135,15 +138,15 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[s
         verdict = comparison_verdict(vs, alpha) or none
         middle_verdict = comparison_verdict(middle_vs, alpha) or ("–" if vs else none)
         main.append(
-            f"| {label} | {r['n_examples']} ({r['n']}) | {_interval(r['accuracy'], r['accuracy_ci'])} "
-            f"| {_fmt(middle)} | {_fmt(edges)} | {_delta(vs)} | {_p(vs, 'p_holm')} | {verdict} | {middle_verdict} |"
+            f"| {label} | {r['n_examples']} ({r['n']}) | {interval_cell(r['accuracy'], r['accuracy_ci'])} "
+            f"| {_fmt(middle)} | {_fmt(edges)} | {delta_cell(vs)} | {p_cell(vs, 'p_holm')} | {verdict} | {middle_verdict} |"
         )
         worst = "– (flat)" if r["worst_position"] is None else f"{r['worst_position']} ({_fmt(r['worst_accuracy'])})"
         details.append(
             f"| {label} | {r['shape'] or '–'} "
-            f"| {_interval(r['middle_minus_edges'], r['middle_minus_edges_ci'], signed=True)} "
-            f"| {_interval(r['rho'], r['rho_ci'], 1)} | {worst} | {_p(vs, 'p_value')} | {_delta(middle_vs)} "
-            f"| {_p(middle_vs, 'p_holm')} |"
+            f"| {interval_cell(r['middle_minus_edges'], r['middle_minus_edges_ci'], signed=True)} "
+            f"| {interval_cell(r['rho'], r['rho_ci'], 1)} | {worst} | {p_cell(vs, 'p_value')} | {delta_cell(middle_vs)} "
+            f"| {p_cell(middle_vs, 'p_holm')} |"
         )
     return [*main, "", "Curve details:", "", *details]
 

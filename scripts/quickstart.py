@@ -336,27 +336,11 @@ def run_config(args: Namespace, out: Path) -> None:
     print(f"\nreport: {out / 'README.md'}")
 
 
-def _ci(value, bounds) -> str:
-    return "–" if value is None else f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
-
-
-def _delta(comparison) -> str:
-    if not comparison:
-        return "–"
-    return f"{comparison['mean_diff']:+.3f} [{comparison['low']:+.3f}, {comparison['high']:+.3f}]"
-
-
-def _p(comparison) -> str:
-    if not comparison or comparison.get("identical"):
-        return "–"
-    p = comparison.get("p_holm", comparison["p_value"])
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def results_table(eval_dirs: dict[str, Path]) -> list[str]:
     """Per (model, method, task): accuracy, middle, edges, Δ vs that model's baseline overall and in the middle,
     each with its 95% CI and Holm-adjusted p, and the verdict words computed from them (docs/evaluation.md)."""
     from evaluation.method_labels import short_labels
+    from evaluation.report import delta_cell, interval_cell, p_cell
     from evaluation.results import comparison_verdict
 
     lines = [
@@ -374,10 +358,11 @@ def results_table(eval_dirs: dict[str, Path]) -> list[str]:
                 middle = (vs or {}).get("middle")
                 lines.append(
                     f"| {model} | {labels[method]} | {task} | {r['n_examples']} ({r['n']}) | "
-                    f"{_ci(r['accuracy'], r['accuracy_ci'])} | {_ci(r['middle_accuracy'], r['middle_accuracy_ci'])} | "
-                    f"{_ci(r['edges_accuracy'], r['edges_accuracy_ci'])} | {_delta(vs)} | {_p(vs)} | "
-                    f"{comparison_verdict(vs) or 'baseline'} | {_delta(middle)} | {_p(middle)} | "
-                    f"{comparison_verdict(middle) or '–'} |"
+                    f"{interval_cell(r['accuracy'], r['accuracy_ci'])} | "
+                    f"{interval_cell(r['middle_accuracy'], r['middle_accuracy_ci'])} | "
+                    f"{interval_cell(r['edges_accuracy'], r['edges_accuracy_ci'])} | {delta_cell(vs)} | "
+                    f"{p_cell(vs, 'p_holm')} | {comparison_verdict(vs) or 'baseline'} | {delta_cell(middle)} | "
+                    f"{p_cell(middle, 'p_holm')} | {comparison_verdict(middle) or '–'} |"
                 )
     return lines
 
