@@ -29,34 +29,20 @@ def _add_run(parser: ConfigParser) -> None:
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
-    from evaluation.runner import RunConfig, RunInterrupted, run
+    from evaluation.runner import RunInterrupted, run
 
     resolved = resolve(options)
     text = dump_config(resolved.config)
     if options.print_config:
         print(text, end="")
         return 0
-    config = RunConfig(
-        out=options.out,
-        tasks=resolved.tasks,
-        methods=resolved.methods,
-        model=options.model,
-        seed=options.seed,
-        batch_size=options.batch_size,
-        max_new_tokens=resolved.max_new_tokens,
-        max_length=options.max_length,
-        truncate=options.truncate,
-        dtype=options.dtype,
-        attn_implementation=options.attn_implementation,
-        device=options.device,
-    )
     if options.model is None:
         print(
             f"no --model: the built-in tiny random model; defaults for options not given: {TINY_DEFAULTS}",
             file=sys.stderr,
         )
     try:
-        summary = run(config, max_records=options.max_records, progress=not options.no_progress, config_text=text)
+        summary = run(resolved.run, max_records=options.max_records, progress=not options.no_progress, config_text=text)
     except RunInterrupted as stop:
         print(f"python -m evaluation run: {stop}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -36,6 +36,7 @@ from jsonargparse.typing import PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, parse_value
 from evaluation.models import DEVICES
+from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task
 from repo_train.config_cli import ConfigParser, class_entry
@@ -136,13 +137,10 @@ def add_run_options(parser: ConfigParser) -> None:
 
 @dataclasses.dataclass
 class ResolvedRun:
-    """What `resolve` makes of the options: the runner's inputs and the configuration to store."""
+    """What `resolve` makes of the options: the runner's config and the configuration to store."""
 
-    tasks: dict[str, dict[str, Any]]
-    """Task name -> `build_task` parameters."""
-    methods: list[str]
-    """Canonical method-stack specs (the records' `method` labels)."""
-    max_new_tokens: int | None
+    run: RunConfig
+    """The runner's input: tasks as `build_task` parameters, methods as canonical specs (the records' labels)."""
     config: dict[str, Any]
     """The resolved configuration (`OUT/config.yaml`)."""
 
@@ -289,4 +287,18 @@ def resolve(options: Namespace) -> ResolvedRun:
         "no_progress": options.no_progress,
         "no_report": options.no_report,
     }
-    return ResolvedRun(tasks=tasks, methods=labels, max_new_tokens=max_new, config=config)
+    run = RunConfig(
+        out=options.out,
+        tasks=tasks,
+        methods=labels,
+        model=options.model,
+        seed=options.seed,
+        batch_size=options.batch_size,
+        max_new_tokens=max_new,
+        max_length=options.max_length,
+        truncate=options.truncate,
+        dtype=options.dtype,
+        attn_implementation=options.attn_implementation,
+        device=options.device,
+    )
+    return ResolvedRun(run=run, config=config)

@@ -69,8 +69,8 @@ def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
             ),
         ]
     )
-    assert short.tasks == typed.tasks and short.methods == typed.methods
-    assert short.methods[0].startswith("pi:scale=2+caliope:")  # the canonical spec, every parameter spelled out
+    assert short.run.tasks == typed.run.tasks and short.run.methods == typed.run.methods
+    assert short.run.methods[0].startswith("pi:scale=2+caliope:")  # the canonical spec, every parameter spelled out
     assert short.config == typed.config
 
 
@@ -120,8 +120,8 @@ def test_class_tasks_find_their_data_file_in_data_dir(tmp_path):
             json.dumps([{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_keys": 75}}]),
         ]
     )
-    assert resolved.tasks["kv"]["path"] == str(KV_RETRIEVAL_75_KEYS)
-    assert build_task("kv", **resolved.tasks["kv"]).num_keys == 75
+    assert resolved.run.tasks["kv"]["path"] == str(KV_RETRIEVAL_75_KEYS)
+    assert build_task("kv", **resolved.run.tasks["kv"]).num_keys == 75
 
 
 @pytest.mark.parametrize(
