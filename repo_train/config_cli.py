@@ -132,18 +132,7 @@ class ConfigParser(ArgumentParser):
     def _config_files_first(self, args: list[str]) -> list[str]:
         """Every `--config FILE` moved before the other options (so options override files, in any order),
         each file checked; an empty file sets nothing."""
-        files, rest, index = [], [], 0
-        while index < len(args):
-            arg = args[index]
-            if arg == "--config" and index + 1 < len(args):
-                files.append(args[index + 1])
-                index += 2
-                continue
-            if arg.startswith("--config="):
-                files.append(arg.split("=", 1)[1])
-            else:
-                rest.append(arg)
-            index += 1
+        files, rest = self._take(args, "--config")
         used = []
         for path in files:
             ok, problem = _config_file_ok(path)
@@ -152,6 +141,13 @@ class ConfigParser(ArgumentParser):
             if ok:
                 used += ["--config", path]
         return used + rest
+
+    def _take(self, args: list[str], flag: str) -> tuple[list[str], list[str]]:
+        """`take_flag` with its mistake as this parser's one-line error."""
+        try:
+            return take_flag(args, flag)
+        except ValueError as err:
+            self.fail(str(err))
 
     def fail(self, message: str):
         """Stop with one line on stderr and exit code 2 (see `one_line_error`)."""
@@ -182,21 +178,8 @@ class ConfigParser(ArgumentParser):
             self.before_parse(self, args)
         args = self._config_files_first(args)
         for flag, dest in (repeated or self.repeated_flags).items():
-            values, rest, index = [], [], 0
-            while index < len(args):
-                arg = args[index]
-                if arg == flag:
-                    if index + 1 == len(args):
-                        self.fail(f"argument {flag}: expected one argument")
-                    values.append(args[index + 1])
-                    index += 2
-                    continue
-                if arg.startswith(flag + "="):
-                    values.append(arg[len(flag) + 1 :])
-                else:
-                    rest.append(arg)
-                index += 1
-            args = rest + ([f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else [])
+            values, args = self._take(args, flag)
+            args += [f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else []
         try:
             options = self.parse_args(args)
         except (argparse.ArgumentError, TypeError, ValueError) as err:  # type checks of options and config files
@@ -209,6 +192,28 @@ class ConfigParser(ArgumentParser):
             ):
                 options[key] = int(value) if isinstance(value, int) else float(value)
         return options, show
+
+
+def take_flag(args: Sequence[str], flag: str) -> tuple[list[str], list[str]]:
+    """(the values of every `FLAG VALUE` / `FLAG=VALUE` in `args`, in order; the other arguments, in order).
+
+    A FLAG without its value is a ValueError naming it.
+    """
+    values, rest, index = [], [], 0
+    while index < len(args):
+        arg = args[index]
+        if arg == flag:
+            if index + 1 == len(args):
+                raise ValueError(f"argument {flag}: expected one argument")
+            values.append(args[index + 1])
+            index += 2
+            continue
+        if arg.startswith(flag + "="):
+            values.append(arg[len(flag) + 1 :])
+        else:
+            rest.append(arg)
+        index += 1
+    return values, rest
 
 
 def _config_file_ok(path: str) -> tuple[bool, str]:

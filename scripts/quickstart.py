@@ -45,7 +45,7 @@ import yaml
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_train.config_cli import ConfigParser, dump_config
+from repo_train.config_cli import ConfigParser, dump_config, take_flag
 from repo_train.scripting import loop_config
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
@@ -109,13 +109,11 @@ def build_parser() -> ConfigParser:
 
 def _from_root(argv: list[str]) -> list[str]:
     """Relative --config paths are taken from the repository root (where every command runs), from any directory."""
-    fixed = list(argv)
-    for i, arg in enumerate(fixed):
-        if arg == "--config" and i + 1 < len(fixed) and not Path(fixed[i + 1]).is_absolute():
-            fixed[i + 1] = str(ROOT / fixed[i + 1])
-        elif arg.startswith("--config=") and not Path(arg.split("=", 1)[1]).is_absolute():
-            fixed[i] = f"--config={ROOT / arg.split('=', 1)[1]}"
-    return fixed
+    try:
+        files, rest = take_flag(argv, "--config")
+    except ValueError:
+        return argv  # the parser names the mistake
+    return [arg for path in files for arg in ("--config", str(ROOT / path))] + rest  # ROOT / absolute = absolute
 
 
 def parse_args(argv: list[str] | None = None) -> Namespace:

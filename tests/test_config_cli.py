@@ -81,3 +81,11 @@ def test_dump_config_writes_plain_values_in_order():
     options, _ = _parser().parse(["--out", "o", "--count", "2"])
     text = dump_config({"out": options.out, "count": options.count, "section": {"size": PositiveInt(3)}})
     assert text == "out: o\ncount: 2\nsection:\n  size: 3\n"
+
+
+def test_take_flag_collects_both_spellings_in_order_and_names_a_missing_value():
+    from repo_train.config_cli import take_flag
+
+    assert take_flag(["a", "--f", "1", "b", "--f=2"], "--f") == (["1", "2"], ["a", "b"])
+    with pytest.raises(ValueError, match="argument --f: expected one argument"):
+        take_flag(["a", "--f"], "--f")
