@@ -30,6 +30,8 @@ def _add_run(parser: ConfigParser) -> None:
 def _run(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
     from evaluation.runner import RunInterrupted, run
+    from repo_train.distributed import close_distributed, init_distributed
+    from repo_train.training.launcher_watch import watch_launcher
 
     resolved = resolve(options)
     text = dump_config(resolved.config)
@@ -41,11 +43,17 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
             f"no --model: the built-in tiny random model; defaults for options not given: {TINY_DEFAULTS}",
             file=sys.stderr,
         )
+    watch_launcher()  # a torchrun worker ends when its launcher is gone
+    started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
     try:
         summary = run(resolved.run, max_records=options.max_records, progress=not options.no_progress, config_text=text)
     except RunInterrupted as stop:
         print(f"python -m evaluation run: {stop}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        close_distributed(started)
+    if summary is None:  # a rank other than 0: rank 0 merged the records and writes the summary and report
+        return 0
     for task, by_method in summary["results"].items():
         for method, result in by_method.items():
             print(f"{task:12s} {method:24s} n={result['n']:<5d} accuracy={result['accuracy']:.3f}")

@@ -17,7 +17,7 @@ import math
 import os
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,7 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
                 f"{path}:{number} is not valid JSON ({err.msg}); delete the line or the file"
             ) from err
         validate_record(record, f"{path}:{number}")
-        key = (str(record["task"]), str(record["method"]), str(record["id"]))
+        key = _record_key(record)
         if key in seen:
             first, first_line = seen[key]
             if line.strip() != first_line:
@@ -152,6 +152,53 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
     return records
 
 
+def record_line(record: Mapping[str, Any]) -> str:
+    """A record as its one line of records.jsonl (the bytes every writer uses)."""
+    return json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def rank_records_file(out: str | Path, rank: int) -> Path:
+    """Where rank `rank` of a torchrun evaluation appends its records until the run merges them."""
+    return Path(out) / f"records.rank{rank}.jsonl"
+
+
+def rank_records_files(out: str | Path) -> list[Path]:
+    """The per-rank record files in `out` (any world size: a run killed at N ranks resumes at M)."""
+    return sorted(Path(out).glob("records.rank*.jsonl"), key=lambda p: int(p.stem.removeprefix("records.rank")))
+
+
+def merge_rank_records(out: str | Path, order: Callable[[Mapping[str, Any]], Any]) -> int:
+    """Append the records of the per-rank files to records.jsonl (atomically), then delete those files.
+
+    records.jsonl keeps its lines as they are; the new records, sorted by
+    `order` (the one-process run's order), follow. A record already in the
+    file (a merge killed between its write and its deletes) is not added
+    twice, so merging again is harmless. Returns the number of records added.
+    """
+    out = Path(out)
+    parts = rank_records_files(out)
+    if not parts:
+        return 0
+    target = out / RECORDS_FILE
+    existing = read_records(target)
+    present = {_record_key(r) for r in existing}
+    added: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for part in parts:
+        for record in read_records(part):
+            key = _record_key(record)
+            if key not in present:
+                added.setdefault(key, record)
+    new = sorted(added.values(), key=order)
+    atomic.write_text_atomic(target, "".join(record_line(r) for r in [*existing, *new]), fsync=True)
+    for part in parts:
+        part.unlink()
+    return len(new)
+
+
+def _record_key(record: Mapping[str, Any]) -> tuple[str, str, str]:
+    return str(record["task"]), str(record["method"]), str(record["id"])
+
+
 class RecordWriter:
     """Appends records to records.jsonl, flushing (and fsyncing) each one as it is produced."""
 
@@ -162,7 +209,7 @@ class RecordWriter:
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record and force it to disk; a failed write (a full disk) is an OSError naming the file."""
-        line = json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False) + "\n"
+        line = record_line(record)
         with atomic.writing_to(self.path):
             self._handle.write(line)
             self._handle.flush()

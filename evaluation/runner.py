@@ -29,11 +29,12 @@ policies) apply there.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import datasets
 from evaluation.generation import (
     DecodeSettings,
     TokenizedPrompt,
+    batch_cost,
     collate,
     generate_batch,
     plan_batches,
@@ -58,11 +60,15 @@ from evaluation.results import (
     SUMMARY_FILE,
     RecordWriter,
     build_summary,
+    merge_rank_records,
+    rank_records_file,
+    rank_records_files,
     read_records,
     write_json_atomic,
 )
 from evaluation.tasks import Task, build_task
 from repo_train.atomic import write_text_atomic
+from repo_train.distributed import balanced_shares, barrier, rank_and_world
 from repo_train.progress import track
 from repo_train.run_lock import locked_directory
 
@@ -367,28 +373,39 @@ def run(
     on_record: Callable[[dict[str, Any]], None] | None = None,
     progress: bool | str = True,
     config_text: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Evaluate every (task, method stack), append records, write summary.json and return the summary.
 
-    `max_records` stops (raising `RunInterrupted`) after that many new records;
-    `on_record` sees each record once it is on disk. A given model/tokenizer
-    is used as is (`config.model` is then only a label). The run owns
-    `config.out` for its whole length (`OUT/run.lock`, `repo_train.run_lock`):
-    a second run into the same directory is refused before loading anything.
-    `config_text`, the command's resolved configuration, is stored as
-    `OUT/config.yaml` (the latest command's: rerunning it with `--config` replays the run).
+    `max_records` stops (raising `RunInterrupted`) after that many new records
+    (of this rank); `on_record` sees each record once it is on disk. A given
+    model/tokenizer is used as is (`config.model` is then only a label). The
+    run owns `config.out` for its whole length (`OUT/run.lock`,
+    `repo_train.run_lock`): a second run into the same directory is refused
+    before loading anything. `config_text`, the command's resolved
+    configuration, is stored as `OUT/config.yaml` (the latest command's:
+    rerunning it with `--config` replays the run).
+
+    Under torchrun (`repo_train.distributed` initialised) every rank calls
+    `run` with the same config: the pending batches of every (task, method)
+    are shared out by token cost (`balanced_shares`), each rank appends its
+    records to `OUT/records.rank{r}.jsonl`, and rank 0 merges them into
+    records.jsonl in the one-process order and writes the summary, which it
+    returns; the other ranks return None. Leftover rank files of a killed run
+    count as done on the next run, at any number of ranks.
     """
     if Path(config.out).exists() and not Path(config.out).is_dir():
         raise NotADirectoryError(
             f"the output directory {config.out} is a file; pass --out a directory (a new one, or an earlier "
             "run's to resume it)"
         )
-    with locked_directory(config.out, f"evaluation run directory {config.out}"):
-        return _run_locked(config, model, tokenizer, max_records, on_record, progress, config_text)
+    rank, world = rank_and_world()
+    owner = locked_directory(config.out, f"evaluation run directory {config.out}") if rank == 0 else nullcontext()
+    with owner:  # rank 0 owns the directory; if it is refused, it exits and torchrun stops the other ranks
+        return _run_locked(config, model, tokenizer, max_records, on_record, progress, config_text, rank, world)
 
 
-def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text):
-    """`run` while holding the directory's lock."""
+def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text, rank, world):
+    """`run` while rank 0 holds the directory's lock."""
     stacks = [MethodStack.parse(spec) for spec in config.methods]  # fail on a bad spec before loading anything
     labels = [stack.label for stack in stacks]
     if len(set(labels)) != len(labels):
@@ -409,33 +426,90 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     prepared = [
         prepare_task(name, params, model, tokenizer, config.settings(name)) for name, params in config.tasks.items()
     ]
-    write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
-    existing = read_records(out / RECORDS_FILE, repair=True)
-    if config_text is not None:  # once the earlier records are known to be readable
-        write_text_atomic(out / CONFIG_FILE, config_text)
-    done: dict[tuple[str, str], set[str]] = {}
-    for record in existing:
-        done.setdefault((record["task"], record["method"]), set()).add(record["id"])
+    if rank == 0:
+        write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
+        for path in [out / RECORDS_FILE, *rank_records_files(out)]:
+            read_records(path, repair=True)  # a killed writer's torn last line goes before anyone appends
+        if config_text is not None:  # once the earlier records are known to be readable
+            write_text_atomic(out / CONFIG_FILE, config_text)
+    barrier()
+    done = _done_ids(out)
+    barrier()  # every rank has read what is done before any rank appends
+    units = _pending_units(prepared, stacks, done)
+    mine = balanced_shares([cost for *_, cost in units], world)[rank]
+    target = out / RECORDS_FILE if world == 1 else rank_records_file(out, rank)
     written = 0
-    with closing(RecordWriter(out / RECORDS_FILE)) as writer:
-        for task in prepared:
-            for stack in stacks:
-                already = done.setdefault((task.name, stack.label), set())
-                # closing(): an exception here must detach the methods now, not when the generator is collected
-                with closing(run_stack(model, tokenizer, task, stack, already, progress)) as records:
-                    for record in records:
-                        writer.write(record)
-                        already.add(record["id"])
-                        written += 1
-                        if on_record is not None:
-                            on_record(record)
-                        if max_records is not None and written >= max_records:
-                            raise RunInterrupted(
-                                f"stopped after {written} new records (max_records); rerun the same command to resume"
-                            )
+    with closing(RecordWriter(target)) as writer:
+        for (t, s), batches in _by_task_and_stack([units[i] for i in mine]).items():
+            task, stack = dataclasses.replace(prepared[t], plan=batches), stacks[s]
+            already = done.setdefault((task.name, stack.label), set())
+            mode = progress if rank == 0 else "off"
+            # closing(): an exception here must detach the methods now, not when the generator is collected
+            with closing(run_stack(model, tokenizer, task, stack, already, mode)) as records:
+                for record in records:
+                    writer.write(record)
+                    already.add(record["id"])
+                    written += 1
+                    if on_record is not None:
+                        on_record(record)
+                    if max_records is not None and written >= max_records:
+                        raise RunInterrupted(
+                            f"stopped after {written} new records (max_records); rerun the same command to resume"
+                        )
+    barrier()
+    if rank != 0:
+        barrier()  # rank 0 merges and summarises
+        return None
+    merge_rank_records(out, _plan_order(prepared, labels))
     summary = _summarize(config, identity, labels, prepared)
     write_json_atomic(out / SUMMARY_FILE, summary)
+    barrier()
     return summary
+
+
+def _done_ids(out: Path) -> dict[tuple[str, str], set[str]]:
+    """(task, method) -> ids with a record, in records.jsonl or in a rank file not merged yet."""
+    done: dict[tuple[str, str], set[str]] = {}
+    for path in [out / RECORDS_FILE, *rank_records_files(out)]:
+        for record in read_records(path):
+            done.setdefault((record["task"], record["method"]), set()).add(record["id"])
+    return done
+
+
+def _pending_units(prepared: Sequence[PreparedTask], stacks: Sequence[MethodStack], done) -> list[tuple]:
+    """(task index, stack index, batch, cost) of every batch with a missing record, in the one-process order."""
+    units = []
+    for t, task in enumerate(prepared):
+        lengths = [len(p.input_ids) for p in task.prompts]
+        for s, stack in enumerate(stacks):
+            finished = done.get((task.name, stack.label), set())
+            for batch in task.plan:
+                if any(task.rows[i]["id"] not in finished for i in batch):
+                    units.append((t, s, batch, batch_cost(lengths, batch, task.settings.max_new_tokens)))
+    return units
+
+
+def _by_task_and_stack(units: Sequence[tuple]) -> dict[tuple[int, int], list[list[int]]]:
+    """A rank's units grouped per (task, stack), each group's batches in plan order."""
+    grouped: dict[tuple[int, int], list[list[int]]] = {}
+    for t, s, batch, _ in units:
+        grouped.setdefault((t, s), []).append(batch)
+    return grouped
+
+
+def _plan_order(prepared: Sequence[PreparedTask], labels: Sequence[str]) -> Callable[[Mapping[str, Any]], tuple]:
+    """Sort key putting records in the order a one-process run writes them: task, method stack, plan position."""
+    position = {}
+    for t, task in enumerate(prepared):
+        flat = [task.rows[i]["id"] for batch in task.plan for i in batch]
+        for s, label in enumerate(labels):
+            position.update({(task.name, label, row_id): (t, s, p) for p, row_id in enumerate(flat)})
+    last = (len(prepared), 0, 0)  # records of tasks or methods this run does not list: after its own
+
+    def key(record: Mapping[str, Any]) -> tuple:
+        return position.get((record["task"], record["method"], record["id"]), last)
+
+    return key
 
 
 def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Sequence[PreparedTask]) -> dict:

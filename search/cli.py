@@ -167,9 +167,12 @@ def run_search(
     `config_text`, the command's resolved configuration, is written as NAME.config.yaml once the model and
     task are checked (`--config NAME.config.yaml` replays the search).
     """
+    from repo_train.distributed import barrier, close_distributed, init_distributed, rank_and_world
     from repo_train.run_lock import run_lock
-    from search.harness_fitness import HarnessFitness, barrier, init_distributed, rank_and_world
+    from repo_train.training.launcher_watch import watch_launcher
+    from search.harness_fitness import HarnessFitness
 
+    watch_launcher()  # a torchrun worker ends when its launcher is gone
     started = init_distributed()
     try:
         # rank 0 owns the outputs; if it is refused, it exits and torchrun stops the other ranks
@@ -179,17 +182,15 @@ def run_search(
             barrier()  # no rank leaves before rank 0 has written the files
         return summary
     finally:
-        if started:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+        close_distributed(started)
 
 
 def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict[str, Any]:
     from repo_train.atomic import write_text_atomic
+    from repo_train.distributed import rank_and_world
     from repo_train.modeling.swapping import current_policies
     from search.ga import run
-    from search.harness_fitness import check_held_out_available, evaluate_held_out, model_fingerprint, rank_and_world
+    from search.harness_fitness import check_held_out_available, evaluate_held_out, model_fingerprint
     from search.search_log import search_with_log
 
     rank, _ = rank_and_world()

@@ -20,9 +20,10 @@ each answer is scored with the task's metric, and
     Acc_s = mean score over subset s,   F = λ_B Acc_B + λ_M Acc_M + λ_E Acc_E   (Eq. 7).
 
 Distributed. Under torchrun (torch.distributed initialised; gloo on CPU, nccl
-on GPU) rank r generates the batches r, r + W, r + 2W, … of the plan, so
-every prompt is generated in exactly the batch (same padding companions) it
-has in a one-process run. Each rank writes its rows' scores into a
+on GPU) the batches of the plan are shared out by their token cost
+(`repo_train.distributed.balanced_shares`, the helper the evaluation runner
+uses too), so every prompt is generated in exactly the batch (same padding
+companions) it has in a one-process run. Each rank writes its rows' scores into a
 [candidates × rows] matrix of zeros and the matrix is all-reduced (sum): every
 entry has one non-zero contributor, so the sum is exact, every rank holds
 the same matrix, and the per-subset means are computed from it in one fixed
@@ -39,18 +40,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from evaluation.generation import DecodeSettings, plan_batches
+from evaluation.generation import DecodeSettings, batch_cost, plan_batches
 from evaluation.methods import MethodStack
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
+from repo_train.distributed import all_reduce_sum, balanced_shares, rank_and_world
 from repo_train.modeling.scaling import scaled_policies
 from repo_train.modeling.swapping import current_policies
 from repo_train.progress import track
@@ -85,39 +85,6 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
 def model_fingerprint(model: torch.nn.Module) -> dict[str, str]:
     """What a fitness value depends on in the model: its config and its weights."""
     return {"config_sha256": config_sha256(model.config), "weights": weights_fingerprint(model)}
-
-
-# ---------------------------------------------------------------- torch.distributed
-
-
-def init_distributed() -> bool:
-    """Join the torchrun process group (gloo on CPU, nccl on GPU) if launched by torchrun; True if this call did."""
-    if not dist.is_available() or dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return False
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl")
-    else:
-        dist.init_process_group("gloo")
-    return True
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size); (0, 1) outside torch.distributed."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def barrier() -> None:
-    if rank_and_world()[1] > 1:
-        dist.barrier()
-
-
-def _reduce_device() -> torch.device:
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 # ---------------------------------------------------------------- the fitness
@@ -171,7 +138,10 @@ class HarnessFitness:
         self.task_params = params
         self.prepared = _drop_examples(prepare_task(task, params, model, tokenizer, self.settings), example_offset)
         self.rank, self.world_size = rank_and_world()
-        self.local = dataclasses.replace(self.prepared, plan=self.prepared.plan[self.rank :: self.world_size])
+        lengths = [len(p.input_ids) for p in self.prepared.prompts]
+        costs = [batch_cost(lengths, batch, self.settings.max_new_tokens) for batch in self.prepared.plan]
+        mine = balanced_shares(costs, self.world_size)[self.rank]
+        self.local = dataclasses.replace(self.prepared, plan=[self.prepared.plan[i] for i in mine])
         self.row_index = {row["id"]: i for i, row in enumerate(self.prepared.rows)}
         subset_of = {position: name for name, position in self.positions.items()}
         self.subset_rows = {name: [] for name in SUBSETS}
@@ -212,11 +182,7 @@ class HarnessFitness:
             with scaled_model(self.model, candidate):
                 for record in run_stack(self.model, self.tokenizer, self.local, stack, progress="off"):
                     local[c, self.row_index[record["id"]]] = self.score_record(record)
-        if self.world_size > 1:
-            shared = local.to(_reduce_device())
-            dist.all_reduce(shared, op=dist.ReduceOp.SUM)  # one non-zero contributor per entry: exact
-            local = shared.cpu()
-        return local
+        return all_reduce_sum(local)  # one non-zero contributor per entry: exact
 
     def evaluate(self, scales: list[list[float]]) -> list[FitnessResult]:
         """Per-subset accuracy and the Eq. 7 overall of each candidate scale vector."""
