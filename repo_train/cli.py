@@ -1,7 +1,8 @@
 """`python -m repo_train`: entry point of the training package.
 
-Subcommands: `demo` (the positional core on a tiny model) and `export` (a
-training checkpoint to an HF directory) are the project's jsonargparse
+Subcommands: `demo` (the positional core on a tiny model), `export` (a
+training checkpoint to an HF directory) and `check-gpu` (every GPU path, one
+table; `repo_train.scripting.gpu_check`) are the project's jsonargparse
 commands (`repo_train.config_cli`: `--config`, `--print_config`, one-line
 errors); `fit` / `validate` are LightningCLI's (without a config, the built-in
 tiny default), configured the same way.
@@ -14,6 +15,7 @@ import sys
 from repo_train import demo, export
 from repo_train.cli_errors import report_user_errors
 from repo_train.config_cli import dispatch
+from repo_train.scripting.gpu_check import command as check_gpu
 
 COMMANDS = {
     "demo": (
@@ -22,6 +24,11 @@ COMMANDS = {
         demo.run,
     ),
     "export": ("Lightning/DeepSpeed checkpoint -> HF directory", export.add_arguments, export.run),
+    "check-gpu": (
+        "prove the GPU paths (bf16, flash-attn 2, NCCL + DeepSpeed, harness, MFU): one table",
+        check_gpu.add_arguments,
+        check_gpu.run,
+    ),
 }
 #: LightningCLI's subcommands (their own parser; `python -m repo_train fit --help`).
 LIGHTNING_SUBCOMMANDS = {

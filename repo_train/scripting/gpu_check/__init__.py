@@ -1,0 +1,8 @@
+"""`check-gpu`: one command that says whether the GPU paths work (scripts/check_gpu.py, `python -m repo_train check-gpu`).
+
+Each check is a function of a `device` that returns table rows
+(`gpu_check.rows`): the position methods (`positions`), the harness's
+decoding (`harness_tokens`), Lightning + DeepSpeed training (`training_run`)
+and the throughput of a 1B-shaped step (`throughput`). `command` runs them on
+CUDA and prints the table; the tests run the cheap ones with device="cpu".
+"""

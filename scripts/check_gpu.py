@@ -1,0 +1,18 @@
+#!/usr/bin/env python
+"""First thing to run on a new GPU node: every GPU path of the project, one table, exit code 0 if all pass.
+
+    python scripts/check_gpu.py [--checks positions,harness,training,throughput] [--train_processes N]
+
+The same command as `python -m repo_train check-gpu` (options: --help); the
+checks are in `repo_train/scripting/gpu_check/`. Without CUDA it prints
+"no CUDA: nothing checked" and exits 0.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from repo_train.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["check-gpu", *sys.argv[1:]]))
