@@ -1,8 +1,8 @@
 """The one way every command line of the project is configured: jsonargparse, as LightningCLI does for training.
 
 Each command (`python -m evaluation run`, `python -m search run`,
-`scripts/quickstart.py`) declares typed options on a `ConfigParser`, so it
-accepts the same three things:
+`scripts/quickstart.py`, the other scripts through `parse_script`) declares
+typed options on a `ConfigParser`, so it accepts the same three things:
 
 - `--config FILE.yaml` (keys are the option names with underscores; later
   `--config` files and options override earlier ones),
@@ -234,6 +234,44 @@ def _config_file_ok(path: str) -> tuple[bool, str]:
 def dump_config(config: Mapping[str, Any]) -> str:
     """A resolved configuration as YAML, keys in the order given (the order of `--print_config` and config.yaml)."""
     return yaml.safe_dump(_plain(config), sort_keys=False, allow_unicode=True, width=120)
+
+
+def parse_script(
+    parser: ConfigParser,
+    argv: Sequence[str] | None,
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> argparse.Namespace:
+    """A script's options, taken as every command takes them: `--config`, old flag spellings, `--print_config`.
+
+    `check` holds the script's domain checks (its ValueError is the one-line error, exit code 2) and may add
+    values it derives; `--print_config` then prints `script_config` and exits 0. The options come back as a
+    plain `argparse.Namespace`, as the scripts had them (an option may be called `keys` without meeting
+    jsonargparse's `Namespace.keys`); the `--config` files are merged into them, so there is no `config` key.
+    """
+    parsed, show = parser.parse(argv)
+    options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key != "config"})
+    if check is not None:
+        try:
+            check(options)
+        except ValueError as err:
+            parser.fail(str(err))
+    if show:
+        print(dump_config(script_config(parser, options)), end="")
+        raise SystemExit(0)
+    return options
+
+
+def script_config(parser: ConfigParser, options: argparse.Namespace) -> dict[str, Any]:
+    """The options as a config file, in the order declared: what `--print_config` prints and a run stores.
+
+    Values a check derived and hidden options (`help=argparse.SUPPRESS`, e.g. a benchmark's flag for its own
+    child process) are left out, so `--config` of the text sets exactly the declared options.
+    """
+    return {
+        action.dest: getattr(options, action.dest)
+        for action in parser._actions
+        if action.dest != "config" and action.help != argparse.SUPPRESS and hasattr(options, action.dest)
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -81,9 +81,11 @@ def check_out(out: Path) -> None:
 
 def run_tokenizer(state: dict) -> tuple[str, str] | None:
     """(location, where it was found) of the tokenizer the checkpoint's run used, or None (synthetic ids)."""
+    from repo_train.data import saved_source_options
+
     data = state.get("datamodule_hyper_parameters") or {}
-    train = data.get("train") if isinstance(data, dict) else None
-    if isinstance(train, dict) and train.get("tokenizer"):
+    train = saved_source_options(data.get("train") if isinstance(data, dict) else None)
+    if train.get("tokenizer"):
         return str(train["tokenizer"]), "data.train.tokenizer"
     model = state.get("hyper_parameters") or {}
     init_from = model.get("init_from") if isinstance(model, dict) else None

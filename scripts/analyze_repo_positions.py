@@ -20,31 +20,55 @@ import argparse
 from pathlib import Path
 
 import torch
+from jsonargparse.typing import PositiveInt
 
 from evaluation.diagnostics import CHUNK, PATTERNS, plot_head_positions, position_statistics
 from evaluation.models import load_model
 from evaluation.tasks import build_task
 from repo_train.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
+from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.modeling import RepoPolicy, layer_policies, record_positions
+
+PROG = "scripts/analyze_repo_positions.py"
+
+
+def build_parser() -> ConfigParser:
+    """The analysis's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--model", type=str, required=True, help="HF directory of a REPO model (with its tokenizer)")
+    parser.add_argument("--task", type=str, default="kv", help="harness task whose prompts are fed (default kv)")
+    parser.add_argument(
+        "--task_param",
+        type=list[str],
+        default=[],
+        help="task parameters KEY=VALUE (on the command line: --task-param KEY=VALUE, repeatable)",
+    )
+    parser.add_argument(
+        "--num_examples", "--num-examples", type=PositiveInt, default=8, help="prompts to record (per task row grid)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the task's prompts")
+    parser.add_argument("--out", type=str, required=True, help="output directory (created)")
+    parser.repeated_flags = {"--task-param": "task_param"}
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """A malformed --task-param is a usage error before the model loads."""
+    _task_params(args.task_param)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="HF directory of a REPO model (with its tokenizer)")
-    parser.add_argument("--task", default="kv", help="harness task whose prompts are fed (default kv)")
-    parser.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE", help="task parameter")
-    parser.add_argument("--num-examples", type=int, default=8, help="prompts to record (per task row grid)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="output directory (created)")
-    return parser.parse_args(argv)
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
 
 
 def _task_params(pairs: list[str]) -> dict:
+    """`KEY=VALUE` strings as task parameters (integers as int); a ValueError names a malformed one."""
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--task-param expects KEY=VALUE, got {pair!r}")
+            raise ValueError(f"--task-param expects KEY=VALUE, got {pair!r}")
         params[key] = int(value) if value.lstrip("-").isdigit() else value
     return params
 
@@ -134,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     write_text_atomic(out / "positions.md", markdown(layers, args, tokens))
     plot_ranges(layers, out / "ranges.png")
+    write_text_atomic(out / "config.yaml", dump_config(script_config(build_parser(), args)))  # --config replays it
     for index, positions in enumerate(per_prompt[0]):
         if positions is not None:
             figure = plot_head_positions(positions, title=f"REPO positions, layer {index}, first prompt")

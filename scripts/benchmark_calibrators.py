@@ -22,8 +22,8 @@ Memory, two measures:
     python scripts/benchmark_calibrators.py --prompts 8 --docs 10 --new-tokens 16 --rounds 3
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: with string annotations, making the `CacheBytes` dataclass needs
+# this module in sys.modules, which a file loaded by path (tests/script_loader.py) is not.
 import argparse
 import json
 import os
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
+from jsonargparse.typing import PositiveInt
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,6 +46,7 @@ from evaluation.generation import DecodeSettings, collate, generate_batch, plan_
 from evaluation.methods import Method, MethodStack
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
+from repo_train.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from repo_train.scripting.benchmarking import alternate
@@ -153,21 +155,44 @@ def peak_growth(args, spec: str) -> int | None:
     return json.loads(done.stdout.strip().splitlines()[-1])["peak_growth_kib"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="*", default=DEFAULT_METHODS, help="method specs to compare")
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--docs", type=int, default=10, help="documents per prompt")
-    parser.add_argument("--doc-words", type=int, default=12, help="words per document")
-    parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3, help="timed pairs per method (after one warm-up)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+PROG = "scripts/benchmark_calibrators.py"
+
+
+def build_parser() -> ConfigParser:
+    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--methods", type=str, nargs="*", default=DEFAULT_METHODS, help="method specs to compare")
+    parser.add_argument("--prompts", type=PositiveInt, default=8, help="MDQA-style prompts")
+    parser.add_argument("--docs", type=PositiveInt, default=10, help="documents per prompt")
+    parser.add_argument("--doc_words", "--doc-words", type=PositiveInt, default=12, help="words per document")
+    parser.add_argument(
+        "--new_tokens", "--new-tokens", type=PositiveInt, default=16, help="tokens generated per prompt"
+    )
+    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=4, help="prompts per batch")
+    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
+    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
+    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
+    parser.add_argument("--rounds", type=PositiveInt, default=3, help="timed pairs per method (after one warm-up)")
+    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a memory run's method
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Every method spec parses, so a typo stops the run before the baseline is timed."""
+    if not args.methods:
+        raise ValueError("--methods: give at least one method spec, e.g. --methods pcd pi:scale=2")
+    for spec in args.methods:
+        MethodStack.parse(spec)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.child:
         memory_child(args)

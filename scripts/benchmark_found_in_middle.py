@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from jsonargparse.typing import PositiveInt
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,7 @@ from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_docume
 from evaluation.models import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
+from repo_train.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from repo_train.scripting.benchmarking import alternate, summary
@@ -101,18 +103,33 @@ def measure_in_child(args, spec: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--docs", type=int, default=4, help="documents per prompt (K)")
-    parser.add_argument("--examples", type=int, default=2, help="prompts in the batch (B)")
-    parser.add_argument("--new-tokens", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2, help="timed baseline/fim pairs (after one warm-up pair)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+PROG = "scripts/benchmark_found_in_middle.py"
+
+
+def build_parser() -> ConfigParser:
+    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--docs", type=PositiveInt, default=4, help="documents per prompt (K)")
+    parser.add_argument("--examples", type=PositiveInt, default=2, help="prompts in the batch (B)")
+    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=8, help="tokens generated per prompt")
+    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
+    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
+    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
+    parser.add_argument(
+        "--rounds", type=PositiveInt, default=2, help="timed baseline/fim pairs (after one warm-up pair)"
+    )
+    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a fresh process's method
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.child:
         child(args)
         return

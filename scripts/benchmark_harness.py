@@ -17,8 +17,10 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import torch
+from jsonargparse.typing import PositiveInt
 from transformers import Olmo2Config, Olmo2ForCausalLM
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
 from evaluation.models import byte_tokenizer
+from repo_train.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from repo_train.scripting.benchmarking import alternate, summary
@@ -94,19 +97,42 @@ def hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, tokens
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--family", choices=["olmo2", "repo_olmo2"], default="olmo2")
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--min-chars", type=int, default=200)
-    parser.add_argument("--max-chars", type=int, default=800)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5, help="timed A/B pairs (after 1 warm-up pair)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
+PROG = "scripts/benchmark_harness.py"
+
+
+def build_parser() -> ConfigParser:
+    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument(
+        "--family", type=Literal["olmo2", "repo_olmo2"], default="olmo2", help="HF OLMo-2 or this project's"
+    )
+    parser.add_argument("--prompts", type=PositiveInt, default=16, help="prompts of mixed lengths")
+    parser.add_argument("--min_chars", "--min-chars", type=PositiveInt, default=200, help="shortest prompt, characters")
+    parser.add_argument("--max_chars", "--max-chars", type=PositiveInt, default=800, help="longest prompt, characters")
+    parser.add_argument(
+        "--new_tokens", "--new-tokens", type=PositiveInt, default=32, help="tokens generated per prompt"
+    )
+    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
+    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
+    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
+    parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed A/B pairs (after 1 warm-up pair)")
+    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Prompt lengths are drawn from [min_chars, max_chars]."""
+    if args.min_chars > args.max_chars:
+        raise ValueError(f"--min-chars {args.min_chars} is above --max-chars {args.max_chars}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 

@@ -24,7 +24,10 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from jsonargparse.typing import PositiveInt
 
+from repo_train.config_cli import ConfigParser, parse_script
+from repo_train.data import SyntheticData
 from repo_train.scripting.benchmarking import alternate, summary
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
@@ -39,7 +42,7 @@ def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
     pl.seed_everything(0, verbose=False)
     module = RePoLightningModule(position_method=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
     data = RePoDataModule(
-        train={"source": "synthetic", "seq_len": seq_len, "num_samples": 256, "vocab_size": 1024},
+        train=SyntheticData(seq_len=seq_len, num_samples=256, vocab_size=1024),
         global_batch_size=batch,
         micro_batch_size=batch,
     )
@@ -78,14 +81,27 @@ def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
     return json.loads(out.read_text())["fit_seconds"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--skip-ddp", action="store_true")
-    args = parser.parse_args()
+PROG = "scripts/benchmark_training.py"
+
+
+def build_parser() -> ConfigParser:
+    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--rounds", type=PositiveInt, default=3, help="timed RoPE/REPO pairs")
+    parser.add_argument("--steps", type=PositiveInt, default=8, help="timed optimizer steps per run (after 2 warm-up)")
+    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="tokens per sequence")
+    parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
+    parser.add_argument("--skip_ddp", "--skip-ddp", action="store_true", help="skip the 1 vs 2 DDP processes timing")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(2)
     result = alternate(
         lambda: train_seconds("rope", args.steps, args.seq_len, args.batch),

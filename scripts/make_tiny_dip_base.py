@@ -45,6 +45,7 @@ import reproduce_position_bias as recipe_script
 from evaluation.results import RECORDS_FILE, compare_with_baseline, load_summary, read_records, write_json_atomic
 from evaluation.statistics import PositionTable, cluster_bootstrap_curves, percentile_interval
 from repo_train.atomic import atomic_directory
+from repo_train.config_cli import ConfigParser, parse_script
 from repo_train.scripting.commands import CommandRunner
 
 OUT = ROOT / "assets" / "tiny-kv-dip"
@@ -63,24 +64,42 @@ METHODS = (
 )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(OUT), help="HF model directory to write (left alone if it exists)")
-    parser.add_argument("--work", default="outputs/tiny-kv-dip-work", help="training and evaluation outputs (resumes)")
-    parser.add_argument("--base", default=str(recipe_script.BASE), help="RoPE HF model to continue")
+PROG = "scripts/make_tiny_dip_base.py"
+
+
+def build_parser() -> ConfigParser:
+    """The asset's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument(
+        "--out", type=str, default=str(OUT), help="HF model directory to write (left alone if it exists)"
+    )
+    parser.add_argument(
+        "--work", type=str, default="outputs/tiny-kv-dip-work", help="training and evaluation outputs (resumes)"
+    )
+    parser.add_argument("--base", type=str, default=str(recipe_script.BASE), help="RoPE HF model to continue")
     parser.add_argument("--seed", type=int, default=0, help="training seed (data, gold placement, seed_everything)")
     parser.add_argument("--steps", type=int, default=400, help="continual-training steps")
-    parser.add_argument("--eval-examples", type=int, default=50, help="held-out examples per gold position")
+    parser.add_argument(
+        "--eval_examples", "--eval-examples", type=int, default=50, help="held-out examples per gold position"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The domain checks, each a ValueError naming the option (jsonargparse checked the types)."""
     for name in ("steps", "eval_examples", "threads"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if args.seed < 0:
-        parser.error("--seed must be >= 0")
+        raise ValueError("--seed must be >= 0")
     if not (Path(args.base) / "config.json").is_file():
-        parser.error(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
-    return args
+        raise ValueError(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
 
 
 def recipe(args: argparse.Namespace) -> argparse.Namespace:

@@ -34,10 +34,12 @@ import time
 from pathlib import Path
 
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.models import byte_tokenizer
 from evaluation.tasks import build_task
 from repo_train.atomic import write_text_atomic
+from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 
@@ -46,21 +48,40 @@ VALUE_DIGITS = "0123456789ABCDEF"
 COPY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEF"
 
 
+PROG = "scripts/pretrain_tiny_base.py"
+
+
+def build_parser() -> ConfigParser:
+    """The pre-training options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--out", type=str, default="assets/tiny-kv-base", help="HF model directory to write")
+    parser.add_argument("--steps", type=PositiveInt, default=2500, help="optimizer steps")
+    parser.add_argument("--batch", type=PositiveInt, default=32, help="sequences per step")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (linear decay to 0)")
+    parser.add_argument("--warmup", type=PositiveInt, default=50, help="linear warm-up steps")
+    parser.add_argument("--hidden", type=PositiveInt, default=128, help="model width (FFN 4x)")
+    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
+    parser.add_argument(
+        "--keys", type=PositiveInt, default=8, help="distinct keys per stream (and per held-out prompt)"
+    )
+    parser.add_argument("--pairs", type=PositiveInt, default=24, help="pairs per training stream")
+    parser.add_argument(
+        "--eval_every", "--eval-every", type=PositiveInt, default=250, help="steps between held-out evaluations"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the generated data")
+    parser.add_argument("--threads", type=NonNegativeInt, default=0, help="torch threads (0 = torch's default)")
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Keys are drawn from KEY_LETTERS without repetition, so there can be at most that many."""
+    if args.keys > len(KEY_LETTERS):
+        raise ValueError(f"--keys {args.keys}: at most {len(KEY_LETTERS)} distinct keys (the letters {KEY_LETTERS})")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="assets/tiny-kv-base", help="HF model directory to write")
-    parser.add_argument("--steps", type=int, default=2500)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--keys", type=int, default=8, help="distinct keys per stream (and per held-out prompt)")
-    parser.add_argument("--pairs", type=int, default=24, help="pairs per training stream")
-    parser.add_argument("--eval-every", type=int, default=250)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    return parser.parse_args(argv)
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
 
 
 def copy_sequence(rng: random.Random, tokenizer) -> tuple[list[int], list[int]]:
@@ -158,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     final = history[-1]
     settings = {key: value for key, value in vars(args).items() if key != "out"}
     write_text_atomic(out / "README.md", _readme(settings, history, final))
+    write_text_atomic(out / "config.yaml", dump_config(script_config(build_parser(), args)))  # --config replays it
     print(f"wrote {out} (held-out accuracy {final['accuracy']:.3f})")
 
 

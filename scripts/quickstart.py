@@ -191,10 +191,8 @@ def training_config(out: Path, method: str, data: Path, settings: argparse.Names
         },
         "data": {
             "train": {
-                "source": "prompt_completion",
-                "paths": [str(data)],
-                "tokenizer": str(settings.base),
-                "seq_len": 3 * settings.pairs + 8,
+                "class_path": "repo_train.data.PromptCompletionData",
+                "init_args": {"paths": [str(data)], "tokenizer": str(settings.base), "seq_len": 3 * settings.pairs + 8},
             },
             "global_batch_size": 32,
             "micro_batch_size": 32,

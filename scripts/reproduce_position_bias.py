@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from evaluation.results import load_summary, write_json_atomic
 from evaluation.statistics import mean_std_over_seeds
 from repo_train.atomic import save_figure_atomic, write_text_atomic
+from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 FORMAT_VERSION = 1
@@ -74,44 +75,70 @@ PAPER_CLAIMS = {
 }
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/position-bias", help="output directory (created; resumes)")
-    parser.add_argument("--base", default=str(BASE), help="RoPE HF model to continue (default: the built-in)")
+PROG = "scripts/reproduce_position_bias.py"
+
+
+def build_parser() -> ConfigParser:
+    """The recipe's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--out", type=str, default="outputs/position-bias", help="output directory (created; resumes)")
+    parser.add_argument("--base", type=str, default=str(BASE), help="RoPE HF model to continue (default: the built-in)")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds (0, 1, ...)")
     parser.add_argument("--steps", type=int, default=400, help="continual-training steps per seed")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (linear decay to 0)")
     parser.add_argument("--pairs", type=int, default=64, help="pairs per prompt (training and evaluation)")
-    parser.add_argument("--distinct-keys", type=int, default=8, help="distinct keys per prompt (the rest repeat)")
-    parser.add_argument("--edge-width", type=int, default=4, help="training gold in the first/last this many pairs")
     parser.add_argument(
-        "--edge-share", type=float, default=1.0, help="share of training examples with the gold at an edge"
+        "--distinct_keys", "--distinct-keys", type=int, default=8, help="distinct keys per prompt (the rest repeat)"
     )
-    parser.add_argument("--eval-positions", type=int, default=8, help="evenly spaced gold positions evaluated")
-    parser.add_argument("--eval-examples", type=int, default=50, help="held-out examples per gold position")
-    parser.add_argument("--search-examples", type=int, default=32, help="search examples per subset (x3 prompts)")
+    parser.add_argument(
+        "--edge_width", "--edge-width", type=int, default=4, help="training gold in the first/last this many pairs"
+    )
+    parser.add_argument(
+        "--edge_share",
+        "--edge-share",
+        type=float,
+        default=1.0,
+        help="share of training examples with the gold at an edge",
+    )
+    parser.add_argument(
+        "--eval_positions", "--eval-positions", type=int, default=8, help="evenly spaced gold positions evaluated"
+    )
+    parser.add_argument(
+        "--eval_examples", "--eval-examples", type=int, default=50, help="held-out examples per gold position"
+    )
+    parser.add_argument(
+        "--search_examples", "--search-examples", type=int, default=32, help="search examples per subset (x3 prompts)"
+    )
     parser.add_argument("--generations", type=int, default=20, help="LPES breeding rounds (paper: 20)")
     parser.add_argument("--population", type=int, default=32, help="LPES population (paper: 32 = 12 + 4 + 16)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The recipe's domain checks (jsonargparse checked the types), each a ValueError naming the option."""
     for name in ("seeds", "steps", "pairs", "eval_examples", "search_examples", "threads", "population"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if args.generations < 0:
-        parser.error("--generations must be >= 0")
+        raise ValueError("--generations must be >= 0")
     if not 2 <= args.distinct_keys <= min(8, args.pairs):
-        parser.error(f"--distinct-keys must be in [2, {min(8, args.pairs)}] (one-character keys give 8)")
+        raise ValueError(f"--distinct-keys must be in [2, {min(8, args.pairs)}] (one-character keys give 8)")
     if not 1 <= args.edge_width or 2 * args.edge_width >= args.pairs:
-        parser.error(f"--edge-width must be >= 1 and leave middle positions: 2 x {args.edge_width} < {args.pairs}")
+        raise ValueError(f"--edge-width must be >= 1 and leave middle positions: 2 x {args.edge_width} < {args.pairs}")
     if not 0.0 <= args.edge_share <= 1.0:
-        parser.error(f"--edge-share must be in [0, 1], got {args.edge_share}")
+        raise ValueError(f"--edge-share must be in [0, 1], got {args.edge_share}")
     if not 3 <= args.eval_positions <= args.pairs:
-        parser.error("--eval-positions must be in [3, --pairs]")
+        raise ValueError("--eval-positions must be in [3, --pairs]")
     if args.population < 4:
-        parser.error("--population must be >= 4 (parents, crossover and mutation offspring)")
+        raise ValueError("--population must be >= 4 (parents, crossover and mutation offspring)")
     if not (Path(args.base) / "config.json").is_file():
-        parser.error(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
-    return args
+        raise ValueError(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
 
 
 # ------------------------------------------------------------------ positions, data, configs
@@ -161,11 +188,13 @@ def training_config(out: Path, seed: int, data: Path, args: argparse.Namespace) 
         "model": {"init_from": str(args.base), "position_method": "rope", "lr": args.lr, "warmup_steps": 20},
         "data": {
             "train": {
-                "source": "prompt_completion",
-                "paths": [str(data)],
-                "tokenizer": str(args.base),
-                "seq_len": 3 * args.pairs + 8,
-                "seed": seed,
+                "class_path": "repo_train.data.PromptCompletionData",
+                "init_args": {
+                    "paths": [str(data)],
+                    "tokenizer": str(args.base),
+                    "seq_len": 3 * args.pairs + 8,
+                    "seed": seed,
+                },
             },
             "global_batch_size": 32,
             "micro_batch_size": 32,
@@ -426,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "config.yaml", dump_config(script_config(build_parser(), args)))  # --config replays it
     run = CommandRunner(
         out, description="Commands of scripts/reproduce_position_bias.py, in order.", cwd=ROOT, fresh=False,
         env={"OMP_NUM_THREADS": str(args.threads)},

@@ -41,6 +41,7 @@ from evaluation.results import RECORDS_FILE, load_summary, read_records, write_j
 from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_words, reversed_answer
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
 from repo_train.atomic import save_figure_atomic, write_text_atomic
+from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 FORMAT_VERSION = 1
@@ -54,52 +55,79 @@ PAPER_CLAIM = (
 )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/reversal", help="output directory (created; resumes)")
+PROG = "scripts/reproduce_reversal.py"
+
+
+def build_parser() -> ConfigParser:
+    """The reproduction's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--out", type=str, default="outputs/reversal", help="output directory (created; resumes)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per method (0, 1, ...)")
-    parser.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated position methods")
+    parser.add_argument(
+        "--methods",
+        type=list[str] | str,
+        default=list(ALL_METHODS),
+        help="position methods: comma-separated on the command line, or a list",
+    )
     parser.add_argument("--steps", type=int, default=1500, help="training steps per model")
     parser.add_argument("--hidden", type=int, default=128, help="model width (4 layers, 4 heads, FFN 4x)")
     parser.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (linear decay to 0)")
     parser.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
-    parser.add_argument("--batch-size", type=int, default=32, help="sequences per step")
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=32, help="sequences per step")
     parser.add_argument(
+        "--train_examples",
         "--train-examples",
         type=int,
         default=50000,
         help="training sequences per seed (steps x batch = 48,000 are used)",
     )
-    parser.add_argument("--examples-per-length", type=int, default=50, help="test sequences per length")
-    parser.add_argument("--train-lengths", default="2-20", help="training lengths MIN-MAX (paper: 2-20)")
-    parser.add_argument("--test-lengths", default="2-30", help="test lengths MIN-MAX (paper: 2-30)")
-    parser.add_argument("--eval-batch-size", type=int, default=32, help="prompts per forward in evaluation")
+    parser.add_argument(
+        "--examples_per_length", "--examples-per-length", type=int, default=50, help="test sequences per length"
+    )
+    parser.add_argument(
+        "--train_lengths", "--train-lengths", type=str, default="2-20", help="training lengths MIN-MAX (paper: 2-20)"
+    )
+    parser.add_argument(
+        "--test_lengths", "--test-lengths", type=str, default="2-30", help="test lengths MIN-MAX (paper: 2-30)"
+    )
+    parser.add_argument(
+        "--eval_batch_size", "--eval-batch-size", type=int, default=32, help="prompts per forward in evaluation"
+    )
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help="torch threads per command (OMP_NUM_THREADS); 1 is fastest on a shared 2-core CPU",
     )
-    args = parser.parse_args(argv)
-    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The domain checks (a ValueError naming the option); sets `methods` as a list and the length bounds."""
+    methods = args.methods.split(",") if isinstance(args.methods, str) else args.methods
+    args.methods = [m.strip() for m in methods if m.strip()]
     unknown = sorted(set(args.methods) - set(ALL_METHODS))
     if unknown or not args.methods:
-        parser.error(f"--methods: unknown {unknown}; choose from {list(ALL_METHODS)}")
-    args.train_min, args.train_max = _length_range(parser, "--train-lengths", args.train_lengths)
-    args.test_min, args.test_max = _length_range(parser, "--test-lengths", args.test_lengths)
+        raise ValueError(f"--methods: unknown {unknown}; choose from {list(ALL_METHODS)}")
+    args.train_min, args.train_max = _length_range("--train-lengths", args.train_lengths)
+    args.test_min, args.test_max = _length_range("--test-lengths", args.test_lengths)
     for name in ("seeds", "steps", "hidden", "batch_size", "train_examples", "examples_per_length", "threads"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    return args
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
 
 
-def _length_range(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, int]:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv, check_options)
+
+
+def _length_range(flag: str, text: str) -> tuple[int, int]:
     try:
         low, high = (int(part) for part in text.split("-"))
     except ValueError:
-        parser.error(f"{flag} must look like 2-20, got {text!r}")
+        raise ValueError(f"{flag} must look like 2-20, got {text!r}") from None
     if not 1 <= low <= high:
-        parser.error(f"{flag}: need 1 <= MIN <= MAX, got {text!r}")
+        raise ValueError(f"{flag}: need 1 <= MIN <= MAX, got {text!r}")
     return low, high
 
 
@@ -171,11 +199,8 @@ def training_config(
         },
         "data": {
             "train": {
-                "source": "prompt_completion",
-                "paths": [str(data)],
-                "tokenizer": str(tokenizer_dir),
-                "seq_len": seq_len,
-                "seed": seed,
+                "class_path": "repo_train.data.PromptCompletionData",
+                "init_args": {"paths": [str(data)], "tokenizer": str(tokenizer_dir), "seq_len": seq_len, "seed": seed},
             },
             "global_batch_size": args.batch_size,
             "micro_batch_size": args.batch_size,
@@ -513,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     out = Path(args.out) if Path(args.out).is_absolute() else (Path.cwd() / args.out)
     out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "config.yaml", dump_config(script_config(build_parser(), args)))  # --config replays it
     threads = {name: str(args.threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     run = CommandRunner(
         out, description="The commands scripts/reproduce_reversal.py ran, in order.", cwd=ROOT, fresh=False, env=threads

@@ -37,6 +37,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCau
 import repo_train  # noqa: F401  (registers repo_olmo2)
 from evaluation.models import byte_tokenizer
 from repo_train.cli_errors import EXIT_USAGE
+from repo_train.data import DataSource, OlmoNumpyData, PromptCompletionData, SyntheticData, TextData
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from repo_train.run_lock import LOCK_FILE, RunLockedError, run_lock
@@ -500,18 +501,20 @@ def _file(name: str, data: str | bytes) -> Callable[[Context], Path]:
     return make
 
 
-def _data(source: str, file: Callable[[Context], Path] | None = None, **options) -> Callable[[Context], list[str]]:
+def _data(
+    source: type[DataSource], file: Callable[[Context], Path] | None = None, **options
+) -> Callable[[Context], list[str]]:
     """`--data.train` of one source reading `file` (text sources get the byte tokenizer saved under ctx.tmp)."""
 
     def make(ctx: Context) -> list[str]:
-        train = {"source": source, **options}
+        train = dict(options)
         if file is not None:
-            train["mix_file" if source == "olmo_numpy" else "paths"] = (
-                str(file(ctx)) if source == "olmo_numpy" else [str(file(ctx))]
+            train["mix_file" if source is OlmoNumpyData else "paths"] = (
+                str(file(ctx)) if source is OlmoNumpyData else [str(file(ctx))]
             )
-        if source in ("text", "prompt_completion"):
+        if source in (TextData, PromptCompletionData):
             train["tokenizer"] = str(_with_tokenizer(ctx.tmp / "tokenizer"))
-        return ["--data.train", json.dumps(train)]
+        return ["--data.train", json.dumps(source(**train).to_config())]
 
     return make
 
@@ -543,7 +546,7 @@ def _unwritable(ctx: Context, name: str) -> Path:
 
 #: What a checkpoint of the tiny default saves about its run (Lightning's hyper_parameters of both modules).
 SAVED_MODEL = {"init_from": None, "preset_name": "tiny", "position_method": "repo", "lr": 0.01}
-SAVED_DATA = {"train": {"source": "synthetic", "seq_len": 32}, "global_batch_size": 16, "micro_batch_size": 4}
+SAVED_DATA = {"train": SyntheticData(seq_len=32).to_config(), "global_batch_size": 16, "micro_batch_size": 4}
 
 
 def _run_checkpoint(ctx: Context, model: dict | None = None, data: dict | None = None, weights: bool = True) -> Path:
@@ -599,7 +602,9 @@ def _dir_with_file(ctx: Context) -> Path:
 
 
 def _run_tokenizer_checkpoint(tokenizer: Callable[[Context], Path]) -> Callable[[Context], Path]:
-    """A checkpoint whose run read text with the tokenizer `tokenizer(ctx)` (what export takes by default)."""
+    """A checkpoint whose run read text with the tokenizer `tokenizer(ctx)` (what export takes by default).
+
+    Its data is the `source:` dict of checkpoints written before data sources were classes."""
 
     def make(ctx: Context) -> Path:
         data = {"train": {"source": "text", "tokenizer": str(tokenizer(ctx)), "paths": ["a.txt"], "seq_len": 16}}
@@ -930,6 +935,51 @@ BAD_INPUTS = [
         EXIT_USAGE,
         "does not accept option 'model.learning_rate'",
     ),
+    # -- training: data sources are classes (class_path + init_args); the old `source:` dicts name their replacement
+    BadInput(
+        "fit-data-old-source-dict",
+        "repo_train",
+        _fit("--data.train", '{"source": "synthetic", "seq_len": 16}'),
+        EXIT_USAGE,
+        "data.train: the 'source:' form was replaced by class_path + init_args; write {class_path: "
+        "repo_train.data.SyntheticData, init_args: {seq_len: 16}}",
+    ),
+    BadInput(
+        "fit-data-old-source-in-config",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(_file("old.yaml", "data:\n  val: {source: text, seq_len: 8}\n")(ctx))]),
+        EXIT_USAGE,
+        "data.val: the 'source:' form was replaced by class_path + init_args; write {class_path: "
+        "repo_train.data.TextData, init_args: {seq_len: 8}}",
+    ),
+    BadInput(
+        "fit-data-not-a-source",
+        "repo_train",
+        _fit("--data.train", "WikiData"),
+        EXIT_USAGE,
+        "--data.train: 'WikiData' is not a data source; name one of SyntheticData, OlmoNumpyData",
+    ),
+    BadInput(
+        "fit-data-unknown-option",
+        "repo_train",
+        _fit("--data.train", "SyntheticData", "--data.train.seqlen", "16"),
+        EXIT_USAGE,
+        "--data.train: SyntheticData has no option 'seqlen'; its options are num_samples, seq_len,",
+    ),
+    BadInput(
+        "fit-data-option-not-int",
+        "repo_train",
+        _fit("--data.train", "SyntheticData", "--data.train.seq_len", "long"),
+        EXIT_USAGE,
+        "--data.train.seq_len: 'long' is not valid for SyntheticData (expected int)",
+    ),
+    BadInput(
+        "fit-data-option-without-class",
+        "repo_train",
+        _fit("--data.train.seq_len", "16"),
+        EXIT_USAGE,
+        "--data.train.seq_len needs the source's class first (no config names one): e.g. --data.train SyntheticData",
+    ),
     # -- training: model and batch settings
     BadInput(
         "fit-unknown-position-method",
@@ -1043,35 +1093,35 @@ BAD_INPUTS = [
     BadInput(
         "fit-text-jsonl-empty",
         "repo_train",
-        _fit_with(_data("text", _file("docs.jsonl", ""), seq_len=16)),
+        _fit_with(_data(TextData, _file("docs.jsonl", ""), seq_len=16)),
         EXIT_USAGE,
         "docs.jsonl' is empty",
     ),
     BadInput(
         "fit-text-jsonl-broken-line",
         "repo_train",
-        _fit_with(_data("text", _file("docs.jsonl", '{"text": "a b"}\n{"text": "c\n'), seq_len=16)),
+        _fit_with(_data(TextData, _file("docs.jsonl", '{"text": "a b"}\n{"text": "c\n'), seq_len=16)),
         EXIT_USAGE,
         "docs.jsonl:2 is not valid JSON",
     ),
     BadInput(
         "fit-text-jsonl-not-an-object",
         "repo_train",
-        _fit_with(_data("text", _file("docs.jsonl", '{"text": "a b"}\n["a", "b"]\n'), seq_len=16)),
+        _fit_with(_data(TextData, _file("docs.jsonl", '{"text": "a b"}\n["a", "b"]\n'), seq_len=16)),
         EXIT_USAGE,
         "docs.jsonl:2 holds a JSON list, not an object",
     ),
     BadInput(
         "fit-text-txt-empty",
         "repo_train",
-        _fit_with(_data("text", _file("docs.txt", ""), seq_len=16)),
+        _fit_with(_data(TextData, _file("docs.txt", ""), seq_len=16)),
         EXIT_USAGE,
         "docs.txt' is empty",
     ),
     BadInput(
         "fit-text-txt-not-utf8",
         "repo_train",
-        _fit_with(_data("text", _file("docs.txt", b"one line\n\xff\xfe binary\n"), seq_len=16)),
+        _fit_with(_data(TextData, _file("docs.txt", b"one line\n\xff\xfe binary\n"), seq_len=16)),
         EXIT_USAGE,
         "docs.txt:2 is not UTF-8 text",
     ),
@@ -1079,7 +1129,7 @@ BAD_INPUTS = [
         "fit-prompt-completion-broken-line",
         "repo_train",
         _fit_with(
-            _data("prompt_completion", _file("pc.jsonl", '{"prompt": "a", "completion": "b"}\n{"prompt": "a"\n'))
+            _data(PromptCompletionData, _file("pc.jsonl", '{"prompt": "a", "completion": "b"}\n{"prompt": "a"\n'))
         ),
         EXIT_USAGE,
         "pc.jsonl:2 is not valid JSON",
@@ -1087,35 +1137,35 @@ BAD_INPUTS = [
     BadInput(
         "fit-prompt-completion-empty",
         "repo_train",
-        _fit_with(_data("prompt_completion", _file("pc.jsonl", "\n"))),
+        _fit_with(_data(PromptCompletionData, _file("pc.jsonl", "\n"))),
         EXIT_USAGE,
         "no prompt/completion examples",
     ),
     BadInput(
         "fit-prompt-completion-not-utf8",
         "repo_train",
-        _fit_with(_data("prompt_completion", _file("pc.jsonl", b'{"prompt": "a", "completion": "\xff"}\n'))),
+        _fit_with(_data(PromptCompletionData, _file("pc.jsonl", b'{"prompt": "a", "completion": "\xff"}\n'))),
         EXIT_USAGE,
         "pc.jsonl:1 is not UTF-8 text",
     ),
     BadInput(
         "fit-olmo-numpy-no-mix-file",
         "repo_train",
-        _fit_with(_data("olmo_numpy", lambda ctx: ctx.tmp / "nowhere.txt", **NUMPY)),
+        _fit_with(_data(OlmoNumpyData, lambda ctx: ctx.tmp / "nowhere.txt", **NUMPY)),
         EXIT_USAGE,
         "nowhere.txt' does not exist",
     ),
     BadInput(
         "fit-olmo-numpy-missing-shard",
         "repo_train",
-        _fit_with(_data("olmo_numpy", _numpy_mix(None), **NUMPY)),
+        _fit_with(_data(OlmoNumpyData, _numpy_mix(None), **NUMPY)),
         EXIT_USAGE,
         "shard.npy' does not exist",
     ),
     BadInput(
         "fit-olmo-numpy-empty-shard",
         "repo_train",
-        _fit_with(_data("olmo_numpy", _numpy_mix(b""), **NUMPY)),
+        _fit_with(_data(OlmoNumpyData, _numpy_mix(b""), **NUMPY)),
         EXIT_USAGE,
         "shard.npy' is empty",
     ),
@@ -1473,7 +1523,7 @@ def test_export_reads_a_real_lightning_checkpoint_with_weights_only(tmp_path, on
 
     pl.seed_everything(0, verbose=False)
     data = RePoDataModule(
-        train={"source": "synthetic", "seq_len": 16, "num_samples": 32, "seed": 1},
+        train=SyntheticData(seq_len=16, num_samples=32, seed=1),
         global_batch_size=4,
         micro_batch_size=4,
     )

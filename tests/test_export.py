@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from evaluation.models import byte_tokenizer
+from repo_train.data import TextData
 from repo_train.export import export_checkpoint
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
@@ -83,14 +84,18 @@ def test_an_earlier_export_is_replaced_whole(tmp_path):
 
 
 @pytest.mark.slow  # three exports loading a tokenizer (~4 s on a shared core)
-def test_the_tokenizer_comes_from_the_run_or_the_command_line(tmp_path):
+@pytest.mark.parametrize("saved_as", ["class_path", "old-source-dict"])
+def test_the_tokenizer_comes_from_the_run_or_the_command_line(tmp_path, saved_as):
     byte = byte_tokenizer()
     tokenizer_dir = tmp_path / "tokenizer"
     byte.save_pretrained(tokenizer_dir)
     wide = tiny(position_method="repo", vocab_size=len(byte))
     model = RePoOlmo2ForCausalLM(wide)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    data = {"train": {"source": "text", "tokenizer": str(tokenizer_dir), "paths": ["a.txt"], "seq_len": 16}}
+    source = TextData(tokenizer=str(tokenizer_dir), paths=["a.txt"], seq_len=16)
+    # what training saves now, and what a checkpoint written before data sources were classes holds
+    old = {"source": "text", "tokenizer": str(tokenizer_dir), "paths": ["a.txt"], "seq_len": 16}
+    data = {"train": source.to_config() if saved_as == "class_path" else old}
     checkpoint = tmp_path / "run.ckpt"
     torch.save({"state_dict": state, "model_config": wide.to_dict(), "datamodule_hyper_parameters": data}, checkpoint)
     exported = export_checkpoint(checkpoint, tmp_path / "hf")
@@ -112,12 +117,12 @@ def test_an_export_of_a_text_run_is_accepted_by_evaluation(tmp_path, one_thread,
 
     byte_tokenizer().save_pretrained(tmp_path / "tokenizer")
     (tmp_path / "docs.txt").write_text("\n".join(f"key {i} value {i * 7 % 13}" for i in range(200)) + "\n")
-    train = {"source": "text", "tokenizer": str(tmp_path / "tokenizer"), "paths": [str(tmp_path / "docs.txt")]}
+    train = TextData(tokenizer=str(tmp_path / "tokenizer"), paths=[str(tmp_path / "docs.txt")], seq_len=32)
     overrides = {"vocab_size": 258, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": None}
     argv = [
         "fit", "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path / "run"),
         "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--trainer.accelerator", "cpu",
-        "--data.train", json.dumps({**train, "seq_len": 32}), "--data.global_batch_size", "4",
+        "--data.train", json.dumps(train.to_config()), "--data.global_batch_size", "4",
         "--data.micro_batch_size", "4", "--model.config_overrides", json.dumps(overrides),
         "--model.attn_implementation", "sdpa", "--checkpoint.every_n_train_steps", "2",
     ]  # fmt: skip

@@ -45,7 +45,7 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(tmp_path):
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     config = (out / "configs" / "train-repo.yaml").read_text()
-    assert "init_from:" in config and "tiny-kv-dip" in config and "prompt_completion" in config
+    assert "init_from:" in config and "tiny-kv-dip" in config and "repo_train.data.PromptCompletionData" in config
 
 
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess
@@ -125,7 +125,10 @@ def write_tiny_loop_config(tmp_path, **changes) -> Path:
             "trainer": cpu_trainer_section(3, tmp_path / "unused", log_every_n_steps=1, enable_progress_bar=False),
             "model": {"position_method": method, "lr": 1e-3, "warmup_steps": 0},
             "data": {
-                "train": {"source": "prompt_completion", "paths": [str(data)], "tokenizer": str(base), "seq_len": 32},
+                "train": {
+                    "class_path": "repo_train.data.PromptCompletionData",
+                    "init_args": {"paths": [str(data)], "tokenizer": str(base), "seq_len": 32},
+                },
                 "global_batch_size": 8,
                 "micro_batch_size": 8,
             },
@@ -267,11 +270,14 @@ def test_data_a_loop_reads_is_checked_before_training(tmp_path):
     qs = load_script("quickstart")
     path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])
     train = yaml.safe_load((tmp_path / "train-rope.yaml").read_text())
-    train["data"]["train"] = {**train["data"]["train"], "source": "olmo_numpy", "mix_file": "data/nowhere/mix.txt"}
+    train["data"]["train"] = {"class_path": "OlmoNumpyData", "init_args": {"mix_file": "data/nowhere/mix.txt"}}
+    train["data"]["val"] = {"source": "synthetic", "seq_len": 32}  # the old form, which training refuses
     (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
     args = qs.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
     values = {"out": "o", "base": args.loop.base, "python": sys.executable}
     problems = loop_config.machine_problems(args.loop, ROOT, values)
-    assert any("data.train.mix_file: data/nowhere/mix.txt does not exist here" in p for p in problems), problems
+    missing = "data.train.init_args.mix_file: data/nowhere/mix.txt does not exist here"
+    assert any(missing in p for p in problems), problems
     assert any(f"search.args: --data-dir {tmp_path / 'no-such-dir'} is not a directory" in p for p in problems)
-    assert len(problems) == 2  # the base, the launchers and the other run's data are fine
+    assert any("data.val: the 'source:' form was replaced by class_path + init_args; write" in p for p in problems)
+    assert len(problems) == 3  # the base, the launchers and the other run's data are fine

@@ -132,7 +132,7 @@ def test_smoke_run_trains_exports_evaluates_and_resumes(tmp_path):
     assert (out / "reversal.png").is_file() and "| repo |" in (out / "results.md").read_text()
     assert (out / "models" / "repo-seed0" / "tokenizer.json").is_file()
     config = (out / "configs" / "train-repo-seed0.yaml").read_text()
-    assert "prompt_completion" in config and "num_hidden_layers: 4" in config
+    assert "repo_train.data.PromptCompletionData" in config and "num_hidden_layers: 4" in config
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m evaluation run" in commands
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)

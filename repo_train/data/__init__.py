@@ -1,14 +1,14 @@
 """Training data: fixed-length token sequences for next-token prediction.
 
-Three sources share one contract (`TokenSequenceDataset`): a map-style
+The sources share one contract (`TokenSequenceDataset`): a map-style
 dataset where sample i is always the same `{"input_ids": LongTensor[seq_len]}`,
 an epoch order that depends only on (seed, epoch), and `ResumableSampler`,
 which turns "samples consumed so far" into the next indices of each rank.
 Because nothing else holds state, resuming a run is just restoring one number.
 
 The shared pieces live here (above the imports of the sources, which use
-them); below them are the public names and the small registry behind
-`build_data_source`.
+them); below them are the public names, among them the typed sources a
+training config names (`DataSource` and its subclasses, repo_train/data/config.py).
 """
 
 from __future__ import annotations
@@ -219,11 +219,15 @@ class ResumableSampler(Sampler[int]):
 
 # The sources import the helpers above, hence these imports come after them.
 from repo_train.data.config import (
-    DataConfig,
-    OlmoNumpyDataConfig,
-    PromptCompletionDataConfig,
-    SyntheticDataConfig,
-    TextDataConfig,
+    BUILT_IN_SOURCES,
+    DataSource,
+    OlmoNumpyData,
+    PromptCompletionData,
+    SyntheticData,
+    TextData,
+    legacy_source_message,
+    saved_source_options,
+    source_class,
 )
 from repo_train.data.olmo_numpy import (
     DOLMA2_EOS_TOKEN_ID,
@@ -237,52 +241,30 @@ from repo_train.data.olmo_numpy import (
 from repo_train.data.synthetic import SyntheticDataset
 from repo_train.data.text import TextDataset, load_tokenizer
 
-#: source name -> config class; `build_data_source` dispatches on the "source" key of a dict.
-DATA_SOURCES: dict[str, type[DataConfig]] = {}
-
-
-def register_data_source(config_cls: type[DataConfig]) -> type[DataConfig]:
-    """Add a config class (with a `source` name and a `build()`) to the registry."""
-    DATA_SOURCES[config_cls.source] = config_cls
-    return config_cls
-
-
-for _cls in (SyntheticDataConfig, OlmoNumpyDataConfig, TextDataConfig, PromptCompletionDataConfig):
-    register_data_source(_cls)
-
-
-def build_data_source(config: DataConfig | Mapping[str, Any]) -> TokenSequenceDataset:
-    """Build a dataset from a config object or a dict such as `{"source": "synthetic", "seq_len": 64}`."""
-    if isinstance(config, Mapping):
-        name = config.get("source")
-        if name not in DATA_SOURCES:
-            raise ValueError(f"unknown data source {name!r}: set 'source' to one of {sorted(DATA_SOURCES)}.")
-        config = DATA_SOURCES[name].from_dict(config)
-    return config.build()
-
-
 __all__ = [
-    "DATA_SOURCES",
+    "BUILT_IN_SOURCES",
     "DOLMA2_EOS_TOKEN_ID",
     "DOLMA2_PADDED_VOCAB_SIZE",
     "DOLMA2_PAD_TOKEN_ID",
     "DOLMA2_VOCAB_SIZE",
-    "DataConfig",
-    "OlmoNumpyDataConfig",
+    "DataSource",
+    "OlmoNumpyData",
     "OlmoNumpyDataset",
+    "PromptCompletionData",
     "ResumableSampler",
-    "SyntheticDataConfig",
+    "SyntheticData",
     "SyntheticDataset",
-    "TextDataConfig",
+    "TextData",
     "TextDataset",
     "TokenSequenceDataset",
-    "build_data_source",
     "check_seed",
     "check_seq_len",
     "dtype_for_vocab",
     "epoch_order",
     "expand_paths",
+    "legacy_source_message",
     "load_tokenizer",
     "read_mix_file",
-    "register_data_source",
+    "saved_source_options",
+    "source_class",
 ]

@@ -1,48 +1,177 @@
-"""Typed configs of the three data sources: plain names and numbers, so they live in YAML and CLIs.
+"""Training data sources as typed classes: what `data.train` and `data.val` of a training config name.
 
-`to_dict()` adds the source name under "source"; `from_dict()` reads it back and
-rejects unknown keys, naming the valid ones. `build()` makes the dataset; the
-dataset constructors hold all the checks, so a config is validated when built.
+A source is written the way LightningCLI writes a model, `class_path` + `init_args`:
+
+    data:
+      train:
+        class_path: repo_train.data.OlmoNumpyData
+        init_args: {mix_file: data/olmo2-stage2/mix.txt, seq_len: 4096}
+
+or on the command line `--data.train SyntheticData --data.train.seq_len 64`.
+Each source holds plain names and numbers; `build()` makes the dataset, whose
+constructor holds the checks, so a source is validated when built.
+`to_config()` / `from_config()` convert to and from that mapping (checkpoints
+store it); `from_legacy_dict()` reads the `{"source": "synthetic", ...}` dicts
+that configured data before these classes, as checkpoints of that time hold them.
 """
 
 from __future__ import annotations
 
+import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+import yaml
 from transformers import PreTrainedTokenizerBase
 
+from repo_train.data import TokenSequenceDataset
 from repo_train.data.olmo_numpy import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE, OlmoNumpyDataset
 from repo_train.data.prompt_completion import PromptCompletionDataset
 from repo_train.data.synthetic import SyntheticDataset
 from repo_train.data.text import TextDataset
 
+#: The package that exports the built-in sources; class paths are written with it (`repo_train.data.TextData`).
+PUBLIC_MODULE = "repo_train.data"
 
-class _DictRoundTrip:
-    source: ClassVar[str]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, **asdict(self)}  # type: ignore[call-overload]
+class DataSource(ABC):
+    """A source of fixed-length token sequences: a dataclass of plain options with a `build()`.
+
+    Subclass it (a dataclass whose fields have one-line docstrings, as below) to add a source;
+    `class_path` then names it in configs, no registry needed.
+    """
+
+    #: Its name in the `source:` dicts of old configs and checkpoints (built-in sources only).
+    legacy_name: ClassVar[str | None] = None
+    #: Every source has one (the model's context must hold it).
+    seq_len: int
+
+    @abstractmethod
+    def build(self) -> TokenSequenceDataset:
+        """The dataset these options describe (its constructor checks them)."""
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]):
-        values = dict(data)
-        source = values.pop("source", cls.source)
-        if source != cls.source:
-            raise ValueError(f"{cls.__name__} reads source {cls.source!r}, got {source!r}: use that source's config.")
+    def class_path(cls) -> str:
+        """The import path configs name this class by (the package's for the built-in ones, as jsonargparse writes)."""
+        exported = getattr(importlib.import_module(PUBLIC_MODULE), cls.__name__, None) is cls
+        return f"{PUBLIC_MODULE if exported else cls.__module__}.{cls.__qualname__}"
+
+    def to_config(self) -> dict[str, Any]:
+        """`{class_path, init_args}` with every field: plain data for YAML, the CLI and checkpoints."""
+        return {"class_path": self.class_path(), "init_args": asdict(self)}
+
+    @staticmethod
+    def from_config(config: DataSource | Mapping[str, Any], where: str = "data source") -> DataSource:
+        """A source from `{class_path, init_args}` (a short class name works too); a source is returned as it is.
+
+        `where` (e.g. "data.train") starts each error line. An old `source:` dict is refused with its replacement.
+        """
+        if isinstance(config, DataSource):
+            return config
+        if not isinstance(config, Mapping):
+            raise ValueError(  # noqa: TRY004 (a user error, reported as one line like the others)
+                f"{where}: expected a data source ({{class_path: ..., init_args: {{...}}}}), got {config!r}; "
+                f"the sources are {', '.join(c.__name__ for c in BUILT_IN_SOURCES)} (repo_train.data)."
+            )
+        if "source" in config:
+            raise ValueError(legacy_source_message(config, where))
+        unknown = sorted(set(config) - {"class_path", "init_args"})
+        if unknown or "class_path" not in config:
+            problem = f"unknown key(s) {unknown}" if unknown else "no class_path"
+            raise ValueError(f"{where}: {problem}; a data source is {{class_path: ..., init_args: {{...}}}}.")
+        cls = source_class(config["class_path"], where)
+        return cls._from_options(dict(config.get("init_args") or {}), f"{where}.init_args")
+
+    @staticmethod
+    def from_legacy_dict(data: Mapping[str, Any]) -> DataSource:
+        """A source from an old `{"source": "synthetic", "seq_len": 64, ...}` dict (checkpoints written before)."""
+        options = dict(data)
+        name = options.pop("source", None)
+        classes = {cls.legacy_name: cls for cls in BUILT_IN_SOURCES}
+        if name not in classes:
+            raise ValueError(f"unknown data source {name!r} in an old 'source:' dict; it was one of {sorted(classes)}.")
+        return classes[name]._from_options(options, f"the old {name} data dict")
+
+    @staticmethod
+    def from_saved(value: DataSource | Mapping[str, Any] | None) -> DataSource | None:
+        """What a checkpoint holds for a source, either form (`{class_path, init_args}` or an old `source:` dict)."""
+        if isinstance(value, Mapping) and "source" in value:
+            return DataSource.from_legacy_dict(value)
+        return None if value is None else DataSource.from_config(value, "the checkpoint's data source")
+
+    @classmethod
+    def _from_options(cls, options: dict[str, Any], where: str) -> DataSource:
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"unknown {cls.source} data option(s) {unknown}; valid options are {sorted(known)}.")
-        return cls(**values)
+            raise ValueError(f"{where}: unknown {cls.__name__} option(s) {unknown}; valid options are {sorted(known)}.")
+        return cls(**options)
+
+
+def saved_source_options(value: Any) -> dict[str, Any]:
+    """The options of a source as a checkpoint saved it, either form, without importing any class it names
+    (export reads checkpoints it need not trust)."""
+    if not isinstance(value, Mapping):
+        return {}
+    if "class_path" in value:
+        options = value.get("init_args")
+        return dict(options) if isinstance(options, Mapping) else {}
+    return {k: v for k, v in value.items() if k != "source"}
+
+
+def source_class(class_path: str, where: str = "data source") -> type[DataSource]:
+    """The `DataSource` subclass `class_path` names: a dotted import path, or the name of a loaded subclass."""
+    fix = (
+        f"name one of {', '.join(c.__name__ for c in BUILT_IN_SOURCES)} (repo_train.data) or the import path of "
+        "another DataSource subclass"
+    )
+    if not isinstance(class_path, str) or not class_path:
+        raise ValueError(f"{where}: class_path must be a class name, got {class_path!r}; {fix}.")
+    if "." in class_path:
+        module_name, _, name = class_path.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module_name), name, None)
+        except ImportError:
+            found = None
+    else:
+        found = next((cls for cls in _subclasses(DataSource) if cls.__name__ == class_path), None)
+    if not (isinstance(found, type) and issubclass(found, DataSource)) or found is DataSource:
+        raise ValueError(f"{where}: class_path {class_path!r} is not a data source; {fix}.")
+    return found
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
+def legacy_source_message(data: Mapping[str, Any], where: str = "data.train") -> str:
+    """The one line for an old `source:` dict given as configuration: what replaced it, for this very dict."""
+    options = {k: v for k, v in data.items() if k != "source"}
+    classes = {cls.legacy_name: cls for cls in BUILT_IN_SOURCES}
+    cls = classes.get(data.get("source"))
+    if cls is not None:
+        class_path, note = cls.class_path(), ""
+    else:
+        class_path = f"{PUBLIC_MODULE}.{'|'.join(c.__name__ for c in BUILT_IN_SOURCES)}"
+        note = f" ({data.get('source')!r} was not a source either)"
+    return (
+        f"{where}: the 'source:' form was replaced by class_path + init_args{note}; write "
+        f"{{class_path: {class_path}, init_args: {_flow(options)}}} (docs/configuring.md lists the sources)"
+    )
+
+
+def _flow(options: Mapping[str, Any]) -> str:
+    """`options` as a one-line YAML flow mapping."""
+    return yaml.safe_dump(dict(options), default_flow_style=True, width=10**6).strip()
 
 
 @dataclass
-class SyntheticDataConfig(_DictRoundTrip):
+class SyntheticData(DataSource):
     """Synthetic copy / reverse / key-value / n-gram sequences (no files needed)."""
 
-    source: ClassVar[str] = "synthetic"
+    legacy_name: ClassVar[str | None] = "synthetic"
 
     num_samples: int = 4096
     """Number of sequences in the dataset (one epoch)."""
@@ -70,10 +199,10 @@ class SyntheticDataConfig(_DictRoundTrip):
 
 
 @dataclass
-class OlmoNumpyDataConfig(_DictRoundTrip):
+class OlmoNumpyData(DataSource):
     """OLMo tokenised numpy shards cut into fixed-length instances."""
 
-    source: ClassVar[str] = "olmo_numpy"
+    legacy_name: ClassVar[str | None] = "olmo_numpy"
 
     paths: list[str] = field(default_factory=list)
     """Shard files or globs (e.g. 'data/*.npy'), read in this order."""
@@ -104,10 +233,10 @@ class OlmoNumpyDataConfig(_DictRoundTrip):
 
 
 @dataclass
-class TextDataConfig(_DictRoundTrip):
+class TextData(DataSource):
     """Plain text documents tokenised with a Hugging Face tokenizer and packed."""
 
-    source: ClassVar[str] = "text"
+    legacy_name: ClassVar[str | None] = "text"
 
     tokenizer: str = ""
     """Tokenizer directory (or hub name when online)."""
@@ -144,10 +273,10 @@ class TextDataConfig(_DictRoundTrip):
 
 
 @dataclass
-class PromptCompletionDataConfig(_DictRoundTrip):
+class PromptCompletionData(DataSource):
     """Prompt / completion JSONL, one example a sequence, loss on the completion only."""
 
-    source: ClassVar[str] = "prompt_completion"
+    legacy_name: ClassVar[str | None] = "prompt_completion"
 
     tokenizer: str = ""
     """Tokenizer directory."""
@@ -172,4 +301,4 @@ class PromptCompletionDataConfig(_DictRoundTrip):
         return PromptCompletionDataset(paths, tokenizer=name, **options)
 
 
-DataConfig = SyntheticDataConfig | OlmoNumpyDataConfig | TextDataConfig | PromptCompletionDataConfig
+BUILT_IN_SOURCES: tuple[type[DataSource], ...] = (SyntheticData, OlmoNumpyData, TextData, PromptCompletionData)

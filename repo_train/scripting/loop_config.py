@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from repo_train.data.config import legacy_source_message
+
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
 #: Placeholders every command string may use, and those known only after the search (evaluation strings only).
@@ -184,19 +186,25 @@ def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> 
 
 def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:
     """The data each step reads, checked before the first step: the train configs' shard lists and folders
-    (`data.train.mix_file`, `data.train.paths`, validation too) and the `--data-dir` of the search and
+    (`mix_file` and `paths` of `data.train` and `data.val`) and the `--data-dir` of the search and
     evaluation arguments. A typo here would otherwise stop the loop after hours of training."""
     problems = []
     for name, train_config in config.train.methods.items():
         data = (yaml.safe_load((root / train_config).read_text()) or {}).get("data") or {}
-        for split in ("train", "validation"):
+        for split in ("train", "val"):
             source = data.get(split) or {}
-            named = [("mix_file", source.get("mix_file"))] + [("paths", path) for path in source.get("paths") or []]
+            if "source" in source:  # the old form: training would refuse it, say so now
+                problems.append(
+                    f"train.methods.{name} ({train_config}): {legacy_source_message(source, f'data.{split}')}"
+                )
+                continue
+            options = source.get("init_args") or {}
+            named = [("mix_file", options.get("mix_file"))] + [("paths", path) for path in options.get("paths") or []]
             for key, value in named:
                 if value and not any(ch in str(value) for ch in "*?[") and not (root / str(value)).exists():
                     problems.append(
-                        f"train.methods.{name} ({train_config}): data.{split}.{key}: {value} does not exist here "
-                        "(configs/data/README.md says how to prepare it)"
+                        f"train.methods.{name} ({train_config}): data.{split}.init_args.{key}: {value} does not "
+                        "exist here (configs/data/README.md says how to prepare it)"
                     )
     for key, args in (("search.args", config.search.args), ("evaluate.args", config.evaluate.args)):
         for flag, value in itertools.pairwise(args):

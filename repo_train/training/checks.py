@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
+from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
 
 
@@ -124,6 +125,24 @@ def _show(value) -> str:
     return repr(_plain(value))
 
 
+def comparable_data(ckpt_path: str, values: dict) -> dict:
+    """The data section with its sources as full `{class_path, init_args}` mappings, so that the same source
+    compares equal however it was written: a short or long class path, options left at their defaults, or an
+    old checkpoint's `source:` dict. `train: None` is the default source it stands for."""
+    values = dict(values)
+    for key in ("train", "val"):
+        if key not in values:
+            continue
+        try:
+            source = DataSource.from_saved(values[key])
+        except ValueError as err:
+            raise ValueError(f"--ckpt_path {ckpt_path}: data.{key} cannot be read ({err})") from None
+        if source is None and key == "train":
+            source = SyntheticData()
+        values[key] = None if source is None else source.to_config()
+    return values
+
+
 def compare_resume_hparams(
     ckpt_path: str, saved: dict[str, dict], given: dict[str, dict], allow_changes: bool
 ) -> tuple[dict[str, dict], str | None]:
@@ -131,7 +150,8 @@ def compare_resume_hparams(
 
     `saved`: the checkpoint's {"model": ..., "data": ...} hyperparameters;
     `given`: the values the command line and config files set explicitly
-    (defaults excluded). A saved value that was not given is resumed as saved.
+    (defaults excluded). Data sources are compared as `comparable_data` writes
+    them. A saved value that was not given is resumed as saved.
     A given value that differs is an error naming each key and both values,
     unless `allow_changes` (--allow_hparam_changes true): then the given value
     wins, except for the keys in FIXED_ON_RESUME, which are always an error.
@@ -139,6 +159,8 @@ def compare_resume_hparams(
     Returns (the saved values to use, per section; a one-line warning listing
     the accepted changes, or None).
     """
+    saved = {**saved, "data": comparable_data(ckpt_path, saved.get("data", {}))}
+    given = {**given, "data": comparable_data(ckpt_path, given.get("data", {}))}
     take: dict[str, dict] = {"model": {}, "data": {}}
     changed, fixed = [], []
     for section in ("model", "data"):

@@ -25,10 +25,12 @@ shape, position method and training data never change on resume). See
 from __future__ import annotations
 
 import argparse
+import ast
 import logging
 import re
 import sys
 from contextlib import ExitStack
+from dataclasses import fields
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
@@ -36,6 +38,7 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
+from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
 from repo_train.progress import is_terminal
 from repo_train.run_lock import locked_directory
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
@@ -198,6 +201,8 @@ def parse_error_line(message: str, subcommand: str | None) -> str:
         line = f"the config is not valid YAML: {' '.join(text.split(':', 1)[1].split())}"
     elif key and key.group(1) == "config":
         line = f"--config: {' '.join(key.group(2).split())}"
+    elif key and key.group(1) in ("data.train", "data.val"):
+        return data_source_error_line(key.group(1), key.group(2))
     elif key:
         name, rest = key.groups()
         got = re.search(r"(?:Got value|Given value): (.*)", rest)
@@ -214,6 +219,58 @@ def parse_error_line(message: str, subcommand: str | None) -> str:
         line = line[:397] + "..."
     command = f"python -m repo_train {subcommand}" if subcommand else "python -m repo_train fit"
     return f"{line} ({command} --help lists the options)"
+
+
+def data_source_error_line(key: str, message: str) -> str:
+    """jsonargparse's error about a `data.train` / `data.val` source as one line naming the fix.
+
+    Its message lists every member of `DataSource | None` it tried; the useful part is the given value
+    (an old `source:` dict, a class that is not a source, an option without a class) or the class's
+    complaint (an unknown option, a value of the wrong type).
+    """
+    names = ", ".join(cls.__name__ for cls in BUILT_IN_SOURCES)
+    given = re.search(r"Given value: (.*)\s*$", message)
+    value = given.group(1).strip() if given else ""
+    nested = re.fullmatch(r"NestedArg\(key='([^']*)', val='(.*)'\)", value)
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        literal = value
+    complaint = re.search(
+        r"Problem with given class_path '([^']+)':\s*(.*?)\n\s*- Expected a <class 'NoneType'>", message, re.DOTALL
+    )
+    if isinstance(literal, dict) and "source" in literal:
+        return legacy_source_message(literal, key)
+    if complaint:
+        class_path, detail = complaint.group(1), " ".join(complaint.group(2).split())
+        try:
+            cls = source_class(class_path, f"--{key}")
+        except ValueError as err:
+            return str(err)
+        help_hint = f"(python -m repo_train fit --{key}.help {cls.__name__} lists them)"
+        option = re.fullmatch(r"Option '([^']+)' is not accepted", detail)
+        if option:
+            valid = ", ".join(f.name for f in fields(cls))
+            return f"--{key}: {cls.__name__} has no option {option.group(1)!r}; its options are {valid} {help_hint}"
+        wrong = re.fullmatch(r'Parser key "([^"]+)": Expected an? (.+?)\. Got value: (.*)', detail)
+        if wrong:
+            expected = re.sub(r"<class '([\w.]+)'>", r"\1", wrong.group(2))
+            return f"--{key}.{wrong.group(1)}: {wrong.group(3)!r} is not valid for {cls.__name__} (expected {expected})"
+        return f"--{key}: {cls.__name__}: {detail} {help_hint}"
+    if nested:
+        return (
+            f"--{key}.{nested.group(1)} needs the source's class first (no config names one): e.g. "
+            f"--{key} SyntheticData --{key}.{nested.group(1)} {nested.group(2)}; the sources are {names}"
+        )
+    if isinstance(literal, dict):
+        return (
+            f"--{key}: {value} has no class_path; write {{class_path: SyntheticData, init_args: {{...}}}} "
+            f"(the sources are {names})"
+        )
+    return (
+        f"--{key}: {value!r} is not a data source; name one of {names} (repo_train.data) or the import path "
+        "of another DataSource subclass"
+    )
 
 
 def run(argv: list[str]) -> int:
@@ -269,7 +326,7 @@ def check_config_file(path: str) -> dict:
     devices = trainer.devices if isinstance(trainer.devices, int) else 1
     world = devices * (trainer.num_nodes or 1)
     accumulation = RePoDataModule.accumulation(data.global_batch_size, data.micro_batch_size, world)
-    seq_len = (data.train or {}).get("seq_len", 128)
+    seq_len = (DataSource.from_config(data.train.as_dict(), "data.train") if data.train else SyntheticData()).seq_len
     if seq_len > model_config.max_position_embeddings:
         raise ValueError(f"{path}: seq_len {seq_len} > max_position_embeddings {model_config.max_position_embeddings}")
     return {

@@ -17,7 +17,7 @@ from typing import Any
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Sampler
 
-from repo_train.data import ResumableSampler, TokenSequenceDataset, build_data_source
+from repo_train.data import DataSource, ResumableSampler, SyntheticData, TokenSequenceDataset
 
 
 def silence_loader_warnings() -> None:
@@ -66,25 +66,30 @@ class RunSampler(Sampler[int]):
 class RePoDataModule(pl.LightningDataModule):
     def __init__(
         self,
-        train: dict | None = None,
-        val: dict | None = None,
+        train: DataSource | None = None,
+        val: DataSource | None = None,
         global_batch_size: int = 16,
         micro_batch_size: int = 8,
         num_workers: int = 0,
     ):
         """
         Args:
-            train: data source, e.g. {"source": "synthetic", "seq_len": 128} or
-                {"source": "olmo_numpy", "paths": [...], "seq_len": 4096}; see repo_train.data.
-            val: optional validation source (same format).
+            train: training data, e.g. `SyntheticData(seq_len=128)` or `OlmoNumpyData(mix_file=..., seq_len=4096)`
+                (in a config: class_path + init_args); None is `SyntheticData()`. See repo_train.data.
+            val: optional validation data (same form).
             global_batch_size: sequences per optimizer step, over all processes.
             micro_batch_size: sequences per forward pass on one process.
             num_workers: DataLoader worker processes.
         """
         super().__init__()
+        self.train_source = DataSource.from_config(train, "data.train") if train is not None else SyntheticData()
+        self.val_source = DataSource.from_config(val, "data.val") if val is not None else None
+        # Saved as plain {class_path, init_args} mappings, the form LightningCLI's config.yaml has: checkpoints
+        # then load with weights_only=True and the logged hparams are YAML. (`save_hyperparameters` reads these
+        # locals; under LightningCLI it stores the parsed config, which has that form already.)
+        train = self.train_source.to_config() if train is not None else None
+        val = self.val_source.to_config() if val is not None else None
         self.save_hyperparameters()
-        self.train_config = dict(train or {"source": "synthetic"})
-        self.val_config = dict(val) if val else None
         self.train_dataset: TokenSequenceDataset | None = None
         self.val_dataset: TokenSequenceDataset | None = None
         self.sampler: ResumableSampler | None = None
@@ -107,9 +112,9 @@ class RePoDataModule(pl.LightningDataModule):
     def build_sources(self) -> None:
         """Read (and check) the data sources; the training command calls it before anything is written."""
         if self.train_dataset is None:
-            self.train_dataset = build_data_source(self.train_config)
-        if self.val_config and self.val_dataset is None:
-            self.val_dataset = build_data_source(self.val_config)
+            self.train_dataset = self.train_source.build()
+        if self.val_source is not None and self.val_dataset is None:
+            self.val_dataset = self.val_source.build()
 
     def check_model(self, config) -> None:
         """The data fits a model of this config: ids below its vocabulary, sequences within its context."""
@@ -162,12 +167,13 @@ class RePoDataModule(pl.LightningDataModule):
         return self.trainer.global_step * self.hparams.global_batch_size
 
     def state_dict(self) -> dict[str, Any]:
-        return {"consumed_samples": self.consumed_samples(), "train": self.train_config}
+        return {"consumed_samples": self.consumed_samples(), "train": self.train_source.to_config()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("train") not in (None, self.train_config):
+        saved = DataSource.from_saved(state.get("train"))  # checkpoints before typed sources hold a `source:` dict
+        if saved is not None and saved != self.train_source:
             raise ValueError(
                 "the checkpoint was trained on a different data config; resume with the same `data.train` "
-                f"(checkpoint: {state.get('train')}, now: {self.train_config})."
+                f"(checkpoint: {saved.to_config()}, now: {self.train_source.to_config()})."
             )
         self._consumed = int(state["consumed_samples"])

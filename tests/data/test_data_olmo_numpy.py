@@ -9,7 +9,7 @@ from olmo_core.data import TokenizerConfig
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from repo_train.data import OlmoNumpyDataConfig, OlmoNumpyDataset, dtype_for_vocab, olmo_numpy, read_mix_file
+from repo_train.data import OlmoNumpyData, OlmoNumpyDataset, dtype_for_vocab, olmo_numpy, read_mix_file
 
 EOS = 100257
 SMALL = {"vocab_size": 1000, "eos_token_id": 999, "pad_token_id": 998}
@@ -44,7 +44,7 @@ def _dataset(shards, **kwargs):
 
 def test_dolma2_defaults_come_from_olmo_core():
     dolma2 = TokenizerConfig.dolma2()
-    config = OlmoNumpyDataConfig()
+    config = OlmoNumpyData()
     assert (config.vocab_size, config.eos_token_id, config.pad_token_id) == (100278, 100257, 100277)
     assert (dolma2.vocab_size, dolma2.eos_token_id, dolma2.pad_token_id) == (100278, 100257, 100277)
     assert olmo_numpy.DOLMA2_PADDED_VOCAB_SIZE == 100352 and config.seq_len == 4096

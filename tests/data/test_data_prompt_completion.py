@@ -6,7 +6,7 @@ import pytest
 import torch
 from float_checks import assert_close_to_scale
 
-from repo_train.data import build_data_source
+from repo_train.data import PromptCompletionData
 from repo_train.data.prompt_completion import IGNORE_INDEX
 
 
@@ -21,9 +21,7 @@ def byte_tokenizer_dir(tmp_path):
 def test_labels_cover_the_completion_and_eos_only(tmp_path, byte_tokenizer_dir):
     data = tmp_path / "pc.jsonl"
     data.write_text(json.dumps({"prompt": "Key: ab", "completion": " 7"}) + "\n")
-    dataset = build_data_source(
-        {"source": "prompt_completion", "paths": [str(data)], "tokenizer": str(byte_tokenizer_dir), "seq_len": 16}
-    )
+    dataset = PromptCompletionData(paths=[str(data)], tokenizer=str(byte_tokenizer_dir), seq_len=16).build()
     item = dataset[0]
     prompt = [b + 2 for b in b"Key: ab"]  # byte tokenizer: id = byte + 2, <pad>=0, <eos>=1
     completion = [b + 2 for b in b" 7"]
@@ -35,9 +33,7 @@ def test_too_long_example_is_an_error(tmp_path, byte_tokenizer_dir):
     data = tmp_path / "pc.jsonl"
     data.write_text(json.dumps({"prompt": "x" * 30, "completion": "y"}) + "\n")
     with pytest.raises(ValueError, match="more than seq_len=16"):
-        build_data_source(
-            {"source": "prompt_completion", "paths": [str(data)], "tokenizer": str(byte_tokenizer_dir), "seq_len": 16}
-        )
+        PromptCompletionData(paths=[str(data)], tokenizer=str(byte_tokenizer_dir), seq_len=16).build()
 
 
 def test_training_uses_the_datas_labels(tmp_path, byte_tokenizer_dir):
@@ -46,9 +42,7 @@ def test_training_uses_the_datas_labels(tmp_path, byte_tokenizer_dir):
 
     data = tmp_path / "pc.jsonl"
     data.write_text(json.dumps({"prompt": "Key: ab", "completion": " 7"}) + "\n")
-    dataset = build_data_source(
-        {"source": "prompt_completion", "paths": [str(data)], "tokenizer": str(byte_tokenizer_dir), "seq_len": 16}
-    )
+    dataset = PromptCompletionData(paths=[str(data)], tokenizer=str(byte_tokenizer_dir), seq_len=16).build()
     module = RePoLightningModule(
         position_method="rope", attn_implementation="sdpa",
         config_overrides={"vocab_size": 258, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": None},

@@ -10,7 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from repo_train.data import TextDataConfig, TextDataset
+from repo_train.data import TextData, TextDataset
 
 VOCAB = {
     "[PAD]": 0,
@@ -72,12 +72,10 @@ def test_txt_lines_parquet_and_custom_field_give_the_same_stream(tokenizer, tmp_
 
 def test_tokenizer_from_a_local_directory_and_the_config(tokenizer, jsonl, tmp_path):
     tokenizer.save_pretrained(tmp_path / "tok")
-    config = TextDataConfig(
-        tokenizer=str(tmp_path / "tok"), paths=[str(jsonl)], seq_len=6, cache_dir=str(tmp_path / "hf")
-    )
+    config = TextData(tokenizer=str(tmp_path / "tok"), paths=[str(jsonl)], seq_len=6, cache_dir=str(tmp_path / "hf"))
     dataset = config.build()
     assert _rows(dataset) == [STREAM[0:6], STREAM[6:12]]
-    same = TextDataConfig(paths=[str(jsonl)], seq_len=6, cache_dir=str(tmp_path / "hf")).build(tokenizer=tokenizer)
+    same = TextData(paths=[str(jsonl)], seq_len=6, cache_dir=str(tmp_path / "hf")).build(tokenizer=tokenizer)
     assert _rows(same) == _rows(dataset)
 
 
@@ -128,7 +126,7 @@ def test_bad_inputs_are_explained(tokenizer, jsonl, tmp_path):
     with pytest.raises(ValueError, match="could not load the tokenizer"):
         TextDataset([jsonl], tokenizer=str(tmp_path / "no_tokenizer_here"), seq_len=4, cache_dir=cache)
     with pytest.raises(ValueError, match="needs a tokenizer"):
-        TextDataConfig(paths=[str(jsonl)]).build()
+        TextData(paths=[str(jsonl)]).build()
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "the cat"\n')
     with pytest.raises(ValueError, match="could not read 1 json file"):

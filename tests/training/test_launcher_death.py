@@ -10,7 +10,6 @@ torchrun training.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -122,7 +121,7 @@ def test_killing_torchrun_stops_both_training_workers(tmp_path):
         "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
         "--trainer.max_steps", "100000", "--trainer.default_root_dir", "run", "--trainer.enable_progress_bar", "false",
         "--trainer.logger", "false", "--data.global_batch_size", "4", "--data.micro_batch_size", "2",
-        "--data.train", json.dumps({"source": "synthetic", "seq_len": 16, "num_samples": 256}),
+        "--data.train", "SyntheticData", "--data.train.seq_len", "16", "--data.train.num_samples", "256",
         "--checkpoint.every_n_train_steps", "5", "--checkpoint.save_last", "false",
     ]  # fmt: skip
     log = open(tmp_path / "log.txt", "w")  # noqa: SIM115

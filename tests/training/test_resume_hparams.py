@@ -16,12 +16,16 @@ import sys
 
 import pytest
 
+from repo_train.data import OlmoNumpyData, SyntheticData
 from repo_train.training.checks import compare_resume_hparams
 
+#: What LightningCLI saves: the data source as the parsed config, {class_path, init_args} with every option.
 SAVED = {
     "model": {"position_method": "repo", "lr": 0.01, "betas": (0.9, 0.95), "init_from": None},
-    "data": {"train": {"source": "synthetic", "seq_len": 16}, "global_batch_size": 4, "micro_batch_size": 4},
+    "data": {"train": SyntheticData(seq_len=16).to_config(), "global_batch_size": 4, "micro_batch_size": 4},
 }
+#: The same run saved before data sources were classes.
+SAVED_OLD = {**SAVED, "data": {**SAVED["data"], "train": {"source": "synthetic", "seq_len": 16}}}
 
 
 def test_values_not_given_are_resumed_as_saved():
@@ -30,9 +34,33 @@ def test_values_not_given_are_resumed_as_saved():
 
 
 def test_equal_values_are_no_conflict_whatever_their_container():
-    given = {"model": {"betas": [0.9, 0.95], "lr": 0.01}, "data": {"train": {"seq_len": 16, "source": "synthetic"}}}
+    given = {"model": {"betas": [0.9, 0.95], "lr": 0.01}, "data": {}}
     take, warning = compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=False)
-    assert "lr" not in take["model"] and "train" not in take["data"] and warning is None
+    assert "lr" not in take["model"] and warning is None
+
+
+@pytest.mark.parametrize("saved", [SAVED, SAVED_OLD], ids=["saved-as-class", "saved-as-old-source-dict"])
+@pytest.mark.parametrize(
+    "train",
+    [
+        {"class_path": "SyntheticData", "init_args": {"seq_len": 16}},  # short path, defaults left out
+        {"class_path": "repo_train.data.config.SyntheticData", "init_args": {"seq_len": 16, "seed": 0}},
+        SyntheticData(seq_len=16).to_config(),
+    ],
+    ids=["short", "module-path", "full"],
+)
+def test_the_same_data_source_is_no_conflict_however_written_or_saved(saved, train):
+    given = {"model": {}, "data": {"train": train}}
+    take, warning = compare_resume_hparams("x.ckpt", saved, given, allow_changes=False)
+    assert "train" not in take["data"] and warning is None
+
+
+def test_an_old_checkpoint_resumes_its_source_in_the_new_form():
+    take, _ = compare_resume_hparams("x.ckpt", SAVED_OLD, {"model": {}, "data": {}}, allow_changes=False)
+    assert take["data"]["train"] == SyntheticData(seq_len=16).to_config()  # what the parser takes back
+    unset = {**SAVED, "data": {**SAVED["data"], "train": None}}  # the CLI's default (None) is SyntheticData()
+    given = {"model": {}, "data": {"train": {"class_path": "SyntheticData"}}}
+    assert compare_resume_hparams("x.ckpt", unset, given, allow_changes=False)[1] is None
 
 
 def test_a_different_value_is_an_error_naming_key_values_and_the_way_out():
@@ -58,14 +86,28 @@ def test_allowed_changes_win_with_a_one_line_warning():
 
 @pytest.mark.parametrize(
     ("section", "key", "value"),
-    [("model", "position_method", "rope"), ("data", "global_batch_size", 8), ("data", "train", {"source": "x"})],
+    [
+        ("model", "position_method", "rope"),
+        ("data", "global_batch_size", 8),
+        ("data", "train", {"class_path": "SyntheticData", "init_args": {"seq_len": 32}}),
+        ("data", "train", OlmoNumpyData(mix_file="mix.txt", seq_len=16).to_config()),
+    ],
 )
-def test_what_the_weights_and_data_position_depend_on_never_changes(section, key, value):
+@pytest.mark.parametrize("saved", [SAVED, SAVED_OLD], ids=["saved-as-class", "saved-as-old-source-dict"])
+def test_what_the_weights_and_data_position_depend_on_never_changes(section, key, value, saved):
     given = {"model": {}, "data": {}, section: {key: value}}
     with pytest.raises(
         ValueError, match=rf"cannot resume with other values .* {section}\.{key} = .*--model\.init_from"
     ):
-        compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=True)
+        compare_resume_hparams("x.ckpt", saved, given, allow_changes=True)
+
+
+def test_a_checkpoint_data_source_that_cannot_be_read_is_one_line():
+    broken = {**SAVED, "data": {**SAVED["data"], "train": {"source": "wiki"}}}
+    with pytest.raises(
+        ValueError, match=r"^--ckpt_path x\.ckpt: data\.train cannot be read \(unknown data source 'wiki'"
+    ):
+        compare_resume_hparams("x.ckpt", broken, {"model": {}, "data": {}}, allow_changes=False)
 
 
 @pytest.mark.slow  # two short Lightning runs in this process (~10 s)
@@ -88,7 +130,7 @@ def test_a_real_resume_takes_saved_values_and_allowed_changes_take_effect(tmp_pa
 
     first = cli(
         "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path / "a"), "--model.lr", "0.01",
-        "--data.train", '{"source": "synthetic", "seq_len": 16, "num_samples": 64}',
+        "--data.train", "SyntheticData", "--data.train.seq_len", "16", "--data.train.num_samples", "64",
         "--data.global_batch_size", "4", "--data.micro_batch_size", "2", "--checkpoint.every_n_train_steps", "2",
     )  # fmt: skip
     checkpoint = str(first.trainer.checkpoint_callback.last_model_path)
@@ -98,7 +140,7 @@ def test_a_real_resume_takes_saved_values_and_allowed_changes_take_effect(tmp_pa
     )
     assert plain.model.hparams.lr == 0.01 and plain.trainer.global_step == 4
     assert plain.datamodule.hparams.micro_batch_size == 2
-    assert plain.datamodule.train_config == {"source": "synthetic", "seq_len": 16, "num_samples": 64}
+    assert plain.datamodule.train_source == SyntheticData(seq_len=16, num_samples=64)
     assert plain.trainer.lr_scheduler_configs[0].scheduler.base_lrs == [0.01, 0.01]
     capsys.readouterr()
     # an allowed change is announced in one line and really used by the restored optimizer and schedule
@@ -112,3 +154,45 @@ def test_a_real_resume_takes_saved_values_and_allowed_changes_take_effect(tmp_pa
     groups = changed.trainer.optimizers[0].param_groups
     assert [g["initial_lr"] for g in groups] == [0.002, 0.002] and [g["weight_decay"] for g in groups] == [0.05, 0.0]
     assert changed.trainer.lr_scheduler_configs[0].scheduler.base_lrs == [0.002, 0.002]
+
+
+@pytest.mark.slow  # two short Lightning runs in this process (~10 s)
+def test_a_checkpoint_holds_plain_data_and_one_from_before_typed_sources_still_resumes(
+    tmp_path, monkeypatch, capsys, one_thread
+):
+    import torch
+
+    from repo_train.checkpoints import read_hyperparameters
+    from repo_train.training.cli import TINY_TRAINER_DEFAULTS, RePoCLI
+    from repo_train.training.datamodule import RePoDataModule
+    from repo_train.training.module import RePoLightningModule
+
+    monkeypatch.setattr(sys, "argv", ["python -m repo_train"])
+    quiet = ["--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--trainer.accelerator", "cpu"]
+    data = ["--data.train", "SyntheticData", "--data.train.seq_len", "16", "--data.train.num_samples", "64"]
+
+    def cli(root, *args):
+        return RePoCLI(
+            RePoLightningModule,
+            RePoDataModule,
+            trainer_defaults=TINY_TRAINER_DEFAULTS,
+            args=["fit", *quiet, "--trainer.default_root_dir", str(tmp_path / root), *args],
+            parser_kwargs={"exit_on_error": False},
+        )
+
+    batch = ["--data.global_batch_size", "4", "--data.micro_batch_size", "2", "--checkpoint.every_n_train_steps", "2"]
+    first = cli("a", "--trainer.max_steps", "2", *data, *batch)
+    checkpoint = first.trainer.checkpoint_callback.last_model_path
+    source = SyntheticData(seq_len=16, num_samples=64)
+    assert read_hyperparameters(checkpoint)["data"]["train"] == source.to_config()  # plain, every option
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(checkpoint) == []  # weights_only loads it
+    # the same checkpoint as a run before this change wrote it: old `source:` dicts in hparams and data state
+    state = torch.load(checkpoint, weights_only=True)
+    old = {"source": "synthetic", "seq_len": 16, "num_samples": 64}
+    state["datamodule_hyper_parameters"]["train"] = old
+    state["RePoDataModule"]["train"] = old
+    torch.save(state, tmp_path / "old.ckpt")
+    for root, given in (("b", []), ("c", data)):  # resumed as saved, or with the same source given explicitly
+        resumed = cli(root, "--ckpt_path", str(tmp_path / "old.ckpt"), "--trainer.max_steps", "4", *given)
+        assert resumed.datamodule.train_source == source and resumed.trainer.global_step == 4
+    assert "warning" not in capsys.readouterr().err

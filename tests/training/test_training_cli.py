@@ -10,6 +10,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from repo_train.data import SyntheticData
 from repo_train.training.cli import check_config_file
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule
@@ -94,7 +95,7 @@ def test_torchrun_deepspeed_cpu_config(tmp_path):
         "--trainer.max_steps", "4",
         "--trainer.default_root_dir", "run",
         "--trainer.enable_progress_bar", "false",
-        "--data.train", '{"source": "synthetic", "seq_len": 32, "num_samples": 256}',
+        "--data.train.seq_len", "32", "--data.train.num_samples", "256",  # the config names SyntheticData
         cwd=tmp_path,
         torchrun_procs=2,
     )  # fmt: skip
@@ -108,11 +109,11 @@ def test_torchrun_deepspeed_cpu_config(tmp_path):
     "args, message",
     [
         (["--data.micro_batch_size", "3"], "not divisible by micro_batch_size"),
-        (["--data.train", '{"source": "olmo_numpy", "paths": ["nowhere/*.npy"]}'], "nowhere"),
-        (["--data.train", '{"source": "synthetic", "seq_len": 4096}'], "exceeds the model's max_position_embeddings"),
+        (["--data.train", "OlmoNumpyData", "--data.train.paths", '["nowhere/*.npy"]'], "nowhere"),
+        (["--data.train", "SyntheticData", "--data.train.seq_len", "4096"], "exceeds the model's max_position_emb"),
         (["--model.config_overrides", '{"hidden_sise": 32}'], "unknown key"),
         (["--model.init_from", "no/such/dir"], "not an HF model directory"),
-        (["--data.train", '{"source": "synthetic", "vocab_size": 512}'], "vocab"),
+        (["--data.train", '{"class_path": "SyntheticData", "init_args": {"vocab_size": 512}}'], "vocab"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
@@ -133,9 +134,7 @@ class _NaNAtStep3(RePoLightningModule):
 def test_non_finite_loss_stops_and_keeps_the_last_good_state(tmp_path):
     pl.seed_everything(0, verbose=False)
     module = _NaNAtStep3(lr=3e-3, attn_implementation="sdpa")
-    data = RePoDataModule(
-        train={"source": "synthetic", "seq_len": 32, "num_samples": 256}, global_batch_size=8, micro_batch_size=8
-    )
+    data = RePoDataModule(train=SyntheticData(seq_len=32, num_samples=256), global_batch_size=8, micro_batch_size=8)
     trainer = pl.Trainer(
         accelerator="cpu", max_steps=10, logger=False, enable_progress_bar=False, use_distributed_sampler=False,
         callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_last=True)],

@@ -7,6 +7,7 @@ import torch
 from float_checks import assert_close_to_scale
 from transformers import Olmo2Config, Olmo2ForCausalLM
 
+from repo_train.data import OlmoNumpyData, SyntheticData
 from repo_train.modeling import layer_policies
 from repo_train.modeling.presets import tiny
 from repo_train.training.callbacks import LossHistory
@@ -25,7 +26,7 @@ def _fit(module, data, steps, callbacks=()):
 
 def _synthetic(seq_len=32):
     return RePoDataModule(
-        train={"source": "synthetic", "seq_len": seq_len, "num_samples": 128}, global_batch_size=4, micro_batch_size=4
+        train=SyntheticData(seq_len=seq_len, num_samples=128), global_batch_size=4, micro_batch_size=4
     )
 
 
@@ -51,8 +52,8 @@ def test_training_on_olmo_numpy_shards(tmp_path):
         tokens[::50] = 2  # document separators
         tokens.tofile(tmp_path / f"part-{name}.npy")
     data = RePoDataModule(
-        train={"source": "olmo_numpy", "paths": [str(tmp_path / "*.npy")], "seq_len": 32, "vocab_size": 256,
-               "eos_token_id": 2, "pad_token_id": 0, "dtype": "uint32", "cache_dir": str(tmp_path / "cache")},
+        train=OlmoNumpyData(paths=[str(tmp_path / "*.npy")], seq_len=32, vocab_size=256, eos_token_id=2,
+                            pad_token_id=0, dtype="uint32", cache_dir=str(tmp_path / "cache")),
         global_batch_size=4, micro_batch_size=2,
     )  # fmt: skip
     history = LossHistory()

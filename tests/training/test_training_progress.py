@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytorch_lightning as pl
 import torch
 
+from repo_train.data import SyntheticData
 from repo_train.progress import Progress
 from repo_train.training import cli  # noqa: F401  (the CLI module drops Lightning's litlogger tip)
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
@@ -23,7 +24,7 @@ def test_a_fit_with_accumulation_prints_step_lines_and_the_bar_counts_steps(tmp_
     progress = ProgressLog(every_n_steps=2, every_seconds=0)
     progress.stream = log
     data = RePoDataModule(
-        train={"source": "synthetic", "seq_len": 16, "num_samples": 64}, global_batch_size=4, micro_batch_size=2
+        train=SyntheticData(seq_len=16, num_samples=64), global_batch_size=4, micro_batch_size=2
     )  # no validation data: val_dataloader returns [], which made Lightning warn
     records = []
     handler = logging.Handler()

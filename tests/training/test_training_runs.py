@@ -14,6 +14,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from transformers import AutoModelForCausalLM
 
 import repo_train  # noqa: F401
+from repo_train.data import SyntheticData
 from repo_train.export import export_checkpoint
 from repo_train.training.callbacks import LossHistory
 from repo_train.training.checks import check_resume
@@ -42,7 +43,7 @@ def _trainer(steps, callbacks=(), **kwargs):
 
 def _data(seq_len=32, global_batch=8, micro_batch=8):
     return RePoDataModule(
-        train={"source": "synthetic", "seq_len": seq_len, "num_samples": 512, "seed": 1},
+        train=SyntheticData(seq_len=seq_len, num_samples=512, seed=1),
         global_batch_size=global_batch,
         micro_batch_size=micro_batch,
     )

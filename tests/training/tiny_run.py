@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from repo_train.data import SyntheticData
 from repo_train.training.callbacks import LossHistory
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
@@ -41,7 +42,7 @@ def main() -> None:
     pl.seed_everything(0, verbose=False)
     module = RePoLightningModule(position_method=args.method, lr=args.lr, attn_implementation="sdpa")
     data = RePoDataModule(
-        train={"source": "synthetic", "seq_len": args.seq_len, "num_samples": 512, "seed": 1},
+        train=SyntheticData(seq_len=args.seq_len, num_samples=512, seed=1),
         global_batch_size=args.global_batch,
         micro_batch_size=args.micro_batch,
     )

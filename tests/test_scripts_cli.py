@@ -1,0 +1,182 @@
+"""The scripts take their options as every command does (`repo_train.config_cli.parse_script`).
+
+For each script: `--print_config` prints the resolved defaults, the old dashed flags still parse, a bad
+value is one line with exit code 2, and `--config` of a printed config sets the same options. Only the
+parsers run here, never a script's work (except the REPO analysis, on a random tiny model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from script_loader import load_script
+
+from evaluation.models import byte_tokenizer
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    defaults: dict  # documented defaults, as --print_config prints them
+    old_flags: list[str]  # the argparse spellings the README, docs and tests use
+    parsed: dict  # what old_flags set
+    bad: list[str]  # a mistake ...
+    error: str  # ... and its one-line message
+    required: list[str] = field(default_factory=list)  # options without a default
+
+    def __str__(self) -> str:
+        return self.script
+
+
+CASES = [
+    Case(
+        "reproduce_position_bias",
+        {"out": "outputs/position-bias", "seeds": 3, "steps": 400, "lr": 0.001, "distinct_keys": 8, "edge_share": 1.0},
+        ["--edge-width", "2", "--eval-examples=7", "--seeds", "1"],
+        {"edge_width": 2, "eval_examples": 7, "seeds": 1},
+        ["--eval-positions", "99"],
+        "--eval-positions must be in [3, --pairs]",
+    ),
+    Case(
+        "reproduce_reversal",
+        {"out": "outputs/reversal", "methods": ["nope", "rope", "repo"], "steps": 1500, "train_lengths": "2-20"},
+        ["--methods", "rope,repo", "--examples-per-length", "7", "--test-lengths", "2-9"],
+        {"methods": ["rope", "repo"], "examples_per_length": 7, "test_lengths": "2-9", "test_max": 9},
+        ["--train-lengths", "2to20"],
+        "--train-lengths must look like 2-20, got '2to20'",
+    ),
+    Case(
+        "make_tiny_dip_base",
+        {"work": "outputs/tiny-kv-dip-work", "seed": 0, "steps": 400, "eval_examples": 50, "threads": 1},
+        ["--eval-examples", "3", "--seed", "2"],
+        {"eval_examples": 3, "seed": 2},
+        ["--threads", "0"],
+        "--threads must be >= 1",
+    ),
+    Case(
+        "pretrain_tiny_base",
+        {"out": "assets/tiny-kv-base", "steps": 2500, "keys": 8, "pairs": 24, "eval_every": 250, "threads": 0},
+        ["--eval-every", "5", "--keys", "4"],
+        {"eval_every": 5, "keys": 4},
+        ["--batch", "0"],
+        "option --batch: expected a positive integer, got 0",
+    ),
+    Case(
+        "analyze_repo_positions",
+        {"model": "m", "task": "kv", "task_param": [], "num_examples": 8, "seed": 0, "out": "o"},
+        ["--task-param", "num_keys=4", "--task-param=key_chars=1", "--num-examples", "3"],
+        {"task_param": ["num_keys=4", "key_chars=1"], "num_examples": 3},
+        ["--task-param", "num_keys"],
+        "--task-param expects KEY=VALUE, got 'num_keys'",
+        required=["--model", "m", "--out", "o"],
+    ),
+    Case(
+        "benchmark_calibrators",
+        {"prompts": 8, "docs": 10, "doc_words": 12, "new_tokens": 16, "batch_size": 4, "rounds": 3},
+        ["--methods", "pcd", "pi:scale=2", "--doc-words", "5", "--batch-size", "2"],
+        {"methods": ["pcd", "pi:scale=2"], "doc_words": 5, "batch_size": 2},
+        ["--methods", "pcd", "nope"],
+        "unknown method 'nope'; registered methods are",
+    ),
+    Case(
+        "benchmark_found_in_middle",
+        {"docs": 4, "examples": 2, "new_tokens": 8, "hidden": 256, "rounds": 2},
+        ["--new-tokens", "3", "--docs", "2"],
+        {"new_tokens": 3, "docs": 2},
+        ["--docs", "0"],
+        "option --docs: expected a positive integer, got 0",
+    ),
+    Case(
+        "benchmark_harness",
+        {"family": "olmo2", "prompts": 16, "min_chars": 200, "max_chars": 800, "new_tokens": 32, "rounds": 5},
+        ["--min-chars", "100", "--new-tokens", "4", "--family", "repo_olmo2"],
+        {"min_chars": 100, "new_tokens": 4, "family": "repo_olmo2"},
+        ["--min-chars", "900"],
+        "--min-chars 900 is above --max-chars 800",
+    ),
+    Case(
+        "benchmark_training",
+        {"rounds": 3, "steps": 8, "seq_len": 1024, "batch": 2, "skip_ddp": False},
+        ["--seq-len", "64", "--skip-ddp"],
+        {"seq_len": 64, "skip_ddp": True},
+        ["--rounds", "x"],
+        "option --rounds: expected a positive integer, got 'x'",
+    ),
+]
+MODULES = {case.script: load_script(case.script) for case in CASES}
+
+
+def _printed(case: Case, argv: list[str], capsys) -> str:
+    """What `--print_config` prints for `argv` (it exits 0)."""
+    with pytest.raises(SystemExit) as stop:
+        MODULES[case.script].parse_args([*argv, "--print_config"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_print_config_prints_the_resolved_defaults(case, capsys):
+    printed = yaml.safe_load(_printed(case, case.required, capsys))
+    assert {key: printed[key] for key in case.defaults} == case.defaults
+    options = vars(MODULES[case.script].parse_args(case.required))
+    assert "config" not in printed and printed == {key: options[key] for key in printed}  # what the run uses
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_old_flags_still_parse(case):
+    options = vars(MODULES[case.script].parse_args([*case.required, *case.old_flags]))
+    assert {key: options[key] for key in case.parsed} == case.parsed
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_a_bad_value_is_one_line_and_exit_code_2(case, capsys):
+    module = MODULES[case.script]
+    with pytest.raises(SystemExit) as stop:
+        module.parse_args([*case.required, *case.bad])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"{module.PROG}: error: {case.error}") and err.endswith(f"(see {module.PROG} --help)\n")
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_config_of_a_printed_config_sets_the_same_options(case, tmp_path, capsys):
+    module = MODULES[case.script]
+    text = _printed(case, [*case.required, *case.old_flags], capsys)
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    assert _printed(case, ["--config", str(config)], capsys) == text
+    assert vars(module.parse_args(["--config", str(config)])) == vars(
+        module.parse_args([*case.required, *case.old_flags])
+    )
+
+
+def test_options_beat_a_config_file_and_hidden_or_derived_values_are_not_printed(tmp_path, capsys):
+    reversal, calibrators = MODULES["reproduce_reversal"], MODULES["benchmark_calibrators"]
+    config = tmp_path / "reversal.yaml"
+    config.write_text("methods: [repo]\nsteps: 7\n")
+    options = reversal.parse_args(["--steps", "9", "--config", str(config)])
+    assert options.methods == ["repo"] and options.steps == 9 and options.train_max == 20
+    printed = yaml.safe_load(_printed(CASES[1], ["--config", str(config)], capsys))
+    assert printed["steps"] == 7 and "train_max" not in printed  # derived by the check, not an option
+    assert calibrators.parse_args(["--child", "pcd"]).child == "pcd"  # the memory run's own flag ...
+    assert "child" not in yaml.safe_load(_printed(CASES[5], ["--child", "pcd"], capsys))  # ... is not config
+
+
+def test_the_repo_analysis_stores_its_config_and_the_file_replays_it(tmp_path):
+    torch.manual_seed(0)
+    tokenizer = byte_tokenizer()
+    model = tmp_path / "repo"
+    config = tiny(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, position_method="repo")
+    RePoOlmo2ForCausalLM(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    analysis = MODULES["analyze_repo_positions"]
+    argv = ["--model", str(model), "--task-param", "num_keys=3", "--num-examples", "1", "--out", str(tmp_path / "out")]
+    analysis.main(argv)
+    stored = Path(tmp_path / "out" / "config.yaml")
+    assert vars(analysis.parse_args(["--config", str(stored)])) == vars(analysis.parse_args(argv))
