@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from evaluation.methods.base import GenerationBatch, GenerationState, MethodStack
+from repo_train.modeling.cache_keyword import cache_argument
 
 TRUNCATION_POLICIES = ("left", "middle")
 
@@ -402,7 +403,7 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
             input_ids=inputs,
             attention_mask=None if drop_mask else mask,
             position_ids=step_positions,
-            past_key_values=cache,
+            **cache_argument(cache),
             use_cache=True,
             logits_to_keep=1,
             return_dict=True,

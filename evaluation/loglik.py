@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from repo_train.modeling.cache_keyword import cache_argument
+
 
 def encode_pair(tokenizer, context: str, continuations: Sequence[str]) -> tuple[list[int], list[list[int]]]:
     """Token ids of the context and of each continuation (lm-eval's whitespace rule)."""
@@ -89,7 +91,7 @@ def continuation_scores(
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     prefix = torch.tensor([context_ids], device=device)
     first = model(
-        input_ids=prefix, position_ids=torch.arange(n_ctx, device=device)[None], past_key_values=cache, use_cache=True
+        input_ids=prefix, position_ids=torch.arange(n_ctx, device=device)[None], use_cache=True, **cache_argument(cache)
     )
     first_logprobs = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
     cache.batch_repeat_interleave(len(options))
@@ -100,7 +102,7 @@ def continuation_scores(
         input_ids=ids.to(device),
         attention_mask=full_mask.to(device),
         position_ids=positions.to(device),
-        past_key_values=cache,
+        **cache_argument(cache),
         use_cache=True,
     )
     logprobs = torch.log_softmax(rest.logits.float(), dim=-1)

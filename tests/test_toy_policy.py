@@ -16,7 +16,7 @@ import pytest
 import torch
 from float_checks import assert_close_to_scale, assert_greedy
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
 from evaluation.methods import Method, MethodStack, PolicyMethod, register_method
@@ -33,6 +33,7 @@ from repo_train.modeling import (
     record_positions,
 )
 from repo_train.modeling.accounting import parameter_report, training_flops_per_token
+from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.policy import linear_positions, register_policy
 from repo_train.modeling.presets import tiny
 
@@ -157,11 +158,10 @@ def test_cached_decoding_equals_recomputation():
     with torch.no_grad():
         generated = model.generate(ids, max_new_tokens=8, do_sample=False, min_new_tokens=8)
         full = model(generated).logits
-        out = model(generated[:, :15], use_cache=True)
-        steps = [out.logits]
+        cache = DynamicCache(config=model.config)
+        steps = [model(generated[:, :15], use_cache=True, **cache_argument(cache)).logits]
         for t in range(15, generated.shape[1]):
-            out = model(generated[:, t : t + 1], past_key_values=out.past_key_values, use_cache=True)
-            steps.append(out.logits)
+            steps.append(model(generated[:, t : t + 1], use_cache=True, **cache_argument(cache)).logits)
     assert_close_to_scale(torch.cat(steps, dim=1), full, 1e-5, what="cached vs recomputed logits")
     assert_greedy(full[:, 14:-1], generated[:, 15:])
 

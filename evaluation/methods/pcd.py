@@ -30,6 +30,7 @@ from transformers import DynamicCache
 
 from evaluation.methods.base import GenerationState, Method, MethodStack, register_method
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy
+from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
 from repo_train.modeling.scaling import ScaledRopePolicy
 from repo_train.modeling.swapping import current_policies, swapped_policies
@@ -117,7 +118,7 @@ class SideDecoder:
                 input_ids=state.input_ids,
                 attention_mask=None if self.drop_mask else state.attention_mask,
                 position_ids=state.position_ids,
-                past_key_values=self.cache,
+                **cache_argument(self.cache),
                 use_cache=True,
                 logits_to_keep=1,
                 return_dict=True,

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from repo_train.modeling.cache_keyword import given_cache
 from repo_train.modeling.policy import PositionPolicy
 
 
@@ -77,6 +78,7 @@ class PolicyAttentionMixin:
         past_key_values=None,
         **kwargs,
     ):
+        past_key_values = given_cache(past_key_values, kwargs)  # transformers >= 5.24 passes it as `cache`
         query, key, value = self._project_qkv(hidden_states)
         position_ids = kwargs.get("position_ids")
         if position_ids is None:

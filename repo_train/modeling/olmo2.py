@@ -38,6 +38,7 @@ from repo_train.modeling.attention import (
     policy_modules,
     record_positions,
 )
+from repo_train.modeling.cache_keyword import cache_argument, given_cache
 from repo_train.modeling.configuration import RePoOlmo2Config
 from repo_train.modeling.methods import build_policies
 
@@ -218,7 +219,7 @@ class RePoOlmo2ForCausalLM(RePoOlmo2PreTrainedModel, Olmo2ForCausalLM):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            **cache_argument(given_cache(past_key_values, kwargs)),
             inputs_embeds=inputs_embeds,
             labels=labels,
             use_cache=use_cache,

@@ -131,7 +131,7 @@ class RePoLightningModule(pl.LightningModule):
             config._attn_implementation = attn
             model = RePoOlmo2ForCausalLM(config)
         if hp.activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         model.config.use_cache = False
         model.train()  # from_pretrained returns eval mode; Lightning would otherwise warn that modules are in eval
         self.model = model
@@ -257,3 +257,13 @@ class RePoLightningModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint):
         self.configure_model()
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each layer's activations in the backward pass. Recent transformers 5.x (5.23, 5.24) name it
+    activation_* and warn that the gradient_* spelling goes in v6; 5.0 has only gradient_*."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

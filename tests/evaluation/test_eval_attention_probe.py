@@ -9,6 +9,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Olmo2Confi
 
 from evaluation.attention_probe import PROBE_IMPLEMENTATION, install_probe, probe_of, probing, remove_probe
 from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.presets import tiny
 
 LLAMA_GQA = dict(
@@ -70,9 +71,11 @@ def test_probe_rows_equal_eager_attention_rows(family):
             assert_close_to_scale(probe.rows[layer], plain[layer][:, :, -4:], 1e-5, scale=1.0)
         # decode: the single new token over the cached keys
         cache = DynamicCache(config=model.config)
-        model(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], past_key_values=cache, use_cache=True)
+        model(
+            ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], **cache_argument(cache), use_cache=True
+        )
         probe.request(record=layers)
-        model(ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], past_key_values=cache, use_cache=True)
+        model(ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], **cache_argument(cache), use_cache=True)
         for layer in layers:
             assert_close_to_scale(probe.rows[layer][:, :, 0], reference[layer][:, :, -1], 1e-5, scale=1.0)
             assert torch.allclose(probe.rows[layer].sum(-1), torch.ones(1))
@@ -82,8 +85,8 @@ def test_probe_rows_equal_eager_attention_rows(family):
 def _prefill_and_decode(model, ids, mask, pos):
     """Logits of a prefill of all but the last token, then one cached decode step."""
     cache = DynamicCache(config=model.config)
-    first = model(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], past_key_values=cache).logits
-    second = model(ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], past_key_values=cache).logits
+    first = model(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], **cache_argument(cache)).logits
+    second = model(ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], **cache_argument(cache)).logits
     return first, second
 
 

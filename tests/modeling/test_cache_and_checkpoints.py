@@ -7,11 +7,12 @@ import torch
 from float_checks import assert_close_to_scale, assert_greedy
 from reference_olmo2_repo import forward_logits
 from safetensors.torch import save_file
-from transformers import AutoConfig, AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, Olmo2Config, Olmo2ForCausalLM
 
 import repo_train  # noqa: F401  (registers the Auto classes)
 from repo_train import RePoOlmo2Config, RePoOlmo2ForCausalLM
 from repo_train.modeling import layer_plan
+from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.presets import tiny
 
 METHODS = ["rope", "nope", "r2n1", "n2r1", "repo"]
@@ -45,12 +46,10 @@ def test_incremental_decoding_equals_recomputation(method):
         generated = model.generate(ids, max_new_tokens=10, do_sample=False, min_new_tokens=10)
         full = model(generated).logits
         # Step-by-step decoding with an explicit cache gives the full-sequence logits.
-        out = model(generated[:, :21], use_cache=True)
-        past, steps = out.past_key_values, [out.logits]
+        cache = DynamicCache(config=model.config)
+        steps = [model(generated[:, :21], use_cache=True, **cache_argument(cache)).logits]
         for t in range(21, generated.shape[1]):
-            out = model(generated[:, t : t + 1], past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            steps.append(out.logits)
+            steps.append(model(generated[:, t : t + 1], use_cache=True, **cache_argument(cache)).logits)
     cached = torch.cat(steps, dim=1)
     # spread REPO positions (tens to hundreds) amplify float32 drift: 2.1e-5 of the scale measured with "repo"
     assert_close_to_scale(cached, full, 5e-4, what="cached vs recomputed logits")
