@@ -1,49 +1,69 @@
 #!/usr/bin/env python
-"""REPO vs RoPE: training-step time and parameter overhead, side by side in one run.
+"""REPO vs RoPE vs transformers' OLMo-2: training-step time, memory and parameter overhead, side by side in one run.
 
-Builds two OLMo-2 models of the same shape that differ only in the position
-method, then alternates forward+backward steps between them (A, B, A, B, ...)
-so both see the same machine state, and prints median times and the ratio.
-Also prints the exact parameter overhead for the OLMo-2 1B and 7B shapes.
+Builds three OLMo-2 models of the same shape and weights: transformers'
+`Olmo2ForCausalLM` (HF), this project's model with RoPE in every layer, and
+with REPO (RoPE below `repo_start_layer`). Each round runs one
+forward+backward step of each, in an order that rotates every round, so all
+see the same machine state; it prints median times and the ratios RoPE/HF
+and REPO/RoPE with their per-round range, the model-FLOPs ratio, the bytes
+one training step allocates (peak, and what is held when backward starts)
+for RoPE and REPO, and the parameter overhead for the OLMo-2 1B and 7B shapes.
 
-    python scripts/benchmark_repo_overhead.py --seq-len 1024 --hidden 256 --layers 6
+    python scripts/benchmark_repo_overhead.py --hidden 256 --layers 6 --heads 8 --seq-len 1024 --batch 2 \\
+        --threads 1 --clock cpu --rounds 12
+
+On a machine other jobs share, `--threads 1 --clock cpu` times the CPU
+seconds of the one computing thread: waiting for a core then does not count.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import textwrap
 import time
 
 import torch
+from torch.profiler import record_function
+from transformers import Olmo2ForCausalLM
 
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
+from repo_train.modeling.olmo2 import learned_policy_keys
 from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
-from repo_train.scripting.benchmarking import alternate, summary
+from repo_train.scripting.benchmarking import comparison, interleave, trace_allocations
+
+#: --clock: wall time, or CPU seconds of this process (all its threads).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+MIB = 2**20
 
 
-def step_time(model, batch) -> float:
-    start = time.perf_counter()
-    model(batch, labels=batch).loss.backward()
-    elapsed = time.perf_counter() - start
+def training_step(model, batch) -> None:
+    """Forward (no KV cache, as training runs), then backward inside a `backward` profiler range (the memory trace reads its start)."""
+    loss = model(batch, labels=batch, use_cache=False).loss
+    with record_function("backward"):
+        loss.backward()
+
+
+def step_time(model, batch, clock) -> float:
+    start = clock()
+    training_step(model, batch)
+    elapsed = clock() - start
     model.zero_grad(set_to_none=True)
     return elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=10, help="timed A/B pairs (after 2 warm-up pairs)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def step_memory(model, batch) -> tuple[int, int]:
+    """(peak bytes allocated during one training step, bytes held when backward starts), weights excluded."""
+    model.zero_grad(set_to_none=True)
+    trace = trace_allocations(lambda: training_step(model, batch))
+    model.zero_grad(set_to_none=True)
+    return trace.peak, trace.before("backward")
 
+
+def build_models(args) -> dict[str, torch.nn.Module]:
+    """HF OLMo-2, RoPE and REPO models of one shape, with the same weights (REPO has its predictor on top)."""
     shape = dict(
         hidden_size=args.hidden,
         intermediate_size=4 * args.hidden,
@@ -54,24 +74,60 @@ def main() -> None:
         max_position_embeddings=max(2048, args.seq_len),
     )
     torch.manual_seed(0)
-    models = {
-        method: RePoOlmo2ForCausalLM(tiny(position_method=method, **shape)).train() for method in ("rope", "repo")
-    }
+    rope = RePoOlmo2ForCausalLM(tiny(position_method="rope", **shape)).train()
+    repo = RePoOlmo2ForCausalLM(tiny(position_method="repo", **shape)).train()
+    hf = Olmo2ForCausalLM(copy.deepcopy(rope.config)).train()
+    hf.load_state_dict(rope.state_dict())
+    missing, unexpected = repo.load_state_dict(rope.state_dict(), strict=False)
+    if unexpected or set(missing) != learned_policy_keys(repo):
+        raise RuntimeError(
+            f"REPO should lack exactly its predictor weights; missing {missing}, unexpected {unexpected}"
+        )
+    return {"HF": hf, "RoPE": rope, "REPO": repo}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds, one step of each model (after 2 warm-up)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or process CPU time")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    models = build_models(args)
     batch = torch.randint(2, args.vocab, (args.batch, args.seq_len))
-    result = alternate(
-        lambda: step_time(models["rope"], batch), lambda: step_time(models["repo"], batch), args.rounds, warmup=2
+    clock = CLOCKS[args.clock]
+    times = interleave(
+        {name: (lambda model=model: step_time(model, batch, clock)) for name, model in models.items()},
+        args.rounds,
+        warmup=2,
     )
 
-    config = models["repo"].config
+    config = models["REPO"].config
     print(
         f"shape: d={args.hidden} layers={args.layers} heads={args.heads} seq_len={args.seq_len} "
-        f"batch={args.batch} threads={args.threads}; REPO from layer {config.repo_start_layer}, d_p={config.repo_hidden_size}"
+        f"batch={args.batch} threads={args.threads} clock={args.clock}; "
+        f"REPO from layer {config.repo_start_layer}, d_p={config.repo_hidden_size}"
     )
-    print("  forward+backward step:")
-    print(textwrap.indent(summary(result, "RoPE", "REPO", unit="ms"), "    "))
-    flops = {m: training_flops_per_token(models[m].config, args.seq_len) for m in models}
-    print(f"  model FLOPs ratio REPO/RoPE: {flops['repo'] / flops['rope']:.4f}")
-    print(f"  parameters: {parameter_report(models['repo'])}")
+    print(f"  forward+backward step, {args.rounds} rounds (order rotated each round):")
+    print(textwrap.indent(comparison(times, [("HF", "RoPE"), ("RoPE", "REPO")], unit="ms"), "    "))
+    flops = {name: training_flops_per_token(models[name].config, args.seq_len) for name in ("RoPE", "REPO")}
+    print(f"  model FLOPs ratio REPO/RoPE: {flops['REPO'] / flops['RoPE']:.4f}")
+    memory = {name: step_memory(models[name], batch) for name in ("RoPE", "REPO")}
+    print("  memory one training step allocates above the weights (torch.profiler, CPU allocator):")
+    for label, index in (("peak", 0), ("held when backward starts", 1)):
+        rope, repo = memory["RoPE"][index], memory["REPO"][index]
+        print(f"    {label}: RoPE {rope / MIB:.1f} MiB, REPO {repo / MIB:.1f} MiB, REPO/RoPE {repo / rope:.3f}")
+    print(f"  parameters: {parameter_report(models['REPO'])}")
     for name, build, start in (("OLMo-2 1B", olmo2_1b, 5), ("OLMo-2 7B", olmo2_7b, 10)):
         report = config_parameter_report(build(position_method="repo", repo_start_layer=start))
         print(f"  {name}, REPO from layer {start}: {report}")

@@ -1,8 +1,19 @@
-"""The A/B helper of the benchmark scripts: alternation order, warm-up, ratio arithmetic (fake clocks, no timing)."""
+"""The benchmark scripts' helpers: alternation order, warm-up, ratio arithmetic (fake clocks, no timing), and the
+memory trace (tensors of known sizes)."""
 
 import pytest
+import torch
+from script_loader import load_script
+from torch.profiler import record_function
 
-from repo_train.scripting.benchmarking import Alternation, alternate, summary
+from repo_train.scripting.benchmarking import (
+    Alternation,
+    alternate,
+    comparison,
+    interleave,
+    summary,
+    trace_allocations,
+)
 
 
 def _fake(name: str, seconds: list[float], log: list[str]):
@@ -43,3 +54,63 @@ def test_summary_reports_medians_and_the_median_ratio():
 def test_no_timed_pair_is_an_error():
     with pytest.raises(ValueError, match="pairs >= 1"):
         alternate(float, float, pairs=0)
+
+
+def test_interleave_rotates_the_order_each_round_and_drops_warm_up_rounds():
+    log: list[str] = []
+    runs = {name: _fake(name, [9.0, 1.0, 2.0, 3.0], log) for name in ("a", "b", "c")}
+    times = interleave(runs, rounds=3, warmup=1)
+    assert log == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+    assert times == {"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0, 3.0], "c": [1.0, 2.0, 3.0]}
+
+
+def test_interleave_refuses_no_rounds():
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        interleave({"a": float}, rounds=0)
+
+
+def test_comparison_prints_each_variant_once_and_each_pair_ratio():
+    times = {"hf": [0.002, 0.004], "rope": [0.002, 0.005], "repo": [0.003, 0.005]}
+    assert comparison(times, [("hf", "rope"), ("rope", "repo")], unit="ms").splitlines() == [
+        "hf   median 3.000 ms (min 2.000, max 4.000, n=2)",
+        "rope median 3.500 ms (min 2.000, max 5.000, n=2)",
+        "repo median 4.000 ms (min 3.000, max 5.000, n=2)",
+        "rope / hf time: median 1.125 (per pair 1.000-1.250)",
+        "repo / rope time: median 1.250 (per pair 1.000-1.500)",
+    ]
+
+
+def test_trace_allocations_follows_allocations_and_frees_from_zero():
+    kept = []
+
+    def run():
+        first = torch.empty(1_000_000, dtype=torch.uint8)
+        second = torch.empty(2_000_000, dtype=torch.uint8)
+        del first
+        with record_function("third"):
+            kept.append(torch.empty(500_000, dtype=torch.uint8))  # still held when the trace ends
+        del second
+
+    trace = trace_allocations(run)
+    assert trace.peak == 3_000_000
+    assert trace.before("third") == 2_000_000
+    assert trace.totals[-1] == 500_000
+    # A second trace starts from 0 again although the first one's tensor is still allocated.
+    again = trace_allocations(lambda: torch.empty(100_000, dtype=torch.uint8))
+    assert again.peak == 100_000
+    with pytest.raises(KeyError, match="no record_function range 'backward'"):
+        trace.before("backward")
+
+
+def test_repo_overhead_benchmark_prints_every_ratio_on_a_tiny_shape(capsys):
+    script = load_script("benchmark_repo_overhead")
+    args = ["--hidden", "32", "--layers", "2", "--heads", "2", "--seq-len", "16", "--vocab", "64"]
+    models = script.build_models(script.parse_args(args))
+    ids = torch.randint(2, 64, (2, 16))
+    with torch.no_grad():  # HF and RoPE share every weight and RoPE runs HF's arithmetic: the same logits
+        assert torch.equal(models["HF"](ids).logits, models["RoPE"](ids).logits)
+    script.main([*args, "--rounds", "2", "--threads", "1", "--clock", "cpu"])
+    out = capsys.readouterr().out
+    for line in ("RoPE / HF time: median", "REPO / RoPE time: median", "model FLOPs ratio REPO/RoPE"):
+        assert line in out
+    assert "n=2)" in out and "peak: RoPE" in out and "held when backward starts: RoPE" in out

@@ -93,7 +93,7 @@ class PolicyAttentionMixin:
             groups = self.config.num_attention_heads // self.config.num_key_value_heads
             key, value = _expand_heads(key, groups), _expand_heads(value, groups)
         if rotation is not None:
-            query, key = rotation.apply(query), rotation.apply(key)
+            query, key = rotation.apply(query, key)
         if record:
             positions = None
             if rotation is not None and rotation.positions is not None:

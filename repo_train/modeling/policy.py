@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from repo_train.modeling.rope import RotaryEncoding, apply_rotation, rotate_by_angles
+from repo_train.modeling.rope import RotaryEncoding, apply_rotation
 
 
 @dataclass
@@ -31,25 +31,25 @@ class Rotation:
     """What a policy hands the attention for one forward call: how to rotate q and k.
 
     Either `cos/sin [B, 1, S, head_dim]` (the model's shared RoPE tables,
-    applied with HF's arithmetic) or `angles [B, P, S, head_dim/2]` with P = 1
-    or the number of query heads (policies with their own positions).
-    `positions [B, P, S]` are kept for analysis.
+    applied with HF's arithmetic) or an `encoding` with `positions [B, P, S]`,
+    P = 1 or the number of query heads (policies with their own positions,
+    rotated by `RotaryEncoding.rotate`). `positions` are also kept for analysis.
     """
 
     cos: torch.Tensor | None = None
     sin: torch.Tensor | None = None
-    angles: torch.Tensor | None = None
-    scale: float = 1.0
+    encoding: RotaryEncoding | None = None
     positions: torch.Tensor | None = None
 
     @classmethod
     def from_positions(cls, encoding: RotaryEncoding, positions: torch.Tensor) -> Rotation:
-        return cls(angles=encoding.angles(positions), scale=encoding.attention_scaling, positions=positions)
+        return cls(encoding=encoding, positions=positions)
 
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        if self.angles is not None:
-            return rotate_by_angles(x, self.angles, self.scale)
-        return apply_rotation(x, self.cos, self.sin)
+    def apply(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated `(query, key)`; own positions rotate both with one cos/sin table."""
+        if self.encoding is not None:
+            return self.encoding.rotate(query, key, self.positions)
+        return apply_rotation(query, self.cos, self.sin), apply_rotation(key, self.cos, self.sin)
 
 
 class PositionPolicy:

@@ -38,50 +38,107 @@ def default_inv_freq(base: float, dim: int) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
 
 
-class _RotateByAngle(torch.autograd.Function):
-    """Rotate the pairs (j, j + D/2) of x by per-element angles, times a scale.
+def _angle_dtype(positions: torch.Tensor) -> torch.dtype:
+    """float32, or float64 for float64 positions: bf16/fp16 cannot hold positions beyond 256 exactly."""
+    return torch.promote_types(positions.dtype, torch.float32)
 
-    Same result as `apply_rotation` with cos/sin of the angles, but with a
-    hand-written backward: the gradient w.r.t. the angles is
-    `g2·out1 − g1·out2` and w.r.t. x a rotation by the opposite angle, which
-    saves autograd's chain through cat/cos/sin. Learned positions (REPO) need
-    that angle gradient at every training step. Memory: it keeps the output
-    (which attention keeps anyway) and the angles (shared by q and k), and
-    recomputes cos/sin in backward instead of storing them.
+
+def _scaled_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float, dtype: torch.dtype):
+    """cos/sin `[..., S, D/2]` of the angles `positions · inv_freq`, times `scale`, cast to `dtype` at the end.
+
+    The angles are float32 (float64 for float64 positions); the tables take
+    q's dtype, as in HF's rotary module.
+    """
+    angle_dtype = _angle_dtype(positions)
+    angles = positions.to(angle_dtype)[..., None] * inv_freq.to(angle_dtype)
+    cos, sin = angles.cos(), angles.sin()
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.to(dtype), sin.to(dtype)
+
+
+def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Rotate the pairs (j, j + D/2) of `x [..., D]` by the angles of `cos/sin [..., D/2]` (by minus them if `inverse`).
+
+    Writes both halves into one output laid out like `x` (no cat): q and k
+    arrive as transposed views of `[B, S, H, D]`, and attention reads them in
+    that layout. Rounds as HF's `apply_rotary_pos_emb` does (two products,
+    then their sum; no fused multiply-add), so integer positions reproduce
+    RoPE bit for bit.
+    """
+    half = x.shape[-1] // 2
+    out = torch.empty_like(x)
+    x1, x2, out1, out2 = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
+    if inverse:
+        torch.mul(x1, cos, out=out1).add_(x2 * sin)
+        torch.mul(x2, cos, out=out2).sub_(x1 * sin)
+    else:
+        torch.mul(x1, cos, out=out1).sub_(x2 * sin)
+        torch.mul(x2, cos, out=out2).add_(x1 * sin)
+    return out
+
+
+def _angle_gradient(grad: torch.Tensor, out: torch.Tensor, dtype: torch.dtype, into: torch.Tensor | None = None):
+    """`g2·out1 − g1·out2` `[..., D/2]` in `dtype`: the gradient w.r.t. each pair's angle; added to `into` if given."""
+    half = grad.shape[-1] // 2
+    g1, g2 = grad[..., :half].to(dtype), grad[..., half:].to(dtype)
+    out1, out2 = out[..., :half], out[..., half:]
+    if into is None:
+        return (g2 * out1).addcmul_(g1, out2, value=-1)
+    return into.addcmul_(g2, out1).addcmul_(g1, out2, value=-1)
+
+
+class _RotateByPositions(torch.autograd.Function):
+    """Rotate q and k by the angles `positions · inv_freq` (times a scale), with one cos/sin table for both.
+
+    Same result as `apply_rotation` with the cos/sin tables of those positions,
+    but cos/sin are computed once per call for q and k together, the
+    `[B, H, S, D/2]` angles are never kept (backward recomputes cos/sin from
+    the `[B, P, S]` positions), and the backward is written by hand: the
+    gradient w.r.t. a pair's angle is `g2·out1 − g1·out2`, w.r.t. a position
+    the sum of those times θ_j, and w.r.t. x a rotation by minus the angle.
+    That saves autograd's chain through cat/cos/sin; learned positions (REPO)
+    need the position gradient at every training step. Memory: it keeps the
+    outputs (which attention keeps anyway) and the positions.
     """
 
     @staticmethod
-    def forward(ctx, x, angles, scale: float):
-        cos, sin = angles.cos(), angles.sin()
-        if scale != 1.0:
-            cos, sin = cos * scale, sin * scale
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
-        ctx.save_for_backward(out, angles)
+    def forward(ctx, query, key, positions, inv_freq, scale: float):
+        cos, sin = _scaled_cos_sin(positions, inv_freq, scale, query.dtype)
+        rotated_query, rotated_key = _rotate_pairs(query, cos, sin), _rotate_pairs(key, cos, sin)
+        ctx.save_for_backward(rotated_query, rotated_key, positions, inv_freq)
         ctx.scale = scale
-        ctx.needs_angle_grad = ctx.needs_input_grad[1]
-        return out
+        return rotated_query, rotated_key
 
     @staticmethod
-    def backward(ctx, grad):
-        out, angles = ctx.saved_tensors
-        cos, sin = angles.cos(), angles.sin()
-        if ctx.scale != 1.0:
-            cos, sin = cos * ctx.scale, sin * ctx.scale
-        half = grad.shape[-1] // 2
-        g1, g2 = grad[..., :half], grad[..., half:]
-        grad_x = torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
-        grad_angles = None
-        if ctx.needs_angle_grad:
-            o1, o2 = out[..., :half].float(), out[..., half:].float()
-            grad_angles = (g2.float() * o1 - g1.float() * o2).sum_to_size(angles.shape)
-        return grad_x, grad_angles, None
+    def backward(ctx, grad_query, grad_key):
+        rotated_query, rotated_key, positions, inv_freq = ctx.saved_tensors
+        grad_positions = None
+        if ctx.needs_input_grad[2]:
+            dtype = _angle_dtype(positions)
+            per_angle = _angle_gradient(grad_query, rotated_query, dtype)
+            if grad_key.shape == grad_query.shape:  # MHA or per-head keys: one accumulator
+                _angle_gradient(grad_key, rotated_key, dtype, into=per_angle)
+            else:  # GQA keys with shared positions: reduce each to the positions' heads first
+                angle_shape = (*positions.shape, inv_freq.shape[0])
+                key_part = _angle_gradient(grad_key, rotated_key, dtype).sum_to_size(angle_shape)
+                per_angle = per_angle.sum_to_size(angle_shape) + key_part
+            grad_positions = (per_angle * inv_freq.to(dtype)).sum(-1).sum_to_size(positions.shape)
+        cos, sin = _scaled_cos_sin(positions, inv_freq, ctx.scale, grad_query.dtype)
+        grad_query = _rotate_pairs(grad_query, cos, sin, inverse=True) if ctx.needs_input_grad[0] else None
+        grad_key = _rotate_pairs(grad_key, cos, sin, inverse=True) if ctx.needs_input_grad[1] else None
+        return grad_query, grad_key, grad_positions, None, None
 
 
-def rotate_by_angles(x: torch.Tensor, angles: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-    """`x [B, H, S, D]` rotated by `angles [B, 1 or H, S, D/2]` (float32), times `scale`."""
-    return _RotateByAngle.apply(x, angles, scale)
+def rotate_by_positions(
+    query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`query [B, H, S, D]` and `key [B, H or KVH, S, D]` rotated by `positions [B, 1 or H, S]` · `inv_freq [D/2]`.
+
+    Both results are multiplied by `scale` (YaRN) and keep their input's dtype
+    and layout; the angles are float32 (float64 for float64 positions).
+    """
+    return _RotateByPositions.apply(query, key, positions, inv_freq, scale)
 
 
 @dataclass
@@ -114,10 +171,10 @@ class RotaryEncoding:
         inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, device=torch.device("cpu"))
         return cls(inv_freq.float(), float(scaling))
 
-    def angles(self, positions: torch.Tensor) -> torch.Tensor:
-        """`positions [..., S]` -> rotation angles `[..., S, head_dim / 2]` (float32)."""
-        inv_freq = self.inv_freq.to(device=positions.device, dtype=torch.float32)
-        return positions.float()[..., None] * inv_freq
+    def rotate(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor):
+        """q and k rotated by real-valued `positions [B, 1 or H, S]` (`rotate_by_positions`), with YaRN's scale."""
+        inv_freq = self.inv_freq.to(device=positions.device)
+        return rotate_by_positions(query, key, positions, inv_freq, self.attention_scaling)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):
         """`positions [..., S]` (any float/int dtype) -> `cos, sin [..., S, head_dim]`.

@@ -1,4 +1,4 @@
-"""RoPE encodings: HF's tables reproduced, and the hand-written rotation backward checked."""
+"""RoPE encodings: HF's tables reproduced, and the hand-written rotation of q and k (forward, backward) checked."""
 
 import math
 
@@ -8,7 +8,7 @@ from float_checks import assert_close_to_scale
 from transformers import Olmo2Config
 from transformers.models.olmo2.modeling_olmo2 import Olmo2RotaryEmbedding
 
-from repo_train.modeling.rope import RotaryEncoding, apply_rotation, rotate_by_angles
+from repo_train.modeling.rope import RotaryEncoding, apply_rotation, default_inv_freq, rotate_by_positions
 
 
 def _config(rope_parameters):
@@ -41,19 +41,63 @@ def test_default_frequencies_follow_the_rope_formula():
     assert torch.allclose(enc.inv_freq, expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("heads_in_angles", [1, 3])
+def _reference_rotation(x, positions, inv_freq, scale):
+    """Pairs (j, j + D/2) of `x` rotated by positions · θ_j, written out (float64)."""
+    angles = positions.double()[..., None] * inv_freq.double()
+    a, b = x[..., : x.shape[-1] // 2].double(), x[..., x.shape[-1] // 2 :].double()
+    return scale * torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], -1)
+
+
+# (query heads, key heads, heads in the positions): per-head positions (REPO), shared positions with MHA keys,
+# shared positions with GQA keys (LPES / scaled RoPE on a GQA model).
+HEAD_LAYOUTS = [(3, 3, 3), (3, 3, 1), (4, 2, 1)]
+
+
+@pytest.mark.parametrize("heads", HEAD_LAYOUTS)
 @pytest.mark.parametrize("scale", [1.0, 1.3])
-def test_rotate_by_angles_forward_and_gradients(heads_in_angles, scale):
-    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True)
-    angles = torch.randn(2, heads_in_angles, 5, 4, dtype=torch.float64, requires_grad=True)
-    # Reference: pairs (j, j+4) rotated by the angle, written out.
-    a, b = x[..., :4], x[..., 4:]
-    expected = scale * torch.cat([a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()], -1)
-    assert torch.allclose(rotate_by_angles(x, angles, scale), expected)
-    cos = torch.cat([angles.cos()] * 2, -1) * scale
-    sin = torch.cat([angles.sin()] * 2, -1) * scale
-    assert torch.allclose(apply_rotation(x, cos, sin), expected)
-    assert torch.autograd.gradcheck(lambda x_, a_: rotate_by_angles(x_, a_, scale), (x, angles))
+def test_rotate_by_positions_forward_and_gradients(heads, scale):
+    query_heads, key_heads, position_heads = heads
+    inv_freq = default_inv_freq(10000.0, 8).double()
+    # q and k as attention gets them: transposed views of [B, S, H, D].
+    query = torch.randn(2, 5, query_heads, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    key = torch.randn(2, 5, key_heads, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    positions = (50 * torch.randn(2, position_heads, 5, dtype=torch.float64)).requires_grad_()
+    rotated_query, rotated_key = rotate_by_positions(query, key, positions, inv_freq, scale)
+    assert torch.allclose(rotated_query, _reference_rotation(query, positions, inv_freq, scale))
+    assert torch.allclose(rotated_key, _reference_rotation(key, positions, inv_freq, scale))
+    assert rotated_query.stride() == query.stride()  # the [B, S, H, D] memory layout is kept
+    cos = torch.cat([(positions[..., None] * inv_freq).cos()] * 2, -1) * scale
+    sin = torch.cat([(positions[..., None] * inv_freq).sin()] * 2, -1) * scale
+    assert torch.allclose(apply_rotation(query, cos, sin), rotated_query)
+    assert torch.autograd.gradcheck(
+        lambda q, k, p: rotate_by_positions(q, k, p, inv_freq, scale), (query, key, positions)
+    )
+
+
+def test_rotate_by_positions_without_position_gradient():
+    """Fixed positions (RoPE with its own encoding, LPES): only q and k get gradients."""
+    inv_freq = default_inv_freq(10000.0, 8).double()
+    query = torch.randn(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
+    key = torch.randn(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
+    positions = torch.arange(4, dtype=torch.float64)[None, None] * 0.5
+    assert torch.autograd.gradcheck(lambda q, k: rotate_by_positions(q, k, positions, inv_freq), (query, key))
+
+
+def test_rotate_by_positions_keeps_bf16_and_float32_angles():
+    """bf16 q/k stay bf16 (tables in q's dtype, as HF's rotary module); the angles stay float32.
+
+    Against the float32 rotation, scale max |x|: bf16 rounds the inputs, the tables and the output (2^-9
+    relative each); measured max |Δ| / max |x| = 3.6e-3 (query), 2.7e-3 (key). A position rounded to bf16
+    (1001 -> 1000) would turn the fastest pair by a full radian: max |Δ| / max |x| of order 1.
+    """
+    inv_freq = default_inv_freq(10000.0, 16)
+    query, key = torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 16)
+    positions = torch.tensor([1000.0, 1001.0, 1002.0, 1003.0, 1004.0, 1005.0]).expand(1, 2, 6)
+    exact_query, exact_key = rotate_by_positions(query, key, positions, inv_freq)
+    low_query, low_key = rotate_by_positions(query.bfloat16(), key.bfloat16(), positions, inv_freq)
+    assert low_query.dtype == low_key.dtype == torch.bfloat16
+    assert_close_to_scale(low_query, exact_query, 4e-2, scale=query.abs().max().item(), what="bf16 query")
+    assert_close_to_scale(low_key, exact_key, 4e-2, scale=key.abs().max().item(), what="bf16 key")
 
 
 def test_rotation_preserves_norm_and_relative_position():
@@ -61,8 +105,8 @@ def test_rotation_preserves_norm_and_relative_position():
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
 
     def score(pq, pk):
-        rq = rotate_by_angles(q, enc.angles(torch.tensor([[[pq]]])))
-        rk = rotate_by_angles(k, enc.angles(torch.tensor([[[pk]]])))
+        rq, _ = enc.rotate(q, q, torch.tensor([[[pq]]]))
+        _, rk = enc.rotate(k, k, torch.tensor([[[pk]]]))
         return (rq * rk).sum().item(), rq.norm().item()
 
     s1, n1 = score(3.25, 10.0)
