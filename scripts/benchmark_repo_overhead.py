@@ -25,9 +25,11 @@ import textwrap
 import time
 
 import torch
+from jsonargparse.typing import PositiveInt
 from torch.profiler import record_function
 from transformers import Olmo2ForCausalLM
 
+from repo_train.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
 from repo_train.modeling.olmo2 import learned_policy_keys
@@ -86,18 +88,29 @@ def build_models(args) -> dict[str, torch.nn.Module]:
     return {"HF": hf, "RoPE": rope, "REPO": repo}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=10, help="timed rounds, one step of each model (after 2 warm-up)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+PROG = "scripts/benchmark_repo_overhead.py"
+
+
+def build_parser() -> ConfigParser:
+    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="tokens per sequence")
+    parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
+    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width")
+    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
+    parser.add_argument("--layers", type=PositiveInt, default=6, help="decoder layers")
+    parser.add_argument("--vocab", type=PositiveInt, default=1024, help="vocabulary size")
+    parser.add_argument(
+        "--rounds", type=PositiveInt, default=10, help="timed rounds, one step of each model (after 2 warm-up)"
+    )
+    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or process CPU time")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return parse_script(build_parser(), argv)
 
 
 def main(argv=None) -> None:

@@ -108,6 +108,14 @@ CASES = [
         ["--rounds", "x"],
         "option --rounds: expected a positive integer, got 'x'",
     ),
+    Case(
+        "benchmark_repo_overhead",
+        {"seq_len": 1024, "batch": 2, "hidden": 256, "heads": 4, "layers": 6, "rounds": 10, "clock": "wall"},
+        ["--seq-len", "4096", "--heads", "8", "--clock", "cpu"],
+        {"seq_len": 4096, "heads": 8, "clock": "cpu"},
+        ["--clock", "sundial"],
+        "argument --clock: invalid choice: 'sundial' (choose from 'cpu', 'wall')",
+    ),
 ]
 MODULES = {case.script: load_script(case.script) for case in CASES}
 
