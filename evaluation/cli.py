@@ -30,7 +30,7 @@ def _add_run(parser: ConfigParser) -> None:
 def _run(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
     from evaluation.runner import RunInterrupted, run
-    from repo_train.distributed import close_distributed, init_distributed
+    from repo_train.distributed import close_distributed, init_distributed, rank_and_world
     from repo_train.training.launcher_watch import watch_launcher
 
     resolved = resolve(options)
@@ -38,13 +38,13 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
     if options.print_config:
         print(text, end="")
         return 0
-    if options.model is None:
+    watch_launcher()  # a torchrun worker ends when its launcher is gone
+    started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
+    if options.model is None and rank_and_world()[0] == 0:
         print(
             f"no --model: the built-in tiny random model; defaults for options not given: {TINY_DEFAULTS}",
             file=sys.stderr,
         )
-    watch_launcher()  # a torchrun worker ends when its launcher is gone
-    started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
     try:
         summary = run(resolved.run, max_records=options.max_records, progress=not options.no_progress, config_text=text)
     except RunInterrupted as stop:

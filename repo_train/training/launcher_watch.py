@@ -1,12 +1,12 @@
-"""A training worker ends when the process that launched it is gone.
+"""A torchrun worker (training, search, evaluation) ends when the process that launched it is gone.
 
 `torchrun` (and Lightning's own launcher for `devices > 1`) start one worker
 process per rank. When the launcher dies without stopping them (killed with
 SIGKILL, its node agent lost), the workers would train on and keep writing
 checkpoints and logs of a job everyone thinks is dead.
 
-`watch_launcher()`, called first thing in every launched worker, asks the
-Linux kernel to SIGKILL this process the moment its parent (the launcher)
+`watch_launcher()`, called first thing in every launched worker (training,
+search and evaluation), asks the Linux kernel to SIGKILL this process the moment its parent (the launcher)
 exits (`prctl(PR_SET_PDEATHSIG, SIGKILL)`). SIGKILL, not SIGTERM, because
 SIGTERM runs Lightning's handler, which broadcasts to the other ranks and can
 wait forever for one that is gone, and because a Python-level handler (or a
@@ -59,7 +59,8 @@ def _stop(parent: int) -> None:
     rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "?"))
     message = (
         f"repo_train: the launcher of this worker (rank {rank}, launcher pid {parent}) is gone; stopping this "
-        "worker now so that the dead job writes nothing more (resume from its last complete checkpoint)\n"
+        "worker now so that the dead job writes nothing more (rerun the command to resume: training from its last "
+        "complete checkpoint, search and evaluation from their saved state)\n"
     )
     try:
         os.write(sys.stderr.fileno(), message.encode())
