@@ -22,7 +22,6 @@ output goes to OUT/logs/. Docs: docs/reproductions.md.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
 import statistics
@@ -42,7 +41,7 @@ from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_w
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
 from repo_train.atomic import save_figure_atomic, write_text_atomic
 from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
-from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, logged_train_losses
 
 FORMAT_VERSION = 1
 EVAL_SEED = 12345
@@ -214,10 +213,8 @@ def training_config(
 
 def final_train_loss(run_dir: Path, last: int = 5) -> float | None:
     """Mean of the last `last` logged train/loss values of a run's CSV log (None when there is none)."""
-    values = []
-    for metrics in sorted(run_dir.rglob("metrics.csv")):
-        with metrics.open() as handle:
-            values += [float(row["train/loss"]) for row in csv.DictReader(handle) if row.get("train/loss")]
+    losses = logged_train_losses(run_dir)
+    values = [losses[step] for step in sorted(losses)]
     return statistics.fmean(values[-last:]) if values else None
 
 

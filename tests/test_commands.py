@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repo_train.scripting.commands import CommandRunner
+from repo_train.scripting.commands import CommandRunner, logged_train_losses
 
 
 def test_run_argv_runs_logs_and_times_any_command(tmp_path):
@@ -70,3 +70,13 @@ def test_last_checkpoint_is_the_newest_last_file_or_directory(tmp_path):
     rerun = first.parent / "last-v1.ckpt"
     rerun.mkdir()  # DeepSpeed writes a directory
     assert last_checkpoint(tmp_path) == rerun
+
+
+def test_logged_train_losses_reads_every_csv_log_by_step(tmp_path):
+    first, second = tmp_path / "lightning_logs/version_0", tmp_path / "lightning_logs/version_1"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    (first / "metrics.csv").write_text("epoch,step,train/loss,val/loss\n0,0,5.5,\n0,1,5.0,\n0,1,,4.9\n0,2,4.5,\n")
+    (second / "metrics.csv").write_text("epoch,step,train/loss,val/loss\n0,2,4.4,\n0,3,4.0,\n")  # resumed at step 2
+    assert logged_train_losses(tmp_path) == {0: 5.5, 1: 5.0, 2: 4.4, 3: 4.0}
+    assert logged_train_losses(tmp_path / "nothing") == {}

@@ -12,6 +12,7 @@ written in front of it.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
@@ -144,3 +145,14 @@ def last_checkpoint(run_dir: Path) -> Path:
             "checkpoint.dirpath unset (checkpoints then go under the run's --trainer.default_root_dir)"
         )
     return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def logged_train_losses(run_dir: Path) -> dict[int, float]:
+    """Step -> train/loss from the CSV log(s) under a training run's root (a later log's value wins for a step)."""
+    losses = {}
+    for metrics in sorted(Path(run_dir).rglob("metrics.csv")):
+        with metrics.open() as handle:
+            for row in csv.DictReader(handle):
+                if row.get("train/loss"):
+                    losses[int(row["step"])] = float(row["train/loss"])
+    return losses

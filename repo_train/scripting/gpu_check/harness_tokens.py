@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from evaluation.generation import generate
 from evaluation.models import place_model, tiny_default
 from evaluation.results import RECORDS_FILE, read_records
 from evaluation.runner import RunConfig, prepare_task, run
-from repo_train.scripting.gpu_check.positions import fp32_matmul
+from repo_train.scripting.gpu_check.positions import fp32_matmul, sharpen
 from repo_train.scripting.gpu_check.rows import FAIL, PASS, Row
 
 #: A generated KV task small enough for seconds on a CPU: 3 examples × 3 gold positions, 8 UUID pairs each.
@@ -36,11 +34,7 @@ RECORD_FIELDS = ("prediction", "score", "stop_reason", "prompt_tokens")
 def sharpened_tiny_default():
     """The harness's tiny default model (SEED) and byte tokenizer, its 2-D weights × SHARPEN."""
     model, tokenizer = tiny_default(SEED)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.mul_(SHARPEN)
-    return model, tokenizer
+    return sharpen(model, SHARPEN), tokenizer
 
 
 def harness_tokens(device: str) -> list[list[int]]:

@@ -11,7 +11,6 @@ also written to WORKDIR/commands.sh, so a failing step can be rerun alone.
 
 from __future__ import annotations
 
-import csv
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from repo_train.scripting.commands import CommandRunner, last_checkpoint
+from repo_train.scripting.commands import CommandRunner, last_checkpoint, logged_train_losses
 from repo_train.scripting.gpu_check.rows import FAIL, PASS, Row, at_least, relative_difference, within
 
 STEPS = 20
@@ -61,17 +60,6 @@ def train_config(device: str, root: Path, processes: int) -> dict:
     }
 
 
-def logged_losses(root: Path) -> dict[int, float]:
-    """Step -> train/loss from the CSV log(s) under a run's root."""
-    losses = {}
-    for metrics in sorted(Path(root).rglob("metrics.csv")):
-        with metrics.open() as handle:
-            for row in csv.DictReader(handle):
-                if row.get("train/loss"):
-                    losses[int(row["step"])] = float(row["train/loss"])
-    return losses
-
-
 def _fit(runner: CommandRunner, title: str, config: Path, processes: int, *more: str) -> None:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     runner.run_argv(title, [*launcher, "-m", "repo_train", "fit", "--config", str(config), *more],
@@ -91,7 +79,7 @@ def training_rows(device: str, workdir: Path, processes: int = 1) -> list[Row]:
         _fit(runner, "fit: run A", config, processes)
     except subprocess.CalledProcessError:
         return [Row(name, FAIL, note=f"`fit` failed; see {config.with_suffix('.log')}, rerun: {workdir}/commands.sh")]
-    first = logged_losses(runs["a"])
+    first = logged_train_losses(runs["a"])
     steps = sorted(first)
     losses = [first[s] for s in steps]
     rows = []
@@ -114,7 +102,7 @@ def training_rows(device: str, workdir: Path, processes: int = 1) -> list[Row]:
     except subprocess.CalledProcessError:
         rows.append(Row("train: resume", FAIL, note=f"`fit --ckpt_path` failed; see {config_b.with_suffix('.log')}"))
     else:
-        resumed = logged_losses(runs["b"])
+        resumed = logged_train_losses(runs["b"])
         common = sorted(set(resumed) & {s for s in steps if s >= STEPS // 2})
         if len(common) < STEPS // 2 - 1:
             rows.append(Row("train: resume continues exactly", FAIL, f"{len(common)} steps overlap", "", ""))
