@@ -428,12 +428,12 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     ]
     if rank == 0:
         write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
-        for path in [out / RECORDS_FILE, *rank_records_files(out)]:
-            read_records(path, repair=True)  # a killed writer's torn last line goes before anyone appends
+        done = _done_ids(out, repair=True)  # a killed writer's torn last line goes before anyone appends
         if config_text is not None:  # once the earlier records are known to be readable
             write_text_atomic(out / CONFIG_FILE, config_text)
     barrier()
-    done = _done_ids(out)
+    if rank != 0:
+        done = _done_ids(out)
     barrier()  # every rank has read what is done before any rank appends
     units = _pending_units(prepared, stacks, done)
     mine = balanced_shares([cost for *_, cost in units], world)[rank]
@@ -467,11 +467,11 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     return summary
 
 
-def _done_ids(out: Path) -> dict[tuple[str, str], set[str]]:
-    """(task, method) -> ids with a record, in records.jsonl or in a rank file not merged yet."""
+def _done_ids(out: Path, repair: bool = False) -> dict[tuple[str, str], set[str]]:
+    """(task, method) -> ids with a record, in records.jsonl or in a rank file not merged yet (`read_records`)."""
     done: dict[tuple[str, str], set[str]] = {}
     for path in [out / RECORDS_FILE, *rank_records_files(out)]:
-        for record in read_records(path):
+        for record in read_records(path, repair=repair):
             done.setdefault((record["task"], record["method"]), set()).add(record["id"])
     return done
 
