@@ -63,10 +63,13 @@ class DataSource(ABC):
         return {"class_path": self.class_path(), "init_args": asdict(self)}
 
     @staticmethod
-    def from_config(config: DataSource | Mapping[str, Any], where: str = "data source") -> DataSource:
+    def from_config(
+        config: DataSource | Mapping[str, Any], where: str = "data source", *, may_import: bool = True
+    ) -> DataSource:
         """A source from `{class_path, init_args}` (a short class name works too); a source is returned as it is.
 
         `where` (e.g. "data.train") starts each error line. An old `source:` dict is refused with its replacement.
+        `may_import=False` resolves the class among those already loaded (`source_class`).
         """
         if isinstance(config, DataSource):
             return config
@@ -81,7 +84,7 @@ class DataSource(ABC):
         if unknown or "class_path" not in config:
             problem = f"unknown key(s) {unknown}" if unknown else "no class_path"
             raise ValueError(f"{where}: {problem}; a data source is {{class_path: ..., init_args: {{...}}}}.")
-        cls = source_class(config["class_path"], where)
+        cls = source_class(config["class_path"], where, may_import=may_import)
         return cls._from_options(dict(config.get("init_args") or {}), f"{where}.init_args")
 
     @staticmethod
@@ -96,10 +99,16 @@ class DataSource(ABC):
 
     @staticmethod
     def from_saved(value: DataSource | Mapping[str, Any] | None) -> DataSource | None:
-        """What a checkpoint holds for a source, either form (`{class_path, init_args}` or an old `source:` dict)."""
+        """What a checkpoint holds for a source, either form (`{class_path, init_args}` or an old `source:` dict).
+
+        A checkpoint is not trusted to name modules to import (an import runs the module's code): its class
+        must be one already loaded, a built-in one or one the run's own config named.
+        """
         if isinstance(value, Mapping) and "source" in value:
             return DataSource.from_legacy_dict(value)
-        return None if value is None else DataSource.from_config(value, "the checkpoint's data source")
+        if value is None:
+            return None
+        return DataSource.from_config(value, "the checkpoint's data source", may_import=False)
 
     @classmethod
     def _from_options(cls, options: dict[str, Any], where: str) -> DataSource:
@@ -121,25 +130,33 @@ def saved_source_options(value: Any) -> dict[str, Any]:
     return {k: v for k, v in value.items() if k != "source"}
 
 
-def source_class(class_path: str, where: str = "data source") -> type[DataSource]:
-    """The `DataSource` subclass `class_path` names: a dotted import path, or the name of a loaded subclass."""
+def source_class(class_path: str, where: str = "data source", *, may_import: bool = True) -> type[DataSource]:
+    """The `DataSource` subclass `class_path` names: a dotted import path, or the name of a loaded subclass.
+
+    With `may_import=False` a dotted path too is only looked up among the loaded subclasses.
+    """
     fix = (
         f"name one of {', '.join(c.__name__ for c in BUILT_IN_SOURCES)} (repo_train.data) or the import path of "
         "another DataSource subclass"
     )
     if not isinstance(class_path, str) or not class_path:
         raise ValueError(f"{where}: class_path must be a class name, got {class_path!r}; {fix}.")
-    if "." in class_path:
+    if "." in class_path and may_import:
         module_name, _, name = class_path.rpartition(".")
         try:
             found = getattr(importlib.import_module(module_name), name, None)
         except ImportError:
             found = None
     else:
-        found = next((cls for cls in _subclasses(DataSource) if cls.__name__ == class_path), None)
+        found = next((cls for cls in _subclasses(DataSource) if class_path in _names_of(cls)), None)
     if not (isinstance(found, type) and issubclass(found, DataSource)) or found is DataSource:
         raise ValueError(f"{where}: class_path {class_path!r} is not a data source; {fix}.")
     return found
+
+
+def _names_of(cls: type[DataSource]) -> set[str]:
+    """What a config may call a loaded source: its name, the path configs write, its defining module's path."""
+    return {cls.__name__, cls.class_path(), f"{cls.__module__}.{cls.__qualname__}"}
 
 
 def _subclasses(cls: type) -> list[type]:

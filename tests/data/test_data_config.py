@@ -105,6 +105,20 @@ def test_old_checkpoint_dicts_convert_to_the_same_source(source):
     assert DataSource.from_saved(old) == DataSource.from_saved(source.to_config()) == source
 
 
+def test_a_checkpoint_cannot_make_the_resume_check_import_a_module(tmp_path, monkeypatch):
+    """A checkpoint's class_path is looked up among loaded sources, never imported (an import runs code)."""
+    (tmp_path / "planted_source.py").write_text(
+        "from pathlib import Path\nPath(__file__).with_name('ran').write_text('imported')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="'planted_source.Data' is not a data source"):
+        DataSource.from_saved({"class_path": "planted_source.Data", "init_args": {}})
+    assert not (tmp_path / "ran").exists()
+    # the built-in sources, under every name configs write, still resolve
+    for name in ("repo_train.data.SyntheticData", "repo_train.data.config.SyntheticData", "SyntheticData"):
+        assert DataSource.from_saved({"class_path": name, "init_args": {"seq_len": 8}}) == SyntheticData(seq_len=8)
+
+
 def test_old_dicts_keep_defaults_and_refuse_what_was_never_valid():
     assert DataSource.from_legacy_dict({"source": "synthetic", "seq_len": 16}) == SyntheticData(seq_len=16)
     assert DataSource.from_saved(None) is None
