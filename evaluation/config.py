@@ -36,6 +36,7 @@ from jsonargparse.typing import PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, parse_value
 from evaluation.models import DEVICES
+from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task
@@ -130,6 +131,16 @@ def add_run_options(parser: ConfigParser) -> None:
     )
     parser.add_argument(
         "--max_records", "--max-records", type=PositiveInt | None, help="stop after N new records (rerun to resume)"
+    )
+    parser.add_argument(
+        "--chat_template",
+        "--chat-template",
+        type=bool,
+        default=False,
+        help="wrap each prompt in the tokenizer's chat template (as lm-eval's --apply_chat_template)",
+    )
+    parser.add_argument(
+        "--system_prompt", "--system-prompt", type=str | None, help="system message of the chat template"
     )
     parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--no_report", "--no-report", action="store_true", help="skip plots and report.md")
@@ -283,6 +294,8 @@ def resolve(options: Namespace) -> ResolvedRun:
         "dtype": options.dtype,
         "attn_implementation": options.attn_implementation,
         "device": options.device,
+        "chat_template": options.chat_template,
+        "system_prompt": options.system_prompt,
         "max_records": options.max_records,
         "no_progress": options.no_progress,
         "no_report": options.no_report,
@@ -300,5 +313,8 @@ def resolve(options: Namespace) -> ResolvedRun:
         dtype=options.dtype,
         attn_implementation=options.attn_implementation,
         device=options.device,
+        chat_template=options.chat_template,
+        system_prompt=options.system_prompt,
     )
+    PromptFormat(options.chat_template, options.system_prompt)  # a system prompt without the template fails here
     return ResolvedRun(run=run, config=config)

@@ -126,23 +126,26 @@ def tokenize_prompts(
     prompts: Sequence[str],
     item_spans: Sequence[Sequence[Sequence[int]]] | None = None,
     chunk_size: int = TOKENIZE_CHUNK,
+    add_special_tokens: bool = True,
 ) -> list[TokenizedPrompt]:
     """Token ids of each prompt and, from the offset mapping, the token span of each item (char spans).
+
+    `add_special_tokens=False` for text that holds its own (a rendered chat template: `evaluation.prompt_format`).
 
     Tokenises `chunk_size` prompts at a time (`prompts` and `item_spans` are
     only sliced, so lazy columns such as a `datasets` column work): the
     tokenizer's output for a chunk, offset mappings included, is dropped
     before the next one.
     """
-    return list(_tokenized_chunks(tokenizer, prompts, item_spans, chunk_size))
+    return list(_tokenized_chunks(tokenizer, prompts, item_spans, chunk_size, special=add_special_tokens))
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], offsets: bool) -> dict[str, Any]:
+def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], offsets: bool, special: bool) -> dict[str, Any]:
     """The tokenizer's output for a list of prompts, as every pass of this module calls it."""
-    return tokenizer(texts, add_special_tokens=True, return_offsets_mapping=offsets)
+    return tokenizer(texts, add_special_tokens=special, return_offsets_mapping=offsets)
 
 
-def _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size: int, start: int = 0):
+def _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size: int, start: int = 0, special: bool = True):
     """`TokenizedPrompt`s of prompts[start:], tokenised `chunk_size` at a time."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -152,7 +155,7 @@ def _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size: int, start: in
         chunk_spans = list(item_spans[first:last]) if need_offsets else None
         done = 0
         for texts in _by_characters(list(prompts[first:last])):
-            encoded = _encode(tokenizer, texts, need_offsets)
+            encoded = _encode(tokenizer, texts, need_offsets, special)
             for index, ids in enumerate(encoded["input_ids"]):
                 spans: tuple[tuple[int, int], ...] = ()
                 if need_offsets:
@@ -177,7 +180,11 @@ def _by_characters(texts: list[str]) -> Iterator[list[str]]:
 
 
 def token_lengths(
-    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], chunk_size: int = TOKENIZE_CHUNK, start: int = 0
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    chunk_size: int = TOKENIZE_CHUNK,
+    start: int = 0,
+    add_special_tokens: bool = True,
 ) -> Iterator[int]:
     """Token counts of prompts[start:], as `tokenize_prompts` counts them, a chunk at a time; keeps nothing else.
 
@@ -191,20 +198,20 @@ def token_lengths(
             if counter is not None:
                 yield from counter(texts)
                 continue
-            lengths = [len(ids) for ids in _encode(tokenizer, texts, False)["input_ids"]]
+            lengths = [len(ids) for ids in _encode(tokenizer, texts, False, add_special_tokens)["input_ids"]]
             if not checked:
-                fast, checked = _backend_counter(tokenizer), True
+                fast, checked = _backend_counter(tokenizer, add_special_tokens), True
                 counter = fast if fast is not None and fast(texts) == lengths else None
             yield from lengths
 
 
-def _backend_counter(tokenizer: PreTrainedTokenizerBase):
+def _backend_counter(tokenizer: PreTrainedTokenizerBase, add_special_tokens: bool = True):
     """Token counts straight from a fast tokenizer's backend (no offsets, no id lists), or None."""
     backend = getattr(tokenizer, "_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     encode = getattr(backend, "encode_batch_fast", None)
     if encode is None:
         return None
-    return lambda texts: [len(encoding) for encoding in encode(texts, add_special_tokens=True)]
+    return lambda texts: [len(encoding) for encoding in encode(texts, add_special_tokens=add_special_tokens)]
 
 
 def tokenize_and_fit(
@@ -214,6 +221,7 @@ def tokenize_and_fit(
     limit: int | None,
     truncate: str | None,
     chunk_size: int = TOKENIZE_CHUNK,
+    add_special_tokens: bool = True,
 ) -> list[TokenizedPrompt]:
     """`fit_to_length(tokenize_prompts(...), limit, truncate)` in bounded memory; the same prompts.
 
@@ -228,7 +236,7 @@ def tokenize_and_fit(
         raise ValueError(f"truncate must be one of {list(TRUNCATION_POLICIES)} or None, got {truncate!r}")
     fitted: list[TokenizedPrompt] = []
     too_long, longest, rest = 0, 0, len(prompts)
-    chunks = _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size)
+    chunks = _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size, special=add_special_tokens)
     for index, prompt in enumerate(chunks):
         length = len(prompt.input_ids)
         if limit is not None and length > limit:
@@ -243,7 +251,7 @@ def tokenize_and_fit(
             rest = index + 1
             break
     chunks.close()
-    for length in token_lengths(tokenizer, prompts, chunk_size, start=rest):
+    for length in token_lengths(tokenizer, prompts, chunk_size, start=rest, add_special_tokens=add_special_tokens):
         if limit is not None and length > limit:
             too_long, longest = too_long + 1, max(longest, length)
     if too_long:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, nullcontext
@@ -54,6 +55,7 @@ from evaluation.generation import (
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
 from evaluation.models import load_model, model_identity, place_model, tiny_default
+from evaluation.prompt_format import PromptFormat, chat_template_notice
 from evaluation.results import (
     FORMAT_VERSION,
     RECORDS_FILE,
@@ -120,6 +122,14 @@ class RunConfig:
     device: str = "auto"
     """Where a model the run loads itself goes: auto (CUDA when present), cpu or cuda. Not a result setting."""
     bootstrap_resamples: int = 1000
+    chat_template: bool = False
+    """Wrap each task prompt in the tokenizer's chat template (lm-eval's --apply_chat_template)."""
+    system_prompt: str | None = None
+    """System message of the chat template (needs chat_template)."""
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        return PromptFormat(self.chat_template, self.system_prompt)
 
     def settings(self, task: str) -> DecodeSettings:
         max_new, stops = task_generation(task, self.tasks.get(task, {}))
@@ -164,6 +174,10 @@ class PreparedTask:
     prompts: list[TokenizedPrompt]
     settings: DecodeSettings
     plan: list[list[int]]
+    texts: Sequence[str] = ()
+    """The exact strings that were tokenised (chat-templated when the run asks for it), row by row."""
+    add_special_tokens: bool = True
+    """Whether tokenising `texts` added the tokenizer's special tokens (not for a rendered chat template)."""
 
 
 _DATASETS: dict[str, datasets.Dataset] = {}
@@ -186,8 +200,20 @@ def _takes_tokenizer(name: str) -> bool:
     return task_class is not None and any(f.name == "tokenizer" for f in fields(task_class))
 
 
-def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, settings: DecodeSettings) -> PreparedTask:
-    """Build, tokenise (cached in memory by tokenizer, task parameters and length budget), length-check, plan.
+def prepare_task(
+    name: str,
+    params: Mapping[str, Any],
+    model,
+    tokenizer,
+    settings: DecodeSettings,
+    prompt_format: PromptFormat | None = None,
+) -> PreparedTask:
+    """Build, format, tokenise (cached in memory by tokenizer, task parameters, format and length budget),
+    length-check, plan.
+
+    `prompt_format` (default: prompts as they are) may wrap each prompt in the
+    tokenizer's chat template; lengths, length checks and item spans are then
+    those of the templated text (`evaluation.prompt_format`).
 
     Tokenising and the length check run in bounded memory (`tokenize_and_fit`:
     chunks of prompts read from the task's dataset, the prompts that do not fit
@@ -206,17 +232,27 @@ def prepare_task(name: str, params: Mapping[str, Any], model, tokenizer, setting
     dataset = _DATASETS[key]
     if len(dataset) == 0:
         raise ValueError(f"task {name!r} built no rows with {dict(params)}; check num_examples and the data file")
+    prompt_format = prompt_format or PromptFormat()
+    if prompt_format.chat_template and scores_by_loglikelihood(task):
+        raise ValueError(
+            f"task {name!r} is scored by log-likelihood, which reads the raw context; --chat_template applies to "
+            "generation tasks only: evaluate this task in a run without it"
+        )
+    texts, spans = dataset["prompt"], dataset["item_spans"]  # lazy columns: read a chunk at a time below
+    if prompt_format.chat_template:
+        texts, spans = prompt_format.apply(tokenizer, texts, spans)
     limit = prompt_limit(model, settings)
-    token_key = (tokenizer_fingerprint(tokenizer), key, limit, settings.truncate)
-    if token_key not in _TOKENS_CACHE:  # lazy columns: tokenize_and_fit reads them a chunk at a time
+    described = json.dumps(prompt_format.describe(tokenizer), sort_keys=True)
+    token_key = (tokenizer_fingerprint(tokenizer), key, limit, settings.truncate, described)
+    if token_key not in _TOKENS_CACHE:
         _TOKENS_CACHE[token_key] = tokenize_and_fit(
-            tokenizer, dataset["prompt"], dataset["item_spans"], limit, settings.truncate
+            tokenizer, texts, spans, limit, settings.truncate, add_special_tokens=prompt_format.add_special_tokens
         )
     fitted = _TOKENS_CACHE[token_key]
     columns = list(_ROW_COLUMNS) + (list(_LOGLIK_COLUMNS) if scores_by_loglikelihood(task) else [])
     rows = dataset.select_columns(columns).to_list()
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
-    return PreparedTask(name, task, rows, fitted, settings, plan)
+    return PreparedTask(name, task, rows, fitted, settings, plan, texts, prompt_format.add_special_tokens)
 
 
 def run_stack(
@@ -321,9 +357,10 @@ def task_metric(name: str, params: Mapping[str, Any]) -> str:
     return build_task(name, **params).metric_name
 
 
-def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
+def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer) -> dict[str, Any]:
     """What the records depend on; per task its parameters, decoding and metric (a score of another metric
-    must not be mixed in: kv's default changed from best_subspan_em to kv_containment)."""
+    must not be mixed in: kv's default changed from best_subspan_em to kv_containment); the prompt format
+    (chat template, system prompt) with the decoding."""
     tasks = {}
     for name, params in config.tasks.items():
         settings = config.settings(name)
@@ -333,7 +370,12 @@ def _manifest(config: RunConfig, identity: Mapping[str, str]) -> dict[str, Any]:
             "stop_strings": list(settings.stop_strings),
             "metric": task_metric(name, params),
         }
-    decode = {"batch_size": config.batch_size, "max_length": config.max_length, "truncate": config.truncate}
+    decode = {
+        "batch_size": config.batch_size,
+        "max_length": config.max_length,
+        "truncate": config.truncate,
+        "prompt_format": config.prompt_format.describe(tokenizer),
+    }
     return {"format_version": FORMAT_VERSION, "model": dict(identity), "decode": decode, "tasks": tasks}
 
 
@@ -352,6 +394,8 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             "use another --out directory, or delete this one to start over"
         )
     fresh = json.loads(json.dumps(manifest, default=str))
+    if isinstance(old.get("decode"), dict) and "prompt_format" not in old["decode"]:  # a run from before the option
+        old["decode"]["prompt_format"] = PromptFormat().describe(None)
     differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
     for name, spec in fresh["tasks"].items():
         before = old.get("tasks", {}).get(name)
@@ -419,12 +463,16 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     for stack in stacks:  # a method that cannot apply to this model fails before anything is written
         with stack.attached(model, tokenizer):
             pass
+    notice = chat_template_notice(tokenizer, config.prompt_format)
+    if notice and rank == 0:
+        print(f"[evaluation] {notice}", file=sys.stderr)
     identity = model_identity(model)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = _merge_manifest(out, _manifest(config, identity))  # other settings fail before any work
+    manifest = _merge_manifest(out, _manifest(config, identity, tokenizer))  # other settings fail before any work
     prepared = [
-        prepare_task(name, params, model, tokenizer, config.settings(name)) for name, params in config.tasks.items()
+        prepare_task(name, params, model, tokenizer, config.settings(name), config.prompt_format)
+        for name, params in config.tasks.items()
     ]
     if rank == 0:
         write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
@@ -461,7 +509,7 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
         barrier()  # rank 0 merges and summarises
         return None
     merge_rank_records(out, _plan_order(prepared, labels))
-    summary = _summarize(config, identity, labels, prepared)
+    summary = _summarize(config, identity, labels, prepared, tokenizer)
     write_json_atomic(out / SUMMARY_FILE, summary)
     barrier()
     return summary
@@ -512,8 +560,8 @@ def _plan_order(prepared: Sequence[PreparedTask], labels: Sequence[str]) -> Call
     return key
 
 
-def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Sequence[PreparedTask]) -> dict:
-    manifest = _manifest(config, identity)
+def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Sequence[PreparedTask], tokenizer) -> dict:
+    manifest = _manifest(config, identity, tokenizer)
     ids = {task.name: {row["id"] for row in task.rows} for task in prepared}
     records = [
         r

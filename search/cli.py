@@ -222,6 +222,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         weights=config.weights,
         settings=settings,
         progress=progress,
+        prompt_format=task.prompt_format,
     )
     held = config.held_out
     held_offset = task.num_examples if held.offset is None else held.offset
@@ -262,6 +263,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
             settings=settings,
             exclude_example_ids=fitness.example_ids,
             fitness_cls=fitness_cls,
+            prompt_format=task.prompt_format,
         )
     summary = {"fitness": result.fitness.to_json(), "generations": result.generations, "held_out": held_out}
     summary.update(scales=result.scales, evaluations=result.evaluations, paths={k: str(v) for k, v in paths.items()})

@@ -5,7 +5,7 @@ defaults, which are the paper's):
 
     model:    {path, seed, num_layers, dtype, attn_implementation, device}
     task:     {name, num_items, num_examples, seed, data_dir, max_new_tokens, batch_size, max_length, truncate,
-               key_chars, template, distinct_keys}
+               key_chars, template, distinct_keys, chat_template, system_prompt}
     weights:  {begin, middle, end}                    # λ of Eq. 7 (search.fitness.SubsetWeights)
     space:    {curve, num_points, y_min_tenths, y_max_tenths}
     ga:       {population, parents, generations, ...} # search.ga.GAConfig (Table 9)
@@ -86,6 +86,17 @@ class TaskConfig:
     """kv prompt: "json" (the release's) or "pairs" (tiny models; needs key_chars; evaluation/tasks/kv_retrieval.py)."""
     distinct_keys: int | None = None
     """kv "pairs" only: the num_items pairs repeat this many keys (gold once): long contexts; None = all distinct."""
+    chat_template: bool = False
+    """Wrap each prompt in the tokenizer's chat template (instruction models; evaluation.prompt_format)."""
+    system_prompt: str | None = None
+    """System message of the chat template (needs chat_template)."""
+
+    @property
+    def prompt_format(self):
+        """The harness's `PromptFormat` of these two fields (checked: a system prompt needs the template)."""
+        from evaluation.prompt_format import PromptFormat
+
+        return PromptFormat(self.chat_template, self.system_prompt)
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,8 @@ class SearchConfig:
                 raise ConfigError(f"task.{name} must be >= 1, got {getattr(self.task, name)}")
         if self.held_out.num_examples < 0:
             raise ConfigError(f"held_out.num_examples must be >= 0, got {self.held_out.num_examples}")
+        if self.task.system_prompt is not None and not self.task.chat_template:
+            raise ConfigError("task.system_prompt needs task.chat_template: true (the system message of the template)")
 
     @classmethod
     def tiny(cls) -> SearchConfig:

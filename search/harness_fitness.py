@@ -48,6 +48,7 @@ import torch
 
 from evaluation.generation import DecodeSettings, batch_cost, plan_batches
 from evaluation.methods import MethodStack
+from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
 from repo_train.distributed import all_reduce_sum, balanced_shares, rank_and_world
@@ -112,6 +113,7 @@ class HarnessFitness:
         weights: SubsetWeights | None = None,
         settings: DecodeSettings | None = None,
         progress: bool | str = False,
+        prompt_format: PromptFormat | None = None,
     ):
         if task not in ITEM_PARAMETER:
             raise ValueError(f"the LPES fitness scores tasks {sorted(ITEM_PARAMETER)}, not {task!r}")
@@ -136,7 +138,9 @@ class HarnessFitness:
             num_examples=example_offset + num_examples, seed=seed, gold_positions=sorted(self.positions.values())
         )
         self.task_params = params
-        self.prepared = _drop_examples(prepare_task(task, params, model, tokenizer, self.settings), example_offset)
+        self.prompt_format = prompt_format or PromptFormat()
+        prepared = prepare_task(task, params, model, tokenizer, self.settings, self.prompt_format)
+        self.prepared = _drop_examples(prepared, example_offset)
         self.rank, self.world_size = rank_and_world()
         lengths = [len(p.input_ids) for p in self.prepared.prompts]
         costs = [batch_cost(lengths, batch, self.settings.max_new_tokens) for batch in self.prepared.plan]
@@ -152,7 +156,10 @@ class HarnessFitness:
         scaled_policies(model, [1.0] * self.num_layers, method="LPES")  # a REPO model fails here, not mid-search
         self.data_sha256 = self._data_hash()
         self.metric = self.prepared.task.metric_name
+        # the prompt format joins the context only when it is not the default, so earlier states still resume
+        formats = {"prompt_format": self.prompt_format.describe(tokenizer)} if self.prompt_format.chat_template else {}
         self.context = context_key(  # a resumed search reuses cached fitness values only if all of these agree
+            **formats,
             model=model_fingerprint(model),
             data=self.data_sha256,
             decode=dataclasses.asdict(self.settings),
@@ -203,6 +210,7 @@ class HarnessFitness:
             "rows": len(self.prepared.rows),
             "metric": self.metric,
             "max_new_tokens": self.settings.max_new_tokens,
+            "prompt_format": self.prompt_format.describe(self.tokenizer),
             "data_sha256": self.data_sha256,
         }
 
@@ -255,6 +263,7 @@ def evaluate_held_out(
     settings: DecodeSettings | None = None,
     exclude_example_ids: Sequence[str] = (),
     fitness_cls: type[HarnessFitness] = HarnessFitness,
+    prompt_format: PromptFormat | None = None,
 ) -> dict[str, Any]:
     """Score baseline (all 1), PI at the mean scale, and `scales` on examples the search did not use.
 
@@ -274,6 +283,7 @@ def evaluate_held_out(
         seed=seed,
         weights=weights,
         settings=settings,
+        prompt_format=prompt_format,
     )
     overlap = sorted(set(fitness.example_ids) & set(exclude_example_ids))
     if overlap:

@@ -182,7 +182,14 @@ def _search_set(config, model, tokenizer):
     settings = decode_settings(task)
     params = task_parameters(task)
     fitness = HarnessFitness(
-        model, tokenizer, task.name, params, num_examples=task.num_examples, seed=task.seed, settings=settings
+        model,
+        tokenizer,
+        task.name,
+        params,
+        num_examples=task.num_examples,
+        seed=task.seed,
+        settings=settings,
+        prompt_format=task.prompt_format,
     )
     prepared = fitness.prepared
     batches = []
