@@ -216,7 +216,7 @@ def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model
         _check_saved(staging, source, tokenizer, dtype)
         provenance = {
             **expected,
-            "converted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "converted_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "converted_with": {"transformers": transformers.__version__, "torch": torch.__version__},
             "source": f"{model.package}=={expected['package_version']} (PyPI), file {model.gguf_file}",
             "check": "reloaded logits equal the GGUF-loaded model's (max |Δ| = 0 on a chat prompt)",
@@ -233,4 +233,3 @@ def _size_mb(directory: Path) -> float:
 def run(args, _parser=None) -> int:
     make_real_model(args.out, args.dtype, MODELS[args.model])
     return 0
-

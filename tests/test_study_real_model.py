@@ -1,0 +1,117 @@
+"""scripts/study_real_model.py: its data split, verdict rules and options (fast), and the --quick study (slow)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from script_loader import load_script
+
+from evaluation.sample_data import NQ_OPEN_ORACLE
+
+study = load_script("study_real_model")
+
+
+def _questions(path):
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line)["question"] for line in handle if line.strip()]
+
+
+def test_search_and_evaluation_questions_are_disjoint(tmp_path):
+    size = dict(study.SIZES["quick"], search_questions=2, held_out=3, questions=5, documents=3)
+    folders = study.split_data(NQ_OPEN_ORACLE, tmp_path, size)
+    search = _questions(folders["search"] / study.DATA_NAME)
+    evaluation = _questions(folders["eval"] / study.DATA_NAME)
+    source = _questions(NQ_OPEN_ORACLE)
+    assert not set(search) & set(evaluation)
+    assert search == source[: len(search)] and evaluation == source[len(search) : len(search) + len(evaluation)]
+    assert len(search) >= size["search_questions"] + size["held_out"] and len(evaluation) >= size["questions"]
+    before = (folders["eval"] / study.DATA_NAME).stat().st_mtime_ns
+    study.split_data(NQ_OPEN_ORACLE, tmp_path, size)  # a rerun keeps the files
+    assert (folders["eval"] / study.DATA_NAME).stat().st_mtime_ns == before
+
+
+def test_a_file_too_small_for_the_sizes_is_refused(tmp_path):
+    size = dict(study.SIZES["full"], questions=500)
+    with pytest.raises(ValueError, match="lower the sizes or pass a larger file"):
+        study.split_data(NQ_OPEN_ORACLE, tmp_path, size)
+
+
+@pytest.mark.parametrize(
+    ("vs", "questions", "verdict"),
+    [
+        ({"mean_diff": 0.2, "low": 0.05, "high": 0.3, "p_holm": 0.01}, 20, "reproduced"),
+        ({"mean_diff": 0.2, "low": 0.05, "high": 0.3, "p_holm": 0.01}, 5, "cannot tell at this power"),
+        ({"mean_diff": 0.1, "low": -0.05, "high": 0.3, "p_holm": 0.3}, 20, "reproduced in direction (not significant)"),
+        ({"mean_diff": -0.1, "low": -0.2, "high": 0.02, "p_holm": 0.3}, 20, "not reproduced"),
+        ({"mean_diff": -0.2, "low": -0.3, "high": -0.1, "p_holm": 0.01}, 20, "not reproduced (hurts)"),
+        ({"mean_diff": -0.05, "low": -0.3, "high": 0.2, "p_holm": 0.8}, 20, "cannot tell at this power"),
+        ({"mean_diff": 0.0, "low": 0.0, "high": 0.0, "p_holm": None, "identical": True}, 20,
+         "not reproduced (no answer changed)"),
+        (None, 20, "cannot tell at this power"),
+    ],
+)  # fmt: skip
+def test_claim_verdicts(vs, questions, verdict):
+    assert study.claim_verdict(vs, questions) == verdict
+
+
+def test_shape_verdicts():
+    u = ([0.6, 0.3, 0.6], [0.5, 0.2, 0.5], [0.7, 0.4, 0.7])
+    assert study.shape_verdict(*u, 20) == "reproduced"
+    assert study.shape_verdict(*u, 3) == "cannot tell at this power"
+    loose = ([0.6, 0.5, 0.6], [0.4, 0.3, 0.4], [0.8, 0.7, 0.8])
+    assert study.shape_verdict(*loose, 20) == "reproduced in direction (not significant)"
+    rising = ([0.2, 0.6, 0.7], [0.1, 0.5, 0.6], [0.3, 0.7, 0.8])
+    assert study.shape_verdict(*rising, 20) == "not reproduced"
+
+
+def test_caliope_keeps_the_published_gaps_inside_the_trained_context():
+    speed = {"max_position_embeddings": 8192, "mean_prompt_tokens": 750}
+    spec, why = study.caliope_method({"documents": 5, "max_new_tokens": 24}, speed)
+    assert spec == "caliope:calibrator=hourglass,delta_min=5,delta_max=1000" and "published" in why
+    short = {"max_position_embeddings": 2048, "mean_prompt_tokens": 750}
+    spec, why = study.caliope_method({"documents": 20, "max_new_tokens": 24}, short)
+    assert "delta_max=" in spec and "×" in why
+    factor = float(why.split("×")[1].split(",")[0])
+    assert 0 < factor < 1
+
+
+def test_bucket_bases_keep_the_default_ratios():
+    assert study.bucket_bases(1e5) == "100000|175000|180000|190000|200000|225000"
+
+
+def test_options_are_checked_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        study.parse_args(["--quick", "--data", "no/such/file.jsonl.gz"])
+    assert stop.value.code == 2
+    assert "--data no/such/file.jsonl.gz not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        study.parse_args(["--quick", "--costly_questions", "9"])
+    assert "take the first of --questions" in capsys.readouterr().err
+    args = study.parse_args(["--quick", "--questions", "4"])
+    assert args.size == dict(study.SIZES["quick"], questions=4) and args.data == str(NQ_OPEN_ORACLE)
+
+
+@pytest.mark.slow
+def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, capsys):
+    out = tmp_path / "study"
+    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir), "--threads", "1"])
+    result = json.loads((out / "study.json").read_text())
+    assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes", "pcd"]
+    assert [row["key"] for row in result["costly_rows"]] == ["baseline", "fim", "attention_buckets"]
+    size = result["size"]
+    for row in result["main_rows"]:
+        assert row["result"]["n"] == size["questions"] * size["documents"]
+    assert len(result["bias"]["mean"]["gold"]) == size["documents"]
+    assert set(result["claims"]) >= {"bias", "accuracy", "caliope", "fim", "pcd", "ms_poe", "lpes"}
+    assert len(result["search"]["scales"]) == 30  # one per layer of SmolLM2
+    text = (out / "README.md").read_text()
+    assert "## Each paper's claim next to what was seen" in text and (out / "study.png").is_file()
+    commands = (out / "commands.sh").read_text()
+    assert "--chat-template true" in commands and "search run" in commands
+    before = (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns
+    capsys.readouterr()
+    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir), "--threads", "1"])  # resumes: no rerun
+    assert (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns == before
+    assert "=== LPES search" not in capsys.readouterr().out
