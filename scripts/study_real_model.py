@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Lost in the middle on a real pretrained model: SmolLM2-135M-Instruct, every training-free method, CPU only.
 
-    python scripts/study_real_model.py [--out outputs/real-model] [--quick] [--data FILE]
+    python scripts/study_real_model.py [--out outputs/real-model] [--quick | --gpu] [--data FILE]
+
+`--gpu` runs the same study at full size (20 documents, 100 questions) in bfloat16 on CUDA.
 
 Steps (each skipped when its output exists, so rerunning the command resumes):
 
@@ -59,11 +61,15 @@ DATA_NAME = "nq-open-oracle.jsonl.gz"  # the name the mdqa task finds in a --dat
 #: Sizes: (documents, eval questions, FiM/Attention-Buckets questions, attention-bias questions, search questions,
 #: held-out questions, GA population, GA generations, max new tokens). Chosen from the measured speed (README).
 SIZES = {
-    "full": dict(documents=5, questions=24, costly_questions=6, bias_questions=24, search_questions=4,
-                 held_out=8, population=6, generations=2, max_new_tokens=24),
+    "full": dict(documents=5, questions=18, costly_questions=4, bias_questions=18, search_questions=3,
+                 held_out=6, population=6, generations=1, max_new_tokens=24),
+    "gpu": dict(documents=20, questions=100, costly_questions=25, bias_questions=100, search_questions=20,
+                held_out=50, population=16, generations=5, max_new_tokens=24),
     "quick": dict(documents=3, questions=3, costly_questions=1, bias_questions=3, search_questions=1,
                   held_out=1, population=4, generations=1, max_new_tokens=12),
 }  # fmt: skip
+#: The study's time budget on 2 CPU cores: the projection warns beyond it.
+BUDGET_SECONDS = 3600
 #: Attention Buckets' default bases are for Llama-2 (θ = 10,000); here they keep those ratios to this model's θ.
 BUCKET_RATIOS = (1.0, 1.75, 1.8, 1.9, 2.0, 2.25)
 PAPER_CLAIMS = {
@@ -96,6 +102,7 @@ def build_parser() -> ConfigParser:
         "with --quick, the 40-question sample shipped with the package)",
     )
     parser.add_argument("--quick", action="store_true", help="the smallest study (minutes; the slow test runs it)")
+    parser.add_argument("--gpu", action="store_true", help="full size (20 documents, 100 questions), bf16 on CUDA")
     for key, value in SIZES["full"].items():
         parser.add_argument(f"--{key}", type=int | None, default=None, help=f"override the size (full: {value})")
     parser.add_argument("--batch_size", "--batch-size", type=int, default=8, help="prompts per forward")
@@ -105,7 +112,10 @@ def build_parser() -> ConfigParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    size = dict(SIZES["quick" if args.quick else "full"])
+    if args.quick and args.gpu:
+        raise ValueError("--quick and --gpu choose different sizes: pass one of them")
+    size = dict(SIZES["quick" if args.quick else "gpu" if args.gpu else "full"])
+    args.dtype, args.device = ("bfloat16", "cuda") if args.gpu else ("float32", "cpu")
     for key in SIZES["full"]:
         if getattr(args, key) is not None:
             size[key] = getattr(args, key)
@@ -163,25 +173,34 @@ def split_data(source: Path, out: Path, size: Mapping[str, int]) -> dict[str, Pa
 
 
 # ------------------------------------------------------------------ speed
-def measure_speed(model_dir: Path, data_dir: Path, size: Mapping[str, int], batch_size: int, threads: int) -> dict:
+def _load(model_dir: Path, args):
+    """The model as the study's commands load it: the harness's loader, the study's dtype, device and threads."""
+    import torch
+
+    from evaluation.models import load_model, place_model
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(model_dir, args.dtype)
+    return place_model(model, args.device), tokenizer
+
+
+def measure_speed(model_dir: Path, data_dir: Path, size: Mapping[str, int], args) -> dict:
     """Baseline prompts per second on one batch of evaluation prompts (after a warm-up forward), in-process."""
     import torch
 
     from evaluation.generation import DecodeSettings
     from evaluation.methods import MethodStack
-    from evaluation.models import load_model
     from evaluation.prompt_format import PromptFormat
     from evaluation.runner import prepare_task, run_stack
 
-    torch.set_num_threads(threads)
-    model, tokenizer = load_model(model_dir)
+    model, tokenizer = _load(model_dir, args)
     params = {"path": str(data_dir / DATA_NAME), "num_documents": size["documents"], "num_examples": 2,
               "gold_positions": "all"}  # fmt: skip
-    settings = DecodeSettings(max_new_tokens=size["max_new_tokens"], stop_strings=("\n",), batch_size=batch_size)
+    settings = DecodeSettings(max_new_tokens=size["max_new_tokens"], stop_strings=("\n",), batch_size=args.batch_size)
     prepared = prepare_task("mdqa", params, model, tokenizer, settings, PromptFormat(chat_template=True))
     prepared.plan = prepared.plan[:1]
     with torch.no_grad():
-        model(torch.tensor([prepared.prompts[0].input_ids[:32]]))  # warm-up
+        model(torch.tensor([prepared.prompts[0].input_ids[:32]], device=model.device))  # warm-up
     start = time.perf_counter()
     records = list(run_stack(model, tokenizer, prepared, MethodStack.parse("baseline"), progress="off"))
     seconds = time.perf_counter() - start
@@ -191,7 +210,9 @@ def measure_speed(model_dir: Path, data_dir: Path, size: Mapping[str, int], batc
         "seconds": seconds,
         "prompts_per_second": len(records) / seconds,
         "mean_prompt_tokens": statistics.fmean(tokens),
-        "threads": threads,
+        "threads": args.threads,
+        "device": str(model.device),
+        "dtype": args.dtype,
         "max_position_embeddings": int(model.config.max_position_embeddings),
         "rope_theta": float(model.config.rope_parameters["rope_theta"]),
     }
@@ -231,7 +252,7 @@ def bucket_bases(theta: float) -> str:
     return "|".join(f"{theta * ratio:g}" for ratio in BUCKET_RATIOS)
 
 
-def search_config(out: Path, folders: Mapping[str, Path], size: Mapping[str, int], batch_size: int) -> Path:
+def search_config(out: Path, folders: Mapping[str, Path], size: Mapping[str, int], args) -> Path:
     """The paper's GA proportions (Table 9: 12 parents, 4 crossover, 16 mutation of 32) at this population."""
     population = size["population"]
     parents = max(2, round(population * 12 / 32))
@@ -239,7 +260,8 @@ def search_config(out: Path, folders: Mapping[str, Path], size: Mapping[str, int
     config = {
         "task": {"name": "mdqa", "num_items": size["documents"], "num_examples": size["search_questions"],
                  "data_dir": str(folders["search"]), "max_new_tokens": size["max_new_tokens"],
-                 "batch_size": batch_size, "chat_template": True},
+                 "batch_size": args.batch_size, "chat_template": True},
+        "model": {"dtype": args.dtype, "device": args.device},
         "space": {"num_points": 4},
         "ga": {"population": population, "parents": parents, "crossover_offspring": crossover,
                "mutation_offspring": population - parents - crossover, "generations": size["generations"]},
@@ -255,7 +277,7 @@ def eval_command(model: Path, data_dir: Path, out: Path, methods: Sequence[str],
         "evaluation", "run", "--model", str(model), "--tasks", "mdqa", "--data-dir", str(data_dir),
         "--num-documents", str(size["documents"]), "--num-examples", str(questions), "--gold-positions", "all",
         "--chat-template", "true", "--max-new-tokens", str(size["max_new_tokens"]),
-        "--batch-size", str(args.batch_size), "--device", "cpu", "--no-progress",
+        "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--no-progress",
         *(flag for method in methods for flag in ("--method", method)), "--out", str(out),
     ]  # fmt: skip
 
@@ -263,16 +285,13 @@ def eval_command(model: Path, data_dir: Path, out: Path, methods: Sequence[str],
 # ------------------------------------------------------------------ attention bias
 def measure_bias(model_dir: Path, data_dir: Path, size: Mapping[str, int], args, path: Path) -> dict:
     """Found in the Middle's attention-bias curve on the first evaluation questions (written to `path`)."""
-    import torch
 
     from evaluation.attention_bias import attention_by_position, bias_curve
     from evaluation.generation import DecodeSettings
-    from evaluation.models import load_model
     from evaluation.prompt_format import PromptFormat
     from evaluation.runner import prepare_task
 
-    torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(model_dir)
+    model, tokenizer = _load(model_dir, args)
     params = {"path": str(data_dir / DATA_NAME), "num_documents": size["documents"],
               "num_examples": size["bias_questions"], "gold_positions": "all"}  # fmt: skip
     settings = DecodeSettings(max_new_tokens=size["max_new_tokens"], batch_size=args.batch_size)
@@ -521,19 +540,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     speed_file = out / "speed.json"
     if not speed_file.is_file():
         start = time.perf_counter()
-        write_json_atomic(speed_file, measure_speed(model_dir, folders["eval"], size, args.batch_size, args.threads))
+        write_json_atomic(speed_file, measure_speed(model_dir, folders["eval"], size, args))
         timings["speed"] = time.perf_counter() - start
     speed = json.loads(speed_file.read_text())
     projection = projected_seconds(size, speed)
     print(f"speed: {speed['prompts_per_second']:.2f} prompts/s ({speed['mean_prompt_tokens']:.0f} tokens); projected: "
           + ", ".join(f"{k} {_fmt_minutes(v)}" for k, v in projection.items())
           + f"; total {_fmt_minutes(sum(projection.values()))}", flush=True)  # fmt: skip
+    if sum(projection.values()) > BUDGET_SECONDS:
+        print(f"warning: the projected time passes {_fmt_minutes(BUDGET_SECONDS)}; lower --questions / "
+              "--costly_questions (or run on a GPU)", flush=True)  # fmt: skip
 
     scale_file = out / "scales" / "smollm2-mdqa.json"
     if not scale_file.is_file():
         timings["LPES search"] = run(
             "LPES search", "search", "run", "--model", str(model_dir), "--config",
-            str(search_config(out, folders, size, args.batch_size)), "--out", str(scale_file), "--resume",
+            str(search_config(out, folders, size, args)), "--out", str(scale_file), "--resume",
             log=out / "logs" / "search.log",
         )  # fmt: skip
     if args.dry_run:

@@ -116,6 +116,14 @@ CASES = [
         ["--clock", "sundial"],
         "argument --clock: invalid choice: 'sundial' (choose from 'cpu', 'wall')",
     ),
+    Case(
+        "crosscheck_lm_eval",
+        {"model": "models/smollm2-135m-instruct", "num_documents": 5, "gold_positions": "all", "repeats": 3},
+        ["--num-documents", "3", "--gold-positions", "0,2", "--chat-template", "true", "--max-new-tokens", "16"],
+        {"num_documents": 3, "gold_positions": [0, 2], "chat_template": True, "max_new_tokens": 16},
+        ["--system-prompt", "Answer briefly."],
+        "--system-prompt needs --chat-template true",
+    ),
 ]
 MODULES = {case.script: load_script(case.script) for case in CASES}
 

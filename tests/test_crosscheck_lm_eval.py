@@ -1,0 +1,48 @@
+"""The cross-check against lm-evaluation-harness on the real model: the same token ids, the same continuations.
+
+Four MDQA prompts of the packaged sample (two questions, gold first and last of
+three documents), one left-padded batch of four, 16 new tokens: the script's
+whole path (options, harness prompts, lm-eval's `generate_until` on the same
+strings, the report) with no timing rounds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+from conftest import REAL_MODEL_ENV
+from script_loader import load_script
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def crosscheck():
+    if importlib.util.find_spec("lm_eval") is None:
+        message = "lm-eval is not installed (the crosscheck extra: scripts/setup.sh --real)"
+        if os.environ.get(REAL_MODEL_ENV) == "required":
+            pytest.fail(message)
+        pytest.skip(message)
+    return load_script("crosscheck_lm_eval")
+
+
+def test_lm_eval_reads_the_same_tokens_and_continues_the_same_text(crosscheck, real_model_dir, tmp_path):
+    out = tmp_path / "crosscheck.json"
+    argv = ["--model", str(real_model_dir), "--num-documents", "3", "--num-examples", "2", "--gold-positions", "0,2",
+            "--max-new-tokens", "16", "--batch-size", "4", "--repeats", "0", "--out", str(out)]  # fmt: skip
+    report = crosscheck.main(argv)
+
+    assert json.loads(out.read_text()) == report
+    assert report["prompts"]["count"] == 4
+    assert report["prompts"]["tokens_min"] < report["prompts"]["tokens_max"]  # the batch is left-padded
+    assert report["tokenization"]["identical"], report["tokenization"]["differences"]
+    assert report["tokenization"]["lm_eval_batches_fed_identical_ids"]
+    assert report["batches"]["ours"] == [[0, 1, 2, 3]] and report["batches"]["same_composition"]
+    assert report["match"]["rate"] == 1.0, report["match"]["mismatches"]
+    assert all(row["ours"] == row["lm_eval"] for row in report["outputs"])
+    assert any(row["our_stop_reason"] == "stop" for row in report["outputs"])  # cut at "\n" on both sides
+    assert report["environment"]["dtype"] == "float32" and report["environment"]["attn_implementation"] == "sdpa"
+    assert report["timing"] is None
