@@ -256,3 +256,23 @@ def test_lightning_deepspeed_rows_pass_on_the_cpu(tmp_path):
     ], render_table(rows)  # fmt: skip
     assert exit_code(rows) == 0, render_table(rows)
     assert (tmp_path / "commands.sh").read_text().count("repo_train fit --config") == 2
+
+
+# -- the real model ---------------------------------------------------------------------------------------------------
+def test_without_the_real_model_its_group_is_one_skip_row(tmp_path):
+    rows = positions.real_model_rows("cpu", tmp_path, tmp_path / "no-model")
+    assert [(row.name, row.result) for row in rows] == [("real model", SKIP)]
+    assert "python -m repo_train real-model" in rows[0].note
+
+
+@pytest.mark.slow
+def test_the_real_model_group_passes_on_the_cpu(real_model_dir, tmp_path):
+    """bf16 vs fp32 and cache vs recomputation of two evaluation methods on SmolLM2's 30 trained layers."""
+    rows = positions.real_model_rows("cpu", tmp_path, real_model_dir, ("pi", "caliope"))
+    name = real_model_dir.name
+    assert [row.name for row in rows] == [
+        f"{name} pi: bf16 cpu vs fp32 cpu", f"{name} pi: kv-cache vs recompute", f"{name} pi: flash_attention_2 vs sdpa",
+        f"{name} caliope: bf16 cpu vs fp32 cpu", f"{name} caliope: kv-cache vs recompute",
+        f"{name} caliope: flash_attention_2 vs sdpa",
+    ]  # fmt: skip
+    assert exit_code(rows) == 0, render_table(rows)

@@ -3,7 +3,8 @@
 The first thing to run on a new GPU node (meant to fit the issue's budget of
 10 minutes on one H100; not yet timed on a GPU): every position method in bf16
 against fp32 on the CPU, KV-cached decoding against recomputation, flash-attn 2
-against SDPA, Lightning + DeepSpeed ZeRO-2 (NCCL, bf16-mixed) training, resume
+against SDPA (on a tiny random model, and the evaluation methods again on the
+real pretrained model of `python -m repo_train real-model` when it is there), Lightning + DeepSpeed ZeRO-2 (NCCL, bf16-mixed) training, resume
 and export, the harness's decoding against the CPU's, and the throughput and
 MFU of a 1B-shaped step. Without CUDA it prints "no CUDA: nothing checked" and exits 0.
 The check modules are imported only when a GPU is there.
@@ -23,7 +24,7 @@ import torch
 from repo_train.scripting.gpu_check.method_cases import CASE_NAMES
 from repo_train.scripting.gpu_check.rows import Row, exit_code, guarded, render_table
 
-CHECKS = ("positions", "harness", "training", "throughput")
+CHECKS = ("positions", "real_model", "harness", "training", "throughput")
 NO_CUDA = "no CUDA: nothing checked"
 
 
@@ -36,6 +37,8 @@ def add_arguments(parser) -> None:
                         help="comma-separated position methods of the positions group")  # fmt: skip
     parser.add_argument("--train_processes", "--train-processes", type=PositiveInt, default=1,
                         help="GPUs (torchrun processes) of the DeepSpeed runs")  # fmt: skip
+    parser.add_argument("--real_model", "--real-model", type=str, default="models/smollm2-135m-instruct",
+                        help="real_model group: the HF directory of python -m repo_train real-model (absent: skipped)")  # fmt: skip
     parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="throughput: tokens per step")
     parser.add_argument("--pairs", type=PositiveInt, default=10, help="throughput: timed RoPE/REPO step pairs")
     parser.add_argument("--peak_tflops", "--peak-tflops", type=PositiveFloat | None, default=None,
@@ -67,12 +70,13 @@ def environment_line(device: str) -> str:
 def run_checks(device: str, checks: list[str], methods: list[str], workdir: Path, options) -> list[Row]:
     """The rows of each group in `checks` (positions: of `methods`), on `device`; a group that raises fails one row."""
     from repo_train.scripting.gpu_check.harness_tokens import harness_rows
-    from repo_train.scripting.gpu_check.positions import position_method_rows
+    from repo_train.scripting.gpu_check.positions import position_method_rows, real_model_rows
     from repo_train.scripting.gpu_check.throughput import throughput_rows
     from repo_train.scripting.gpu_check.training_run import training_rows
 
     groups = {
         "positions": lambda: position_method_rows(device, workdir, tuple(methods)),
+        "real_model": lambda: real_model_rows(device, workdir, options.real_model, tuple(methods)),
         "harness": lambda: harness_rows(device, workdir),
         "training": lambda: training_rows(device, workdir / "training", options.train_processes),
         "throughput": lambda: throughput_rows(

@@ -17,6 +17,7 @@ different lengths (so one is left-padded) with their document spans.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import math
 from collections.abc import Iterator
@@ -271,9 +272,11 @@ def _request_fim_edit(model, fim, batch, rows: int) -> None:
     )
 
 
-def case_rows(case: MethodCase, device: str, workdir: Path) -> list[Row]:
-    """The three rows of one method: bf16 vs fp32 cpu, kv-cache vs recompute, flash vs sdpa."""
-    model, tokenizer = tiny_model(case.position_method)
+def case_rows(case: MethodCase, device: str, workdir: Path, loaded=None) -> list[Row]:
+    """The three rows of one method: bf16 vs fp32 cpu, kv-cache vs recompute, flash vs sdpa.
+
+    `loaded` = (model, tokenizer) to check instead of the tiny random model of the case's position method."""
+    model, tokenizer = loaded if loaded is not None else tiny_model(case.position_method)
     prompts = check_prompts(tokenizer)
     reference = reference_decoding(case, model, tokenizer, prompts, workdir)
     rows = guarded(f"{case.name}: bf16 {device} vs fp32 cpu",
@@ -294,4 +297,28 @@ def position_method_rows(device: str, workdir: Path, names: tuple[str, ...] = CA
     for case in CASES:
         if case.name in names:
             rows += guarded(f"{case.name}: set-up", lambda case=case: case_rows(case, device, Path(workdir)))
+    return rows
+
+
+#: Where `python -m repo_train real-model` writes the real model by default (the real_model group's default).
+REAL_MODEL_DIR = "models/smollm2-135m-instruct"
+
+
+def real_model_rows(device: str, workdir: Path, model_dir: str | Path = REAL_MODEL_DIR,
+                    names: tuple[str, ...] = CASE_NAMES) -> list[Row]:  # fmt: skip
+    """The three rows of every evaluation method (those on a RoPE model) on the real pretrained model: 30 layers
+    of trained weights and GQA, where the tiny random model has 4 random layers. A missing model is a skip row."""
+    from evaluation.models import load_model
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        return [skip("real model", f"no model at {model_dir}: make it with python -m repo_train real-model")]
+    model, tokenizer = load_model(model_dir)
+    name = model_dir.name
+    rows = []
+    for case in CASES:
+        if case.name in names and case.position_method == "rope":
+            renamed = dataclasses.replace(case, name=f"{name} {case.name}")
+            rows += guarded(f"{renamed.name}: set-up",
+                            lambda c=renamed: case_rows(c, device, Path(workdir), (model, tokenizer)))  # fmt: skip
     return rows
