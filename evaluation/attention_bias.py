@@ -28,7 +28,13 @@ import torch
 
 from evaluation.attention_probe import probing
 from evaluation.generation import collate
-from evaluation.methods.found_in_middle import document_attention, document_index, document_masses, resolve_layers
+from evaluation.methods.found_in_middle import (
+    document_attention,
+    document_index,
+    document_masses,
+    last_token_rows,
+    resolve_layers,
+)
 from repo_train.modeling.swapping import current_policies
 from repo_train.progress import track
 
@@ -57,19 +63,7 @@ def attention_by_position(model, tokenizer, prepared, layers: str = "last_half",
         for indices in track(prepared.plan, f"{prepared.name} / attention bias", unit="batch", mode=progress):
             prompts = [prepared.prompts[i] for i in indices]
             batch = collate(prompts, tokenizer.pad_token_id, device)
-            mask = None if bool((batch.attention_mask == 1).all()) else batch.attention_mask
-            probe.request(record=chosen, head_mean=True)
-            try:
-                model(
-                    input_ids=batch.input_ids,
-                    attention_mask=mask,
-                    position_ids=batch.position_ids,
-                    use_cache=False,
-                    logits_to_keep=1,
-                )
-                rows = [probe.rows[layer][:, -1] for layer in chosen]  # [B, K] each: the last token's row
-            finally:
-                probe.clear()
+            rows = last_token_rows(model, probe, batch, chosen)  # [B, K] each: the last token's row
             num_docs = max(len(p.item_spans) for p in prompts)
             index = document_index(batch.item_token_spans, batch.input_ids.shape[1])
             mean = document_attention(rows, index, num_docs)

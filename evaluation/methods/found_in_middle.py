@@ -205,12 +205,9 @@ class Calibration:
 
 
 @torch.no_grad()
-def _attention_of(model, probe: AttentionProbe, prompts, layers, pad_token_id) -> list[torch.Tensor]:
-    """Attn(x, ·) of each prompt from one batched prefill (no cache), recording only the last row of `layers`."""
-    from evaluation.generation import collate
-
-    device = next(model.parameters()).device
-    batch = collate(prompts, pad_token_id, device)
+def last_token_rows(model, probe: AttentionProbe, batch, layers: Sequence[int]) -> list[torch.Tensor]:
+    """The last prompt token's attention row `[B, K]` (heads averaged) in each of `layers`, from one prefill of
+    the collated `batch` without a cache (also `evaluation.attention_bias`'s measurement)."""
     mask = None if bool((batch.attention_mask == 1).all()) else batch.attention_mask  # as generation does
     probe.request(record=layers, head_mean=True)
     try:
@@ -221,9 +218,18 @@ def _attention_of(model, probe: AttentionProbe, prompts, layers, pad_token_id) -
             use_cache=False,
             logits_to_keep=1,
         )
-        rows = [probe.rows[layer][:, -1] for layer in layers]
+        return [probe.rows[layer][:, -1] for layer in layers]
     finally:
         probe.clear()
+
+
+def _attention_of(model, probe: AttentionProbe, prompts, layers, pad_token_id) -> list[torch.Tensor]:
+    """Attn(x, ·) of each prompt from one batched prefill (no cache), recording only the last row of `layers`."""
+    from evaluation.generation import collate
+
+    device = next(model.parameters()).device
+    batch = collate(prompts, pad_token_id, device)
+    rows = last_token_rows(model, probe, batch, layers)
     num_docs = max(len(p.item_spans) for p in prompts)
     attention = document_attention(rows, document_index(batch.item_token_spans, batch.input_ids.shape[1]), num_docs)
     return [attention[i, : len(p.item_spans)].cpu() for i, p in enumerate(prompts)]
