@@ -49,3 +49,15 @@ def real_model_dir() -> Path:
         if os.environ.get(REAL_MODEL_ENV) == "required":
             pytest.fail(str(err))
         pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def lm_eval_installed() -> None:
+    """lm-evaluation-harness (the crosscheck extra) is importable: else a skip, or a failure where CI requires it."""
+    import importlib.util
+
+    if importlib.util.find_spec("lm_eval") is None:
+        message = "lm-eval is not installed (the crosscheck extra: scripts/setup.sh --real)"
+        if os.environ.get(REAL_MODEL_ENV) == "required":
+            pytest.fail(message)
+        pytest.skip(message)

@@ -8,24 +8,16 @@ strings, the report) with no timing rounds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import pytest
-from conftest import REAL_MODEL_ENV
 from script_loader import load_script
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def crosscheck():
-    if importlib.util.find_spec("lm_eval") is None:
-        message = "lm-eval is not installed (the crosscheck extra: scripts/setup.sh --real)"
-        if os.environ.get(REAL_MODEL_ENV) == "required":
-            pytest.fail(message)
-        pytest.skip(message)
+def crosscheck(lm_eval_installed):
     return load_script("crosscheck_lm_eval")
 
 
