@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from repo_train.atomic import atomic_directory
+from repo_train.atomic import atomic_directory, check_output_directory
 from repo_train.checkpoints import load_lightning_checkpoint
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 
@@ -68,15 +68,9 @@ def add_arguments(parser) -> None:
 
 def check_out(out: Path) -> None:
     """`--out` may be new, empty, or an earlier export (replaced); anything else is refused untouched."""
-    if out.is_symlink():
-        raise ValueError(f"--out {out} is a symbolic link: pass the real directory path (or a new one)")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory: pass a new directory path for the HF model")
-    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
-        raise ValueError(
-            f"--out {out} is a non-empty directory that is not an earlier export (no config.json): it is left as "
-            "it is; pass a new directory path"
-        )
+    check_output_directory(
+        out, lambda d: (d / "config.json").is_file(), "that is not an earlier export (no config.json)", "the HF model"
+    )
 
 
 def run_tokenizer(state: dict) -> tuple[str, str] | None:

@@ -133,15 +133,10 @@ def is_up_to_date(out: Path, expected: dict) -> bool:
 
 def _check_out(out: Path) -> None:
     """`--out` may be new, empty, or an earlier output of this command (replaced); anything else is refused."""
-    if out.is_symlink():
-        raise ValueError(f"--out {out} is a symbolic link: pass the real directory path (or a new one)")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory: pass a new directory path for the model")
-    if out.is_dir() and any(out.iterdir()) and read_provenance(out) is None:
-        raise ValueError(
-            f"--out {out} is a non-empty directory that this command did not write (no {PROVENANCE_FILE}): it is "
-            "left as it is; pass a new directory path"
-        )
+    from repo_train.atomic import check_output_directory
+
+    not_ours = f"that this command did not write (no {PROVENANCE_FILE})"
+    check_output_directory(out, lambda d: read_provenance(d) is not None, not_ours, "the model")
 
 
 def _load_gguf(gguf: Path):
@@ -178,7 +173,10 @@ def _check_saved(directory: Path, source, tokenizer, dtype: str) -> float:
 
 
 def _rounded(model, dtype):
-    """A float32 copy of `model` whose weights went through `dtype` (what a reload of a `dtype` save holds)."""
+    """A float32 copy of `model` whose weights went through `dtype` (what a reload of a `dtype` save holds).
+
+    Parameters only: buffers such as the rotary `inv_freq` are recomputed in float32 on a reload, so rounding
+    them (as `model.to(dtype)` does) would not match what a reload holds."""
     import copy
 
     clone = copy.deepcopy(model)

@@ -47,21 +47,23 @@ from typing import Any, Literal
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-# The checkout's packages, also when an older editable install does not list `evaluation` yet.
+# The checkout's packages when the script runs from anywhere.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, Generation, collate, generate_batch
 from evaluation.methods import MethodStack
 from evaluation.models import DEVICES, load_model, place_model
+from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, task_generation
 from evaluation.tasks import GRID_NAMES
 from repo_train.atomic import write_json_atomic
 from repo_train.config_cli import ConfigParser, parse_script
+from repo_train.real_model import DEFAULT_OUT
 from repo_train.scripting.benchmarking import alternate
 
 PROG = "scripts/crosscheck_lm_eval.py"
 TASK = "mdqa"
-DEFAULT_MODEL = "models/smollm2-135m-instruct"
+DEFAULT_MODEL = DEFAULT_OUT  # where python -m repo_train real-model writes
 LM_EVAL_HINT = "lm-eval is not installed: scripts/setup.sh --real (or pip install -e '.[crosscheck]')"
 
 
@@ -144,27 +146,13 @@ def prepare(
     """The harness's baseline prompts of the task: rows, token ids, decode settings and batch plan."""
     default_new, stops = task_generation(TASK, params)
     settings = DecodeSettings(max_new_tokens=max_new_tokens or default_new, stop_strings=stops, batch_size=batch_size)
-    extra = {}
-    if chat_template or system_prompt is not None:
-        from evaluation.prompt_format import PromptFormat  # the harness's chat-template option
-
-        extra["prompt_format"] = PromptFormat(chat_template, system_prompt)
-    return prepare_task(TASK, params, model, tokenizer, settings, **extra)
+    return prepare_task(TASK, params, model, tokenizer, settings, PromptFormat(chat_template, system_prompt))
 
 
 def prompt_texts(prepared: PreparedTask) -> tuple[list[str], bool]:
-    """The exact strings the harness tokenised, and whether it added the tokenizer's special tokens to them.
-
-    `PreparedTask.texts` where the harness keeps them (the chat-templated text when that option is on);
-    otherwise the dataset's raw prompts, which the harness tokenises with `add_special_tokens=True`.
-    """
-    texts = getattr(prepared, "texts", None)
-    if texts is not None and len(texts) == len(prepared.rows):
-        return list(texts), bool(getattr(prepared, "add_special_tokens", True))
-    dataset = prepared.task.build()
-    if dataset["id"] != [row["id"] for row in prepared.rows]:
-        raise RuntimeError("the rebuilt task's rows are not the prepared rows; cannot recover the prompt strings")
-    return list(dataset["prompt"]), True
+    """The exact strings the harness tokenised (chat-templated when that option is on), and whether it added the
+    tokenizer's special tokens to them."""
+    return list(prepared.texts), prepared.add_special_tokens
 
 
 def peer(model, tokenizer, batch_size: int, add_special_tokens: bool, max_length: int):

@@ -4,9 +4,10 @@ The first thing to run on a new GPU node (meant to fit the issue's budget of
 10 minutes on one H100; not yet timed on a GPU): every position method in bf16
 against fp32 on the CPU, KV-cached decoding against recomputation, flash-attn 2
 against SDPA (on a tiny random model, and the evaluation methods again on the
-real pretrained model of `python -m repo_train real-model` when it is there), Lightning + DeepSpeed ZeRO-2 (NCCL, bf16-mixed) training, resume
-and export, the harness's decoding against the CPU's, and the throughput and
-MFU of a 1B-shaped step. Without CUDA it prints "no CUDA: nothing checked" and exits 0.
+real pretrained model of `python -m repo_train real-model` when it is there),
+Lightning + DeepSpeed ZeRO-2 (NCCL, bf16-mixed) training, resume and export,
+the harness's decoding against the CPU's, and the throughput and MFU of a
+1B-shaped step. Without CUDA it prints "no CUDA: nothing checked" and exits 0.
 The check modules are imported only when a GPU is there.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from repo_train.real_model import DEFAULT_OUT
 from repo_train.scripting.gpu_check.method_cases import CASE_NAMES
 from repo_train.scripting.gpu_check.rows import Row, exit_code, guarded, render_table
 
@@ -37,7 +39,7 @@ def add_arguments(parser) -> None:
                         help="comma-separated position methods of the positions group")  # fmt: skip
     parser.add_argument("--train_processes", "--train-processes", type=PositiveInt, default=1,
                         help="GPUs (torchrun processes) of the DeepSpeed runs")  # fmt: skip
-    parser.add_argument("--real_model", "--real-model", type=str, default="models/smollm2-135m-instruct",
+    parser.add_argument("--real_model", "--real-model", type=str, default=DEFAULT_OUT,
                         help="real_model group: the HF directory of python -m repo_train real-model (absent: skipped)")  # fmt: skip
     parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="throughput: tokens per step")
     parser.add_argument("--pairs", type=PositiveInt, default=10, help="throughput: timed RoPE/REPO step pairs")

@@ -37,6 +37,7 @@ from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_train.atomic import write_json_atomic
 from repo_train.modeling import RePoOlmo2ForCausalLM, attention_modules
 from repo_train.modeling.presets import tiny
+from repo_train.real_model import DEFAULT_OUT
 from repo_train.scripting.gpu_check.method_cases import CASE_NAMES, CASES, MethodCase
 from repo_train.scripting.gpu_check.rows import Row, guarded, relative_difference, skip, within
 
@@ -300,11 +301,7 @@ def position_method_rows(device: str, workdir: Path, names: tuple[str, ...] = CA
     return rows
 
 
-#: Where `python -m repo_train real-model` writes the real model by default (the real_model group's default).
-REAL_MODEL_DIR = "models/smollm2-135m-instruct"
-
-
-def real_model_rows(device: str, workdir: Path, model_dir: str | Path = REAL_MODEL_DIR,
+def real_model_rows(device: str, workdir: Path, model_dir: str | Path = DEFAULT_OUT,
                     names: tuple[str, ...] = CASE_NAMES) -> list[Row]:  # fmt: skip
     """The three rows of every evaluation method (those on a RoPE model) on the real pretrained model: 30 layers
     of trained weights and GQA, where the tiny random model has 4 random layers. A missing model is a skip row."""
