@@ -13,6 +13,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from repo_train import cli, real_model
 from repo_train.real_model import PROVENANCE_FILE, PackagedModel, expected_provenance, is_up_to_date, make_real_model
@@ -140,3 +141,21 @@ def test_a_second_call_keeps_the_converted_model(real_model_dir):
     assert provenance["dtype"] == "float32"
     converted = datetime.datetime.fromisoformat(provenance["converted_at"])
     assert converted.tzinfo is not None and converted <= datetime.datetime.now(datetime.UTC)
+
+
+@pytest.mark.slow
+def test_a_bfloat16_conversion_saves_the_rounded_weights(real_model_dir, tmp_path):
+    """The bf16 option: bf16 tensors on disk, provenance says so, and the reload check (logits equal to the
+    float32 model's weights rounded to bf16, buffers untouched) passed, or nothing would be written."""
+    from safetensors import safe_open
+
+    out = make_real_model(tmp_path / "bf16", dtype="bfloat16", log=lambda *_: None)
+    assert json.loads((out / PROVENANCE_FILE).read_text())["dtype"] == "bfloat16"
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    with (
+        safe_open(out / "model.safetensors", framework="pt") as saved,
+        safe_open(real_model_dir / "model.safetensors", framework="pt") as full,
+    ):
+        name = "model.layers.0.self_attn.q_proj.weight"
+        assert saved.get_tensor(name).dtype == torch.bfloat16
+        assert torch.equal(saved.get_tensor(name), full.get_tensor(name).to(torch.bfloat16))
