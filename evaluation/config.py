@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jsonargparse import Namespace, set_parsing_settings
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, parse_value
 from evaluation.models import DEVICES
@@ -95,6 +95,12 @@ def add_run_options(parser: ConfigParser) -> None:
         "--num_examples", "--num-examples", type=PositiveInt | None, help=f"source examples per task ({shortcut})"
     )
     parser.add_argument(
+        "--example_offset",
+        "--example-offset",
+        type=NonNegativeInt | None,
+        help=f"skip this many source examples first, e.g. the questions an LPES search used ({shortcut})",
+    )
+    parser.add_argument(
         "--num_documents", "--num-documents", type=PositiveInt | None, help=f"documents per MDQA prompt ({shortcut})"
     )
     parser.add_argument("--num_keys", "--num-keys", type=PositiveInt | None, help=f"KV pairs per prompt ({shortcut})")
@@ -118,7 +124,12 @@ def add_run_options(parser: ConfigParser) -> None:
     parser.add_argument(
         "--truncate", type=Literal["middle", "left"] | None, help="truncate too-long prompts (default: error)"
     )
-    parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
+    parser.add_argument(
+        "--dtype",
+        type=Literal["auto", "float32", "bfloat16", "float16"],
+        default="auto",
+        help="auto = bfloat16 on a GPU, float32 on the CPU (run.json records the one used)",
+    )
     parser.add_argument(
         "--attn_implementation",
         "--attn-implementation",
@@ -141,6 +152,12 @@ def add_run_options(parser: ConfigParser) -> None:
     )
     parser.add_argument(
         "--system_prompt", "--system-prompt", type=str | None, help="system message of the chat template"
+    )
+    parser.add_argument(
+        "--allow_search_overlap",
+        "--allow-search-overlap",
+        action="store_true",
+        help="score a searched method (lpes) on examples its search used; the report then says so",
     )
     parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--no_report", "--no-report", action="store_true", help="skip plots and report.md")
@@ -203,6 +220,7 @@ def _short_form_tasks(options: Namespace) -> dict[str, dict[str, Any]]:
         "seed": options.seed,
         "gold_positions": _gold_positions(options.gold_positions),
         "num_examples": num_examples,
+        "example_offset": options.example_offset,
         "num_documents": options.num_documents or defaults["num_documents"],
         "num_keys": options.num_keys or defaults["num_keys"],
     }
@@ -296,6 +314,7 @@ def resolve(options: Namespace) -> ResolvedRun:
         "device": options.device,
         "chat_template": options.chat_template,
         "system_prompt": options.system_prompt,
+        "allow_search_overlap": options.allow_search_overlap,
         "max_records": options.max_records,
         "no_progress": options.no_progress,
         "no_report": options.no_report,
@@ -315,6 +334,7 @@ def resolve(options: Namespace) -> ResolvedRun:
         device=options.device,
         chat_template=options.chat_template,
         system_prompt=options.system_prompt,
+        allow_search_overlap=options.allow_search_overlap,
     )
     PromptFormat(options.chat_template, options.system_prompt)  # a system prompt without the template fails here
     return ResolvedRun(run=run, config=config)

@@ -168,6 +168,15 @@ def load_model(
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def resolve_dtype(dtype: str, device: str) -> str:
+    """`auto` = bfloat16 on a GPU (the precision the papers' models run in, half the memory of float32)
+    and float32 on the CPU (where bf16 kernels are slow and the tests compare against fp32 references)."""
+    if dtype != "auto":
+        return dtype
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    return "bfloat16" if on_gpu else "float32"
+
+
 def place_model(model: PreTrainedModel, device: str = "auto") -> PreTrainedModel:
     """Move the model to `device`: "cuda" = this process's GPU (LOCAL_RANK under torchrun), "auto" = cuda if any.
 

@@ -22,6 +22,7 @@ from evaluation.method_labels import short_labels
 from evaluation.position_metrics import middle_and_edges
 from evaluation.position_plot import Curve, plot_name, plot_task_curves
 from evaluation.results import BASELINE, comparison_verdict, load_summary
+from evaluation.search_overlap import overlap_lines
 from evaluation.statistics import mean_std_over_seeds
 from repo_train.atomic import write_text_atomic
 
@@ -214,6 +215,16 @@ def run_labels(directories: Sequence[Path], summaries: Sequence[dict[str, Any]])
     return labels
 
 
+def examples_line(spec: dict[str, Any], results: dict[str, Any]) -> str:
+    """Which source examples the task's numbers use (a reader checks them against a search's)."""
+    first = int(spec.get("params", {}).get("example_offset", 0))
+    counts = {r.get("n_examples") for r in results.values()} - {None}
+    if len(counts) != 1:
+        return f"Source examples from index {first}."
+    count = counts.pop()
+    return f"Source examples {first}-{first + count - 1} ({count})."
+
+
 def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bool = False) -> list[Path]:
     """Write the plots and report.md into `out` from its summary.json (plus other run dirs to overlay).
 
@@ -242,7 +253,9 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
         path = out / plot_name(task)
         plot_task(task, runs, path, labels)
         written.append(path)
-        lines += ["", f"## {task}", "", f"Parameters: `{spec.get('params', {})}`, metric `{spec.get('metric')}`.", ""]
+        lines += ["", f"## {task}", "", f"Parameters: `{spec.get('params', {})}`, metric `{spec.get('metric')}`."]
+        overlap = overlap_lines(main.get("search_overlap", {}), task)
+        lines += [examples_line(spec, main["results"].get(task, {})), *overlap, ""]
         lines += _table(task, runs, labels)
         if seeds:
             over_seeds = seed_tables(task, summaries, labels)

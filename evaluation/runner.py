@@ -54,7 +54,7 @@ from evaluation.generation import (
 )
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
-from evaluation.models import load_model, model_identity, place_model, tiny_default
+from evaluation.models import load_model, model_identity, place_model, resolve_dtype, tiny_default
 from evaluation.prompt_format import PromptFormat, chat_template_notice
 from evaluation.results import (
     FORMAT_VERSION,
@@ -68,7 +68,9 @@ from evaluation.results import (
     read_records,
     write_json_atomic,
 )
+from evaluation.search_overlap import check_disjoint
 from evaluation.tasks import Task, build_task
+from evaluation.tasks.base import source_fingerprint
 from repo_train.atomic import write_text_atomic
 from repo_train.distributed import balanced_shares, barrier, rank_and_world
 from repo_train.progress import track
@@ -117,7 +119,8 @@ class RunConfig:
     """Prompt + new tokens budget; None = the model's max_position_embeddings."""
     truncate: str | None = None
     """None (too long = error), 'left' or 'middle'."""
-    dtype: str = "float32"
+    dtype: str = "auto"
+    """Weights' dtype of a model the run loads: auto = bfloat16 on a GPU, float32 on the CPU."""
     attn_implementation: str = "sdpa"
     device: str = "auto"
     """Where a model the run loads itself goes: auto (CUDA when present), cpu or cuda. Not a result setting."""
@@ -126,6 +129,8 @@ class RunConfig:
     """Wrap each task prompt in the tokenizer's chat template (lm-eval's --apply_chat_template)."""
     system_prompt: str | None = None
     """System message of the chat template (needs chat_template)."""
+    allow_search_overlap: bool = False
+    """Score a searched method on examples its search used (refused otherwise: `evaluation.search_overlap`)."""
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -178,6 +183,20 @@ class PreparedTask:
     """The exact strings that were tokenised (chat-templated when the run asks for it), row by row."""
     add_special_tokens: bool = True
     """Whether tokenising `texts` added the tokenizer's special tokens (not for a rendered chat template)."""
+    source: datasets.Dataset | None = None
+    """The task's built dataset (every column; `rows` keep only what decoding needs)."""
+
+    def source_fingerprints(self) -> set[str]:
+        """Its source examples by content (`evaluation.tasks.base.source_fingerprint`), one row read per example."""
+        kept = {row["example_id"] for row in self.rows}
+        if self.source is None:
+            raise ValueError(f"task {self.name!r} was prepared without its dataset: no fingerprints")
+        fingerprints, seen = set(), set()
+        for row in self.source:
+            if row["example_id"] in kept and row["example_id"] not in seen:
+                seen.add(row["example_id"])
+                fingerprints.add(source_fingerprint(row))
+        return fingerprints
 
 
 _DATASETS: dict[str, datasets.Dataset] = {}
@@ -252,7 +271,7 @@ def prepare_task(
     columns = list(_ROW_COLUMNS) + (list(_LOGLIK_COLUMNS) if scores_by_loglikelihood(task) else [])
     rows = dataset.select_columns(columns).to_list()
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
-    return PreparedTask(name, task, rows, fitted, settings, plan, texts, prompt_format.add_special_tokens)
+    return PreparedTask(name, task, rows, fitted, settings, plan, texts, prompt_format.add_special_tokens, dataset)
 
 
 def run_stack(
@@ -357,7 +376,7 @@ def task_metric(name: str, params: Mapping[str, Any]) -> str:
     return build_task(name, **params).metric_name
 
 
-def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer) -> dict[str, Any]:
+def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer, dtype: str) -> dict[str, Any]:
     """What the records depend on; per task its parameters, decoding and metric (a score of another metric
     must not be mixed in: kv's default changed from best_subspan_em to kv_containment); the prompt format
     (chat template, system prompt) with the decoding."""
@@ -365,7 +384,7 @@ def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer) -> dict
     for name, params in config.tasks.items():
         settings = config.settings(name)
         tasks[name] = {
-            "params": dict(params),
+            "params": {"example_offset": 0, **params},  # which source examples: always stated
             "max_new_tokens": settings.max_new_tokens,
             "stop_strings": list(settings.stop_strings),
             "metric": task_metric(name, params),
@@ -375,6 +394,7 @@ def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer) -> dict
         "max_length": config.max_length,
         "truncate": config.truncate,
         "prompt_format": config.prompt_format.describe(tokenizer),
+        "dtype": dtype,  # the weights' dtype as run (--dtype auto: bfloat16 on a GPU)
     }
     return {"format_version": FORMAT_VERSION, "model": dict(identity), "decode": decode, "tasks": tasks}
 
@@ -396,6 +416,11 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     fresh = json.loads(json.dumps(manifest, default=str))
     if isinstance(old.get("decode"), dict) and "prompt_format" not in old["decode"]:  # a run from before the option
         old["decode"]["prompt_format"] = PromptFormat().describe(None)
+    if isinstance(old.get("decode"), dict):  # a run from before dtype was recorded: unknown, taken as this one
+        old["decode"].setdefault("dtype", fresh["decode"]["dtype"])
+    for spec in (old.get("tasks") or {}).values():
+        if isinstance(spec, dict) and isinstance(spec.get("params"), dict):  # before example_offset: from 0
+            spec["params"].setdefault("example_offset", 0)
     differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
     for name, spec in fresh["tasks"].items():
         before = old.get("tasks", {}).get(name)
@@ -455,7 +480,8 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     if len(set(labels)) != len(labels):
         raise ValueError(f"the same method stack is listed twice: {labels}")
     if model is None and config.model:
-        model, tokenizer = load_model(Path(config.model).resolve(), config.dtype, config.attn_implementation)
+        dtype = resolve_dtype(config.dtype, config.device)
+        model, tokenizer = load_model(Path(config.model).resolve(), dtype, config.attn_implementation)
         model = place_model(model, config.device)
     elif model is None:
         model, tokenizer = tiny_default(config.seed)
@@ -469,11 +495,19 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     identity = model_identity(model)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = _merge_manifest(out, _manifest(config, identity, tokenizer))  # other settings fail before any work
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    manifest = _merge_manifest(
+        out, _manifest(config, identity, tokenizer, dtype)
+    )  # other settings fail before any work
     prepared = [
         prepare_task(name, params, model, tokenizer, config.settings(name), config.prompt_format)
         for name, params in config.tasks.items()
     ]
+    overlap = check_disjoint(  # a searched method scored on its own search's examples is refused here
+        [(task.name, task.source_fingerprints) for task in prepared],
+        [(stack.label, stack.methods) for stack in stacks],
+        allow=config.allow_search_overlap,
+    )
     if rank == 0:
         write_json_atomic(out / MANIFEST_FILE, manifest)  # only once the tasks are valid (e.g. prompts fit)
         done = _done_ids(out, repair=True)  # a killed writer's torn last line goes before anyone appends
@@ -509,7 +543,7 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
         barrier()  # rank 0 merges and summarises
         return None
     merge_rank_records(out, _plan_order(prepared, labels))
-    summary = _summarize(config, identity, labels, prepared, tokenizer)
+    summary = _summarize(config, identity, labels, prepared, tokenizer, overlap, dtype)
     write_json_atomic(out / SUMMARY_FILE, summary)
     barrier()
     return summary
@@ -560,8 +594,10 @@ def _plan_order(prepared: Sequence[PreparedTask], labels: Sequence[str]) -> Call
     return key
 
 
-def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Sequence[PreparedTask], tokenizer) -> dict:
-    manifest = _manifest(config, identity, tokenizer)
+def _summarize(
+    config: RunConfig, identity, labels, prepared: Sequence[PreparedTask], tokenizer, overlap, dtype
+) -> dict:
+    manifest = _manifest(config, identity, tokenizer, dtype)
     ids = {task.name: {row["id"] for row in task.rows} for task in prepared}
     records = [
         r
@@ -577,6 +613,6 @@ def _summarize(config: RunConfig, identity, labels: Sequence[str], prepared: Seq
         model={**identity, "path": config.model},
         tasks=tasks,
         methods=labels,
-        extra={"decode": manifest["decode"]},
+        extra={"decode": manifest["decode"], **({"search_overlap": overlap} if overlap else {})},
         n_resamples=config.bootstrap_resamples,
     )

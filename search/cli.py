@@ -275,6 +275,19 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     return summary
 
 
+def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any]:
+    """The source examples the search used, for `evaluation.search_overlap`: its fitness and held-out ranges
+    (as the report names them) and every one of their examples' content fingerprints."""
+    ranges = {"fitness": {"example_offset": 0, "num_examples": len(fitness.example_ids), "seed": config.task.seed}}
+    if held_out is not None:
+        ranges["held_out"] = {key: held_out[key] for key in ("example_offset", "num_examples", "seed")}
+    return {
+        "task": fitness.task,
+        **ranges,
+        "fingerprints": sorted({*fitness.source_fingerprints(), *held_fingerprints}),
+    }
+
+
 def _write_outputs(config, space, fitness, result, paths, model_record, held_out) -> float:
     from search.diagnostics import smoothness
     from search.plots import plot_curve, plot_fitness
@@ -283,8 +296,10 @@ def _write_outputs(config, space, fitness, result, paths, model_record, held_out
 
     timing_file = paths["state"].with_name(paths["state"].name + ".timing.json")
     wall_time = json.loads(timing_file.read_text())["wall_s"] if timing_file.is_file() else 0.0
+    held_fingerprints = (held_out or {}).pop("source_fingerprints", [])
     extra = {
         "task": fitness.describe(),
+        "examples_used": examples_used(config, fitness, held_out, held_fingerprints),
         "context": fitness.context,
         "evaluations": result.evaluations,
         "stopped_early": result.generations < config.ga.generations,

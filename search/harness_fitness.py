@@ -200,6 +200,11 @@ class HarnessFitness:
             results.append(FitnessResult(self.weights.combine(per_subset), per_subset))
         return results
 
+    def source_fingerprints(self) -> list[str]:
+        """Its source examples by content (`evaluation.tasks.base.source_fingerprint`), sorted: what an
+        evaluation compares with its own to refuse scoring the search's result on the search's examples."""
+        return sorted(self.prepared.source_fingerprints())
+
     def describe(self) -> dict[str, Any]:
         """The search set in a few JSON-able fields (for the scale file and the log)."""
         return {
@@ -298,6 +303,7 @@ def evaluate_held_out(
         "example_offset": example_offset,
         "seed": seed,
         "data_sha256": fitness.data_sha256,
+        "source_fingerprints": fitness.source_fingerprints(),
         "baseline": baseline.to_json(),
         "pi_mean": {"scale": mean, **pi.to_json()},
         "lpes": lpes.to_json(),

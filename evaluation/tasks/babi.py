@@ -181,7 +181,7 @@ class BabiTask(Task):
         edges = [100 * b / k for b in range(1, k)]
         buckets = resolve_gold_positions(self.gold_positions, k)
         header = len(INSTRUCTION)
-        for index in range(self.num_examples or 0):
+        for index in self.example_indices():
             rng = example_rng(self.seed, self.name, index)
             story = make_story(rng, self.num_facts)
             f = story.first_support

@@ -100,6 +100,28 @@ def example_rng(seed: int, *parts: object) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:16], "big"))
 
 
+def source_fingerprint(row: Mapping[str, Any]) -> str:
+    """16 hex digits naming a row's source example by its content, the same at every gold position.
+
+    A question-answering row (a `question` column: MDQA) is named by its question and answers, so the
+    same question counts as the same example at any number of documents or distractor seed; any other
+    row by its items (the KV pairs, sorted and without the separators of their place: moving the gold pair
+    does not change them), what it
+    asks (`query` or `key`) and its answers. `evaluation.search_overlap` compares these with the examples
+    a search was fitted on, whatever offsets, seeds or files either used.
+    """
+    answers = sorted(str(a) for a in row["answers"])
+    if row.get("question"):
+        identity: list[Any] = ["question", str(row["question"]), answers]
+    else:
+        prompt = str(row["prompt"])
+        # an item's text without the separators its place adds (a JSON object's braces and commas)
+        items = sorted(prompt[start:end].strip(" \n,{}") for start, end in row.get("item_spans") or [])
+        asked = next((str(row[c]) for c in ("query", "key") if row.get(c)), "")
+        identity = ["items", items or [str(row["example_id"])], asked, answers]
+    return hashlib.sha256(json.dumps(identity, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """All objects of a JSON-lines file, gzipped when the name ends in .gz; blank lines skipped.
 
@@ -160,10 +182,17 @@ class Task(ABC):
     """Number of source examples to use (each gives one row per gold position); None = all."""
     seed: int = 0
     """Seed of every random choice of the build; the same seed gives the same dataset."""
+    example_offset: int = 0
+    """Source examples skipped first, e.g. the questions an LPES search used (its fitness and held-out sets):
+    examples `example_offset .. example_offset + num_examples - 1`, with the same ids and contexts as in a
+    build from 0 (generated tasks generate from that index on)."""
 
     def __post_init__(self) -> None:
         if self.num_examples is not None and (isinstance(self.num_examples, bool) or self.num_examples < 1):
             raise ValueError(f"num_examples must be >= 1 or None (all), got {self.num_examples!r}")
+        offset = self.example_offset
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"example_offset must be an int >= 0 (source examples to skip), got {offset!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int, got {self.seed!r}")
 
@@ -208,16 +237,27 @@ class Task(ABC):
             return score_batch(self.metric_name, predictions, answers)
         return [self.score(p, a) for p, a in zip(predictions, answers, strict=True)]
 
-    def _take(self, examples: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
-        """The first `num_examples` examples, or an error when the source has fewer."""
-        if self.num_examples is None:
-            return examples
-        if self.num_examples > len(examples):
+    def _take(self, examples: list[Any], what: str) -> list[Any]:
+        """Examples `example_offset ..` (`num_examples` of them, or all), or an error when the source has fewer.
+
+        Callers number them from `example_offset` (`enumerate(..., start=self.example_offset)`), so an
+        example keeps its id and seeded choices whatever the offset.
+        """
+        first = self.example_offset
+        if (first and first >= len(examples)) or (
+            self.num_examples is not None and first + self.num_examples > len(examples)
+        ):
+            wanted = "at least one" if self.num_examples is None else f"{self.num_examples}"
+            skipped = f" after example_offset={first}" if first else ""
             raise ValueError(
-                f"num_examples={self.num_examples} but {what} has only {len(examples)} examples; "
-                f"lower num_examples or pass None to use all"
+                f"num_examples={self.num_examples} but {what} has only {len(examples)} examples ({wanted} needed"
+                f"{skipped}); lower num_examples{' or example_offset' if first else ''}, or pass None to use all"
             )
-        return examples[: self.num_examples]
+        return examples[first:] if self.num_examples is None else examples[first : first + self.num_examples]
+
+    def example_indices(self) -> range:
+        """The source indices a generated task builds: `num_examples` of them from `example_offset`."""
+        return range(self.example_offset, self.example_offset + (self.num_examples or 0))
 
     def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
         """(max new tokens, stop strings) of greedy decoding when the run does not set them: one short line."""

@@ -233,7 +233,7 @@ class KVRetrievalTask(Task):
         if self.path is None:
             assert self.num_keys is not None and self.num_examples is not None  # checked in __post_init__
             out = []
-            for index in range(self.num_examples):
+            for index in self.example_indices():
                 if self.distinct_keys is None:
                     rng = example_rng(self.seed, "kv", self.num_keys, index)
                     pairs = generate_kv_pairs(self.num_keys, rng, self.key_chars)
@@ -244,7 +244,7 @@ class KVRetrievalTask(Task):
                     out.append(repeated_context(keys, self.num_keys, rng))
             return out
         records = self._take(read_jsonl(self.path), repr(self.path))
-        return [self._parse(record, line) for line, record in enumerate(records)]
+        return [self._parse(record, line) for line, record in enumerate(records, start=self.example_offset)]
 
     def _parse(self, record: Any, line: int) -> tuple[list[KVPair], int]:
         where = f"{self.path}, example {line}"
@@ -265,7 +265,7 @@ class KVRetrievalTask(Task):
         generated = self.path is None
         compact = self.template == "pairs"
         build_prompt = build_pairs_prompt if compact else build_kv_prompt
-        for index, (pairs, source) in enumerate(self.examples()):
+        for index, (pairs, source) in enumerate(self.examples(), start=self.example_offset):
             n = len(pairs)
             if compact:
                 pairs = pairs_form(pairs)

@@ -141,7 +141,7 @@ class MDQATask(Task):
                 "file with more questions"
             )
 
-        for line, (question, answers, gold) in enumerate(self._take(questions, repr(self.path))):
+        for line, (question, answers, gold) in enumerate(self._take(questions, repr(self.path)), self.example_offset):
             distractors = self._draw_distractors(line, gold, answers, pool, normalized_pool)
             example_id = f"mdqa-k{k}-s{self.seed}-q{line:05d}"
             for position in positions:
@@ -219,7 +219,7 @@ class MDQAReleaseTask(Task):
 
     def rows(self) -> Iterator[dict[str, Any]]:
         records = read_jsonl(self.path)
-        for line, record in enumerate(self._take(records, repr(self.path))):
+        for line, record in enumerate(self._take(records, repr(self.path)), self.example_offset):
             where = f"{self.path}, example {line}"
             question, answers, ctxs = _question_fields(record, where)
             documents = [_passage(ctx, where) for ctx in ctxs]

@@ -152,7 +152,7 @@ class MultipleChoiceTask(Task):
     def rows(self) -> Iterator[dict[str, Any]]:
         fmt = self.resolved_format
         build = arc_example if fmt == "arc" else boolq_example
-        for line, record in enumerate(self._take(read_jsonl(self.path), repr(self.path))):
+        for line, record in enumerate(self._take(read_jsonl(self.path), repr(self.path)), self.example_offset):
             where = f"{self.path}, line {line + 1}"
             if detect_format(record, where) != fmt:
                 raise ValueError(f"{where}: has {detect_format(record, where)} fields, but the file is {fmt}")

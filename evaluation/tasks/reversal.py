@@ -113,7 +113,7 @@ class ReversalTask(Task):
     def rows(self) -> Iterator[dict[str, Any]]:
         count = self.max_length - self.min_length + 1
         for length in range(self.min_length, self.max_length + 1):
-            for index in range(self.num_examples or 0):
+            for index in self.example_indices():
                 words = sample_words(example_rng(self.seed, self.name, length, index), length)
                 prompt, spans = build_reversal_prompt(words)
                 row_id = f"reversal-n{length:02d}-s{self.seed}-ex{index:05d}"

@@ -342,7 +342,7 @@ class HaystackTask(Task):
         positions = resolve_gold_positions(self.gold_positions, len(grid))
         units, separator = HAYSTACKS[self.haystack]
         per_unit = count_tokens(tokenizer, separator.join(units) + separator, False) / len(units)
-        for index in range(self.num_examples or 0):
+        for index in self.example_indices():
             rng = example_rng(self.seed, self.name, self.target_length, index)
             example = self._example(index, rng)
             offset = rng.randrange(len(units))

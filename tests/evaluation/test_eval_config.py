@@ -129,7 +129,7 @@ def test_class_tasks_find_their_data_file_in_data_dir(tmp_path):
     [
         (["--batch-size", "0"], "option --batch_size: expected a positive integer, got 0"),
         (["--truncate", "right"], "option --truncate: expected one of ['middle', 'left'], got 'right'"),
-        (["--dtype", "fp8"], "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'fp8'"),
+        (["--dtype", "fp8"], "option --dtype: expected one of ['auto', 'float32', 'bfloat16', 'float16'], got 'fp8'"),
         (["--tasks", '[{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_kys": 3}}]'], "num_kys"),
         (["--tasks", "kv,nosuch"], "unknown task(s) ['nosuch']"),
         (["--methods", '[{"class_path": "collections.OrderedDict"}]'], "bad method spec"),

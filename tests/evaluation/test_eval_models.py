@@ -135,3 +135,14 @@ def test_place_model_devices_and_errors():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU; use --device cpu"):
             place_model(model, "cuda")
+
+
+def test_dtype_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
+    from evaluation.models import resolve_dtype
+
+    assert resolve_dtype("auto", "cuda") == "bfloat16" and resolve_dtype("auto", "cpu") == "float32"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_dtype("auto", "auto") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_dtype("auto", "auto") == "float32"
+    assert resolve_dtype("float16", "cuda") == "float16" and resolve_dtype("float32", "cuda") == "float32"

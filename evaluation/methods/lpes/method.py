@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from evaluation.methods.base import PolicyMethod, register_method
 from evaluation.methods.lpes.scale_file import ScaleFileError, read_scale_file
+from evaluation.search_overlap import FittedExamples
 from repo_train.modeling import PositionPolicy
 from repo_train.modeling.scaling import scaled_policies
 
@@ -41,9 +42,16 @@ class LayerScaledRope(PolicyMethod):
     scale_file: str
     """Path of a scale file written by `python -m search run`."""
     scales: list[float] = field(init=False, repr=False)
+    used: dict[str, Any] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.scales, _ = read_scales(self.scale_file)  # a bad file fails when the spec is parsed
+        self.scales, data = read_scales(self.scale_file)  # a bad file fails when the spec is parsed
+        search = data.get("search")
+        self.used = search.get("examples_used") if isinstance(search, dict) else None
+
+    def fitted_examples(self) -> FittedExamples | None:
+        """The examples its search used (None for a file that does not record them): never scored on those."""
+        return None if not self.used else FittedExamples.from_record(str(self.scale_file), self.used)
 
     def layer_policies(self, model, current: list[PositionPolicy]) -> list[PositionPolicy]:
         if len(self.scales) != len(current):
