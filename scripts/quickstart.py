@@ -46,8 +46,10 @@ from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
 from repo_train.config_cli import ConfigParser, dump_config, take_flag
+from repo_train.run_lock import RunLockedError, run_lock
 from repo_train.scripting import loop_config
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from repo_train.scripting.steps import StepLedger, StepRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # the position-bias recipe lives in the reproduction script beside this one
@@ -76,6 +78,8 @@ FIM_METHODS = ("baseline", "fim:dummy=blank")
 #: Options of the built-in tiny loop; a loop file (train/search/evaluate sections) sets the run, so they are refused.
 TINY_OPTIONS = ("steps", "lr", "eval_examples", "fim_examples", "generations", "population")
 PROG = "scripts/quickstart.py"
+#: The output directory's lock: one quickstart writes it at a time.
+LOCK_NAME = "quickstart.lock"
 
 
 def build_parser() -> ConfigParser:
@@ -226,6 +230,28 @@ def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace
     return path
 
 
+def training_resume(run_dir: Path) -> list[str] | None:
+    """Resume an interrupted training from its newest last.ckpt; None (start afresh) when it saved none."""
+    found = [p for p in run_dir.rglob("last*.ckpt")] if run_dir.is_dir() else []
+    return ["--ckpt_path", str(last_checkpoint(run_dir))] if found else None
+
+
+def search_files(scale_file: Path) -> list[Path]:
+    """A search's side files (state, log, plots, config, timing), removed with its scale file on a fresh rerun."""
+    from search.cli import output_paths
+
+    paths = output_paths(scale_file)
+    state = paths["state"]
+    return [*(path for key, path in paths.items() if key != "scale"), state.with_name(state.name + ".timing.json")]
+
+
+def search_resume(scale_file: Path) -> list[str] | None:
+    """Resume an interrupted search from its state file (`--resume`); None when it wrote none yet."""
+    from search.cli import output_paths
+
+    return ["--resume"] if output_paths(scale_file)["state"].is_file() else None
+
+
 def main() -> None:
     args = parse_args()
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
@@ -233,7 +259,19 @@ def main() -> None:
         run_config(args, out)
         return
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_lock(out / LOCK_NAME, f"quickstart output {out}"):
+            tiny_loop(args, out)
+    except (ValueError, RunLockedError) as err:
+        raise SystemExit(f"{PROG}: {err}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(f"\ninterrupted; rerun the same command to go on from here ({out / 'steps.json'})") from None
+
+
+def tiny_loop(args: Namespace, out: Path) -> None:
+    """The built-in loop on the tiny dip base; every step recorded in OUT/steps.json (rerun = resume)."""
     run = CommandRunner(out, description="The commands this quickstart ran, in order.", cwd=ROOT)
+    steps = StepRunner(run, StepLedger(out / "steps.json"))
     started = time.perf_counter()
 
     if not (Path(args.base) / "config.json").is_file():
@@ -246,28 +284,40 @@ def main() -> None:
     models = {}
     for method in ("rope", "repo"):
         config = training_config(out, method, data, settings)
-        run(f"train tiny OLMo-2 with {method.upper()}", "repo_train", "fit", "--config", str(config))
-        checkpoint = last_checkpoint(out / "runs" / method)
+        run_dir = out / "runs" / method
+        steps.step(f"train-{method}", f"train tiny OLMo-2 with {method.upper()}",
+                   ["repo_train", "fit", "--config", str(config)], module=True, inputs=[config, args.base, data],
+                   outputs=[run_dir], resume=lambda d=run_dir: training_resume(d))  # fmt: skip
+        checkpoint = last_checkpoint(run_dir)
         models[method] = out / "models" / method
-        run(f"export the {method.upper()} checkpoint", "repo_train", "export", "--checkpoint", str(checkpoint),
-            "--out", str(models[method]), "--tokenizer", str(args.base))  # fmt: skip
+        steps.step(f"export-{method}", f"export the {method.upper()} checkpoint",
+                   ["repo_train", "export", "--checkpoint", str(checkpoint), "--out", str(models[method]),
+                    "--tokenizer", str(args.base)], module=True, inputs=[checkpoint, args.base],
+                   outputs=[models[method]], after=[f"train-{method}"])  # fmt: skip
 
     # the training-free methods act on the model with the measured dip; the continued models are compared as trained
     scale_file = out / "scales" / "base-kv.json"
-    run("LPES search on the base model", "search", "run", "--model", str(args.base), "--config",
-        str(recipe.search_config(out, settings)), "--out", str(scale_file))  # fmt: skip
+    search_config = recipe.search_config(out, settings)
+    steps.step("search", "LPES search on the base model", ["search", "run", "--model", str(args.base), "--config",
+               str(search_config), "--out", str(scale_file)], module=True, inputs=[args.base, search_config],
+               outputs=[scale_file], related=search_files(scale_file),
+               resume=lambda: search_resume(scale_file))  # fmt: skip
     values = {"scale_file": str(scale_file), "mean_scale": f"{loop_config.mean_scale(scale_file):.4g}"}
     base_methods = [loop_config.fill(method, values) for method in BASE_METHODS]
     eval_dirs = {name: out / "eval" / name for name in ("base", "base-fim", "rope", "repo")}
-    run("evaluate the base model with every method",
-        *recipe.eval_command(Path(args.base), eval_dirs["base"], base_methods, settings))  # fmt: skip
     fim_settings = argparse.Namespace(**{**vars(settings), "eval_examples": args.fim_examples})
-    run("evaluate the base model with Found in the Middle (fewer questions)",
-        *recipe.eval_command(Path(args.base), eval_dirs["base-fim"], FIM_METHODS, fim_settings))  # fmt: skip
-    run("evaluate the RoPE-continued model", *recipe.eval_command(models["rope"], eval_dirs["rope"], ["baseline"],
-        settings))  # fmt: skip
-    run("evaluate the REPO-continued model", *recipe.eval_command(models["repo"], eval_dirs["repo"], ["baseline"],
-        settings))  # fmt: skip
+    evaluations = {  # name: title, model, methods, settings, the steps whose outputs it reads
+        "base": ("evaluate the base model with every method", Path(args.base), base_methods, settings, ["search"]),
+        "base-fim": ("evaluate the base model with Found in the Middle (fewer questions)", Path(args.base),
+                     FIM_METHODS, fim_settings, []),
+        "rope": ("evaluate the RoPE-continued model", models["rope"], ["baseline"], settings, ["export-rope"]),
+        "repo": ("evaluate the REPO-continued model", models["repo"], ["baseline"], settings, ["export-repo"]),
+    }  # fmt: skip
+    for name, (title, model, methods, task_settings, after) in evaluations.items():
+        argv = recipe.eval_command(model, eval_dirs[name], methods, task_settings)
+        # resume=list: an interrupted evaluation resumes by running the same command (its records are kept)
+        steps.step(f"eval-{name}", title, argv, module=True, inputs=[model], outputs=[eval_dirs[name]], after=after,
+                   resume=list)  # fmt: skip
     run("one plot: every method on the base, the continued models", "evaluation", "report", "--out",
         str(eval_dirs["base"]), *(arg for name in ("base-fim", "rope", "repo") for arg in ("--compare",
         str(eval_dirs[name]))))  # fmt: skip
@@ -284,11 +334,28 @@ def run_config(args: Namespace, out: Path) -> None:
     problems = loop_config.machine_problems(config, ROOT, values)
     if problems and not args.dry_run:
         raise SystemExit("\n".join(problems))
+    if args.dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+        loop_steps(args, out, values, problems)
+        return
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_lock(out / LOCK_NAME, f"quickstart output {out}"):
+            loop_steps(args, out, values, problems)
+    except (ValueError, RunLockedError) as err:
+        raise SystemExit(f"{PROG}: {err}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(f"\ninterrupted; rerun the same command to go on from here ({out / 'steps.json'})") from None
+
+
+def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: list[str]) -> None:
+    """The loop file's steps, each skipped, resumed or rerun as OUT/steps.json says (a dry run only says which)."""
+    config = args.loop
     description = f"The commands of {args.config_name}, in order."
     if args.dry_run:
         description = f"Dry run of {args.config_name}: nothing was run; <...> marks a value known only after a step."
     run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run)
+    steps = StepRunner(run, StepLedger(out / "steps.json"), dry_run=args.dry_run)
     started = time.perf_counter()
 
     def fill(items: list[str]) -> list[str]:
@@ -297,17 +364,25 @@ def run_config(args: Namespace, out: Path) -> None:
     models = {loop_config.BASE_MODEL: config.base}
     for name, train_config in config.train.methods.items():
         run_dir = out / "runs" / name
-        run.run_argv(f"train {name}", [*fill(config.train.launcher), train_config, "--trainer.default_root_dir",
-                     str(run_dir), "--model.init_from", config.base, *fill(config.train.args)])  # fmt: skip
+        steps.step(f"train-{name}", f"train {name}", [*fill(config.train.launcher), train_config,
+                   "--trainer.default_root_dir", str(run_dir), "--model.init_from", config.base,
+                   *fill(config.train.args)], inputs=[ROOT / train_config, ROOT / config.base], outputs=[run_dir],
+                   resume=lambda d=run_dir: training_resume(d))  # fmt: skip
         checkpoint = f"<last.ckpt under {run_dir}>" if args.dry_run else str(last_checkpoint(run_dir))
         models[name] = str(out / "models" / name)
-        run(f"export the {name} checkpoint", "repo_train", "export", "--checkpoint", checkpoint, "--out",
-            models[name], "--tokenizer", config.base)  # fmt: skip
+        steps.step(f"export-{name}", f"export the {name} checkpoint", ["repo_train", "export", "--checkpoint",
+                   checkpoint, "--out", models[name], "--tokenizer", config.base], module=True,
+                   inputs=[checkpoint, ROOT / config.base], outputs=[Path(models[name])],
+                   after=[f"train-{name}"])  # fmt: skip
 
     scale_file = out / "scales" / f"{config.search.model}.json"
-    run.run_argv(f"LPES search on the {config.search.model} model", [*fill(config.search.launcher), "--model",
-                 models[config.search.model], "--config", config.search.config, "--out", str(scale_file),
-                 *fill(config.search.args)])  # fmt: skip
+    searched = ROOT / models[config.search.model]
+    model_step = {name: [f"export-{name}"] for name in config.train.methods} | {loop_config.BASE_MODEL: []}
+    steps.step("search", f"LPES search on the {config.search.model} model", [*fill(config.search.launcher),
+               "--model", models[config.search.model], "--config", config.search.config, "--out", str(scale_file),
+               *fill(config.search.args)], inputs=[searched, ROOT / config.search.config], outputs=[scale_file],
+               related=search_files(scale_file), resume=lambda: search_resume(scale_file),
+               after=model_step[config.search.model])  # fmt: skip
     values["scale_file"] = str(scale_file)
     mean = f"<mean of the scales in {scale_file}>" if args.dry_run else f"{loop_config.mean_scale(scale_file):.6g}"
     values["mean_scale"] = mean
@@ -315,14 +390,19 @@ def run_config(args: Namespace, out: Path) -> None:
     eval_dirs = {}
     for name, methods in config.evaluate.methods.items():
         eval_dirs[name] = out / "eval" / name
-        method_args = [arg for method in fill(methods) for arg in ("--method", method)]
-        run(f"evaluate the {name} model", "evaluation", "run", "--model", models[name], *fill(config.evaluate.args),
-            *method_args, "--out", str(eval_dirs[name]))  # fmt: skip
+        filled = fill(methods)
+        method_args = [arg for method in filled for arg in ("--method", method)]
+        searched_methods = any(str(scale_file) in method for method in filled)
+        steps.step(f"eval-{name}", f"evaluate the {name} model", ["evaluation", "run", "--model", models[name],
+                   *fill(config.evaluate.args), *method_args, "--out", str(eval_dirs[name])], module=True,
+                   inputs=[ROOT / models[name]], outputs=[eval_dirs[name]], resume=list,
+                   after=[*model_step[name], *(["search"] if searched_methods else [])])  # fmt: skip
     first, *others = eval_dirs.values()
-    if others:
+    if others and not args.dry_run:
         run("one plot: every evaluated model and method", "evaluation", "report", "--out", str(first),
             *(arg for other in others for arg in ("--compare", str(other))))  # fmt: skip
     if args.dry_run:
+        print_plan(steps.decisions)
         print(f"\ndry run: nothing was run; the commands are in {run.script}", flush=True)
         for problem in problems:
             print(f"warning: a real run here would stop at once: {problem}", file=sys.stderr)
@@ -330,6 +410,14 @@ def run_config(args: Namespace, out: Path) -> None:
     write_report(out, run, eval_dirs, time.perf_counter() - started, *config_report_parts(out, args, config,
                  eval_dirs, scale_file, models))  # fmt: skip
     print(f"\nreport: {out / 'README.md'}")
+
+
+def print_plan(decisions) -> None:
+    """The dry run's plan: per step, what a real run would do with it and why."""
+    print("\nplan (steps.json decides on a rerun: done steps are skipped, interrupted ones resumed):")
+    width = max(len(title) for title, _ in decisions)
+    for title, decision in decisions:
+        print(f"  {title:<{width}}  {decision.action:<6}  {decision.reason}")
 
 
 def results_table(eval_dirs: dict[str, Path]) -> list[str]:

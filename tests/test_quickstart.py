@@ -12,15 +12,28 @@ from script_loader import load_script
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
-def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(tmp_path):
-    out = tmp_path / "qs"
+#: The smallest quickstart that still shows the base's lost middle (the kill test reruns it to the same report).
+SMALL = ["--steps", "4", "--eval-examples", "10", "--generations", "0", "--population", "4"]
+#: The steps of the built-in loop, in order (OUT/steps.json keys).
+STEP_KEYS = ["train-rope", "export-rope", "train-repo", "export-repo", "search", "eval-base", "eval-base-fim",
+             "eval-rope", "eval-repo"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """One uninterrupted quickstart at SMALL settings: its output directory."""
+    out = tmp_path_factory.mktemp("quickstart") / "qs"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), "--steps", "4",
-         "--eval-examples", "10", "--generations", "0", "--population", "4"],
+        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), *SMALL],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
+    return out
+
+
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run):
+    out = small_run
     report = (out / "README.md").read_text()
     for piece in ("eval/base/report.md", "eval/repo/report.md", "scales/base-kv.json", "commands.sh"):
         assert piece in report
@@ -46,6 +59,72 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(tmp_path):
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     config = (out / "configs" / "train-repo.yaml").read_text()
     assert "init_from:" in config and "tiny-kv-dip" in config and "repo_train.data.PromptCompletionData" in config
+
+
+def _steps(out: Path) -> dict:
+    path = out / "steps.json"
+    try:
+        return json.loads(path.read_text())["steps"] if path.is_file() else {}
+    except ValueError:  # not there yet (written atomically, so never torn)
+        return {}
+
+
+def _without_times(report: str) -> str:
+    """The report without wall times (the only part a resumed run may change)."""
+    lines = [line for line in report.splitlines() if not line.startswith(("Built in", "- "))]
+    return "\n".join(lines)
+
+
+@pytest.mark.slow  # the quickstart killed in each of its steps, then rerun to the end
+def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_no_finished_step(tmp_path, small_run):
+    import signal
+    import time
+
+    out = tmp_path / "qs"
+    first_done: dict[str, str] = {}  # step key -> the run id it finished with (a rerun would change it)
+
+    def check_finished(records: dict, keys: list[str]) -> None:
+        for done in keys:
+            assert records[done]["status"] == "done", (done, records[done])
+            assert records[done]["run_id"] == first_done.setdefault(done, records[done]["run_id"]), f"{done} reran"
+
+    for number, key in enumerate(STEP_KEYS):
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), *SMALL],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 600
+        while _steps(out).get(key, {}).get("status") != "running":
+            assert process.poll() is None, f"ended before step {key}: {process.stdout.read()[-3000:]}"
+            assert time.monotonic() < deadline, f"step {key} never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the step
+        how = signal.SIGINT if number % 2 == 0 else signal.SIGKILL
+        process.send_signal(how)
+        printed = process.communicate(timeout=120)[0]
+        records = _steps(out)
+        assert records[key]["status"] in {"running", "interrupted"}, (key, records[key], printed[-2000:])
+        if how == signal.SIGINT:  # Ctrl-C: one line saying how to go on, the step recorded as interrupted
+            assert process.returncode == 1 and "rerun the same command to go on from here" in printed
+            assert "Traceback" not in printed and records[key]["status"] == "interrupted"
+        check_finished(records, STEP_KEYS[:number])
+        assert all(f"--- {records[k]['title']}: skip" in printed for k in STEP_KEYS[: max(0, number - 1)])
+        if number:  # the step killed last time went on with its own mechanism, or afresh when it had none
+            killed_before = records[STEP_KEYS[number - 1]]["title"]
+            assert f"--- {killed_before}: resume" in printed or f"--- {killed_before}: rerun" in printed
+    final = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), *SMALL],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
+    records = _steps(out)
+    assert {r["status"] for r in records.values()} == {"done"} and list(records) == STEP_KEYS
+    check_finished(records, STEP_KEYS[:-1])
+    reference = (small_run / "README.md").read_text().replace(str(small_run), "OUT")
+    assert _without_times((out / "README.md").read_text().replace(str(out), "OUT")) == _without_times(reference)
+    for name in ("base", "base-fim", "rope", "repo"):
+        records_text = (out / "eval" / name / "records.jsonl").read_text().replace(str(out), "OUT")
+        assert records_text == (small_run / "eval" / name / "records.jsonl").read_text().replace(str(small_run), "OUT")
 
 
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess

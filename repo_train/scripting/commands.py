@@ -16,10 +16,13 @@ import csv
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from repo_train.training.launcher_watch import set_parent_death_signal
 
 #: Lines of a command's output shown when it fails with its output sent to a log file.
 FAILURE_TAIL_LINES = 40
@@ -84,9 +87,20 @@ class CommandRunner:
         """
         return self._run(title, [str(a) for a in argv], [str(a) for a in argv], log=log, echo=echo)
 
-    def _run(self, title: str, command: list[str], shown: list[str], *, log: Path | None, echo: bool) -> float:
+    def note(self, title: str, shown: list[str], comment: str, seconds: float) -> None:
+        """Write a command that is not run now (done in an earlier run, or a dry run's), with `comment`; its
+        `seconds` (the earlier run's) count in `timings`."""
+        with self.script.open("a") as handle:
+            handle.write(f"\n# {title} ({comment})\n{self._printable(shown)}\n")
+        if seconds:
+            self.timings.append((title, seconds))
+
+    def _printable(self, shown: list[str]) -> str:
         prefix = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
-        printable = " ".join([*prefix, *(shlex.quote(a) for a in shown)])
+        return " ".join([*prefix, *(shlex.quote(str(a)) for a in shown)])
+
+    def _run(self, title: str, command: list[str], shown: list[str], *, log: Path | None, echo: bool) -> float:
+        printable = self._printable(shown)
         environment = {**os.environ, **self.env} if self.env else None
         with self.script.open("a") as handle:
             handle.write(f"\n# {title}\n{printable}\n")
@@ -96,14 +110,15 @@ class CommandRunner:
             return 0.0
         start = time.perf_counter()
         if log is None:
-            subprocess.run(command, check=True, cwd=self.cwd, env=environment)
+            subprocess.run(command, check=True, cwd=self.cwd, env=environment, preexec_fn=_die_with_parent)
         else:
             log = Path(log)
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w") as handle:
                 result = subprocess.run(
-                    command, check=False, cwd=self.cwd, env=environment, stdout=handle, stderr=subprocess.STDOUT
-                )
+                    command, check=False, cwd=self.cwd, env=environment, stdout=handle, stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
+                )  # fmt: skip
             if result.returncode != 0:
                 tail = log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
                 print(f"--- {title} failed (exit {result.returncode}); last lines of {log}:", *tail, sep="\n")
@@ -111,6 +126,12 @@ class CommandRunner:
         seconds = time.perf_counter() - start
         self.timings.append((title, seconds))
         return seconds
+
+
+def _die_with_parent() -> None:
+    """In a command's process, before it starts: SIGKILL it when the script that ran it dies (a script killed
+    with SIGKILL leaves no step running on; kept across exec, so a launcher's torchrun goes too)."""
+    set_parent_death_signal(signal.SIGKILL)
 
 
 def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:

@@ -44,7 +44,7 @@ def launched_worker(environ=os.environ) -> bool:
     return "TORCHELASTIC_RUN_ID" in environ or "LOCAL_RANK" in environ
 
 
-def _set_parent_death_signal(signum: int) -> bool:
+def set_parent_death_signal(signum: int) -> bool:
     """prctl(PR_SET_PDEATHSIG, signum); False where that is not available."""
     if not sys.platform.startswith("linux"):
         return False
@@ -74,7 +74,7 @@ def watch_launcher(poll_s: float = 0.5, environ=os.environ) -> str | None:
     if not launched_worker(environ) or os.name != "posix":
         return None
     parent = os.getppid()
-    if _set_parent_death_signal(signal.SIGKILL):
+    if set_parent_death_signal(signal.SIGKILL):
         if os.getppid() != parent:  # the launcher died between the two calls
             _stop(parent)
         if parent == 1:  # already orphaned before we got here

@@ -39,7 +39,7 @@ WORKER = textwrap.dedent(
     watch = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(watch)
     if sys.argv[2] == "thread":
-        watch._set_parent_death_signal = lambda signum: False  # as on a system without prctl
+        watch.set_parent_death_signal = lambda signum: False  # as on a system without prctl
     print("how", watch.watch_launcher(poll_s=0.1), file=sys.stderr, flush=True)
     time.sleep(60)
     """

@@ -1,0 +1,242 @@
+"""Resumable run scripts: each step's completion is recorded in OUT/steps.json, so a rerun skips, resumes or reruns.
+
+A run script (the quickstart and its loop files) is a chain of long steps:
+trainings of hours, a search, evaluations. Interrupted (Ctrl-C, a lost node,
+SIGKILL), it must not start over. `StepLedger` records, per step, a
+fingerprint of what the step depends on (its command line and the files and
+directories it reads: `fingerprint`), the outputs it owns, and how it ended.
+On the next run `decide` says, per step:
+
+- **skip**: done, with the same inputs, and its outputs are still there;
+- **resume**: started (interrupted or failed) with the same inputs: the step's
+  own mechanism continues it (the last Lightning checkpoint, the search's
+  state file, the evaluation's records);
+- **rerun**: done or started with other inputs: its outputs are removed and it
+  runs afresh. Its new outputs change the inputs of the steps that read them,
+  so those rerun in turn ("everything downstream");
+- **run**: never started here.
+
+`StepRunner` applies the decision around a `CommandRunner` and says what it
+did and why in one line per step. The ledger is written atomically before and
+after each step, so a kill at any moment leaves a readable record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from repo_train.atomic import write_json_atomic
+
+#: Files up to this size are fingerprinted by content; larger ones (model weights, DeepSpeed shards) by size
+#: and modification time, which a rewrite changes (hashing 10 GB of checkpoint on every rerun would cost minutes).
+CONTENT_LIMIT = 64 * 1024 * 1024
+LEDGER_FORMAT = 1
+ACTIONS = ("skip", "resume", "rerun", "run")
+
+
+def _file_print(path: Path) -> str:
+    stat = path.stat()
+    if stat.st_size > CONTENT_LIMIT:
+        return f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(path: str | Path) -> str | None:
+    """What a step reads at `path`: a file's content hash, a directory's over its files (names and contents);
+    None when it does not exist. Files above `CONTENT_LIMIT` count by size and mtime."""
+    path = Path(path)
+    if path.is_file():
+        return _file_print(path)
+    if not path.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path)}\0{_file_print(file)}\0".encode())
+    return digest.hexdigest()
+
+
+def inputs_digest(
+    argv: Sequence[str], inputs: Sequence[str | Path], upstream: dict[str, str | None] | None = None
+) -> tuple[str, dict[str, str | None]]:
+    """(one hash of the command line, every input's fingerprint and the run ids of the steps it comes after,
+    those fingerprints and run ids by name: `step:KEY` for a step)."""
+    prints = {str(path): fingerprint(path) for path in inputs}
+    prints.update({f"step:{key}": run_id for key, run_id in (upstream or {}).items()})
+    text = json.dumps({"argv": list(map(str, argv)), "inputs": prints}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest(), prints
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    """One of ACTIONS."""
+    reason: str
+    """Why, in a few words ("done earlier, same inputs", "its inputs changed: X")."""
+
+
+def decide(record: dict[str, Any] | None, digest: str, outputs_present: bool, changed: Sequence[str] = ()) -> Decision:
+    """What to do with a step, from its earlier record (None: none), this run's inputs digest, whether its
+    outputs still exist, and which inputs differ from the record's (for the message)."""
+    if record is None:
+        return Decision("run", "not run before")
+    if record.get("inputs_sha256") != digest:
+        what = ", ".join(changed) if changed else "its command line"
+        return Decision("rerun", f"its inputs changed since the last run ({what})")
+    if record.get("status") == "done":
+        if outputs_present:
+            return Decision("skip", "done earlier with the same inputs")
+        return Decision("rerun", "done earlier, but its outputs are gone")
+    return Decision("resume", f"{record.get('status', 'started')} earlier with the same inputs")
+
+
+class StepLedger:
+    """OUT/steps.json: per step key, its inputs digest and fingerprints, command, outputs, status and times."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.steps: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                steps = data["steps"]
+                if not isinstance(steps, dict):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                raise ValueError(
+                    f"{self.path} (the record of finished steps) is not a readable steps file; delete it to run "
+                    "every step again, or use another --out"
+                ) from None
+            self.steps = steps
+
+    def record(self, key: str) -> dict[str, Any] | None:
+        return self.steps.get(key)
+
+    def update(self, key: str, **fields: Any) -> None:
+        self.steps[key] = {**self.steps.get(key, {}), **fields}
+        write_json_atomic(self.path, {"format_version": LEDGER_FORMAT, "steps": self.steps}, indent=1)
+
+    def plan(
+        self,
+        key: str,
+        argv: Sequence[str],
+        inputs: Sequence[str | Path],
+        outputs: Sequence[str | Path],
+        after: Sequence[str] = (),
+    ):
+        """(decision, digest, fingerprints) of a step now; `after`: the keys of the steps whose outputs it reads
+        (a step that ran again since makes this one rerun, even when its outputs came out the same)."""
+        upstream = {name: (self.record(name) or {}).get("run_id") for name in after}
+        digest, prints = inputs_digest(argv, inputs, upstream)
+        record = self.record(key)
+        before = (record or {}).get("inputs", {})
+        changed = [
+            f"{path[5:]} ran again" if path.startswith("step:") else path
+            for path, value in prints.items()
+            if before.get(path, value) != value
+        ]
+        changed += [f"{path} (no longer read)" for path in before if path not in prints]
+        present = all(Path(path).exists() for path in outputs)
+        return decide(record, digest, present, changed), digest, prints
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def remove_outputs(outputs: Sequence[str | Path]) -> None:
+    """Delete a step's outputs before it reruns afresh (they are the run directory's own)."""
+    for output in map(Path, outputs):
+        if output.is_dir() and not output.is_symlink():
+            shutil.rmtree(output)
+        elif output.exists() or output.is_symlink():
+            output.unlink()
+
+
+class StepRunner:
+    """Runs a script's steps through a `CommandRunner`, skipping, resuming or rerunning each as `decide` says.
+
+    `dry_run`: prints each step's decision and command, changes nothing.
+    """
+
+    def __init__(self, runner, ledger: StepLedger, *, dry_run: bool = False):
+        self.runner = runner
+        self.ledger = ledger
+        self.dry_run = dry_run
+        self.decisions: list[tuple[str, Decision]] = []
+
+    def step(
+        self,
+        key: str,
+        title: str,
+        argv: Sequence[str],
+        *,
+        inputs: Sequence[str | Path] = (),
+        outputs: Sequence[str | Path] = (),
+        resume: Callable[[], list[str] | None] | None = None,
+        module: bool = False,
+        related: Sequence[str | Path] = (),
+        after: Sequence[str] = (),
+    ) -> Decision:
+        """Run one step (`python -m ARGV` when `module`, else ARGV as a command) unless it is done.
+
+        `inputs`: files and directories it reads; `outputs`: what it writes (removed before a fresh rerun);
+        `related`: outputs' side files removed with them (a search's state, log and plots); `after`: the
+        steps whose outputs it reads (it reruns whenever one of them ran again).
+        `resume()` gives the arguments that continue an interrupted run ([] = the same command resumes,
+        None = nothing to continue from: start afresh).
+        """
+        decision, digest, prints = self.ledger.plan(key, argv, inputs, outputs, after)
+        shown = [self.runner.python, "-m", *argv] if module else list(argv)
+        self.decisions.append((title, decision))
+        extra: list[str] = []
+        if decision.action == "resume" and not self.dry_run:
+            continued = resume() if resume is not None else None
+            if continued is None:
+                decision = Decision("rerun", f"{decision.reason}, nothing to continue from")
+            extra = continued or []
+        print(f"\n--- {title}: {decision.action} ({decision.reason})", flush=True)
+        if decision.action == "skip":
+            seconds = float((self.ledger.record(key) or {}).get("seconds", 0.0))
+            self.runner.note(title, shown, f"done in an earlier run ({seconds:.0f} s)", seconds)
+            return decision
+        if self.dry_run:  # the runner writes and prints the command without running it
+            self._launch(title, argv, module)
+            return decision
+        if decision.action == "rerun":
+            remove_outputs([*outputs, *related])
+        self.ledger.update(
+            key, title=title, status="running", inputs_sha256=digest, inputs=prints, argv=[*argv, *extra],
+            outputs=[str(o) for o in outputs], started=_now(), finished=None, exit_code=None,
+        )  # fmt: skip
+        start = time.perf_counter()
+        try:
+            self._launch(title, [*argv, *extra], module)
+        except subprocess.CalledProcessError as err:
+            self.ledger.update(key, status="failed", exit_code=err.returncode, finished=_now())
+            raise
+        except KeyboardInterrupt:
+            self.ledger.update(key, status="interrupted", finished=_now())
+            raise
+        seconds = time.perf_counter() - start
+        self.ledger.update(key, status="done", exit_code=0, finished=_now(), seconds=seconds, run_id=uuid.uuid4().hex)
+        return decision
+
+    def _launch(self, title: str, argv: Sequence[str], module: bool) -> None:
+        if module:
+            self.runner(title, *argv)
+        else:
+            self.runner.run_argv(title, list(argv))
