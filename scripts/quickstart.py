@@ -39,6 +39,7 @@ import dataclasses
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import yaml
@@ -48,6 +49,7 @@ from jsonargparse.typing import PositiveInt
 from repo_train.config_cli import ConfigParser, dump_config, take_flag
 from repo_train.run_lock import RunLockedError, run_lock
 from repo_train.scripting import loop_config
+from repo_train.scripting import loop_estimates as estimates
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 from repo_train.scripting.steps import StepLedger, StepRunner
 
@@ -94,6 +96,11 @@ def build_parser() -> ConfigParser:
         "--dry_run", "--dry-run", action="store_true", help="loop file only: write and print commands.sh, run nothing"
     )
     parser.add_argument("--base", type=str | None, help="HF directory to continue from (default: the built-in)")
+    loop = "loop file only"
+    parser.add_argument("--gpus", type=PositiveInt | None, help=f"GPUs of the node: processes per step ({loop})")
+    parser.add_argument(
+        "--data_dir", "--data-dir", type=str | None, help=f"the Lost in the Middle release's qa_data folder ({loop})"
+    )
     tiny = "built-in tiny loop only"
     parser.add_argument("--steps", type=PositiveInt, default=10, help=f"continual-training steps per model ({tiny})")
     parser.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate ({tiny})")
@@ -131,6 +138,9 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     if not any(sections.values()):
         if args.dry_run:
             parser.fail("--dry-run needs a loop file (--config FILE; the built-in loop writes commands.sh as it runs)")
+        given = [f"--{name}" for name in ("gpus", "data_dir") if args[name] is not None]
+        if given:
+            parser.fail(f"{', '.join(given)}: loop file only (--config FILE); the built-in loop runs on the CPU")
         args.base = args.base or str(BASE)
         args.out = args.out or "outputs/quickstart"
     else:
@@ -148,7 +158,10 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
             parser.fail(f"{', '.join(given)}: built-in tiny loop only; with a loop file the file sets the run")
         try:
             built = parser.instantiate(args)
-            args.loop = loop_config.LoopConfig(built.base, built.train, built.search, built.evaluate, path=str(name))
+            args.loop = loop_config.LoopConfig(
+                built.base, built.train, built.search, built.evaluate, path=str(name), gpus=args.gpus or 1,
+                data_dir=args.data_dir,
+            )  # fmt: skip
             loop_config.check_files(args.loop, ROOT)
         except ValueError as err:
             parser.fail(f"{name}: {err}")
@@ -167,7 +180,7 @@ def resolved_config(args: Namespace) -> dict:
         return {**head, **{name: args[name] for name in TINY_OPTIONS}}
     loop = args.loop
     sections = {name: dataclasses.asdict(getattr(loop, name)) for name in ("train", "search", "evaluate")}
-    return {**head, **sections, "dry_run": args.dry_run}
+    return {**head, "gpus": loop.gpus, "data_dir": loop.data_dir, **sections, "dry_run": args.dry_run}
 
 
 def tiny_settings(args: Namespace) -> argparse.Namespace:
@@ -330,17 +343,16 @@ def tiny_loop(args: Namespace, out: Path) -> None:
 def run_config(args: Namespace, out: Path) -> None:
     """The loop of a config file: each train method through its launcher, export, search, evaluate, report."""
     config = args.loop
-    values = {"out": str(out), "base": config.base, "python": sys.executable}
+    values = {
+        "out": str(out), "base": config.base, "python": sys.executable, "data_dir": config.data_dir or "",
+        "gpus": str(config.gpus),
+    }  # fmt: skip
     problems = loop_config.machine_problems(config, ROOT, values)
     if problems and not args.dry_run:
         raise SystemExit("\n".join(problems))
-    if args.dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-        loop_steps(args, out, values, problems)
-        return
     out.mkdir(parents=True, exist_ok=True)
     try:
-        with run_lock(out / LOCK_NAME, f"quickstart output {out}"):
+        with nullcontext() if args.dry_run else run_lock(out / LOCK_NAME, f"quickstart output {out}"):
             loop_steps(args, out, values, problems)
     except (ValueError, RunLockedError) as err:
         raise SystemExit(f"{PROG}: {err}") from None
@@ -354,8 +366,26 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     description = f"The commands of {args.config_name}, in order."
     if args.dry_run:
         description = f"Dry run of {args.config_name}: nothing was run; <...> marks a value known only after a step."
-    run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run)
+    # every launcher starts one process per GPU (scripts/launch_train.sh, run_search.sh, run_evaluation.sh)
+    environment = {"NPROC_PER_NODE": str(config.gpus)}
+    run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run, env=environment)
     steps = StepRunner(run, StepLedger(out / "steps.json"), dry_run=args.dry_run)
+    search_settings = load_search_config(ROOT / config.search.config)
+    first_example = searched_examples(search_settings)
+    given_dtype = estimates.option(config.evaluate.args, "--dtype", "auto")
+    dtype = "bfloat16 (--dtype auto)" if given_dtype == "auto" else given_dtype
+    on_gpus = f"{config.gpus} process{'es' * (config.gpus > 1)} on {config.gpus} GPU{'s' * (config.gpus > 1)}"
+    shapes = {name: estimates.model_shape(ROOT / path) for name, path in config.train.methods.items()}
+    shapes[loop_config.BASE_MODEL] = next((shape for shape in shapes.values() if shape is not None), None)
+
+    def evaluation_cost(name: str, methods: list[str]) -> str:
+        if shapes[name] is None:
+            return estimates.described(None)
+        tasks, items, examples, grid = estimates.evaluation_shape(fill(config.evaluate.args))
+        return estimates.described(
+            estimates.evaluation_hours(shapes[name], tasks, items, examples, grid, methods, config.gpus)
+        )
+
     started = time.perf_counter()
 
     def fill(items: list[str]) -> list[str]:
@@ -367,22 +397,27 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
         steps.step(f"train-{name}", f"train {name}", [*fill(config.train.launcher), train_config,
                    "--trainer.default_root_dir", str(run_dir), "--model.init_from", config.base,
                    *fill(config.train.args)], inputs=[ROOT / train_config, ROOT / config.base], outputs=[run_dir],
-                   resume=lambda d=run_dir: training_resume(d))  # fmt: skip
+                   resume=lambda d=run_dir: training_resume(d), resources=f"{on_gpus}, " + estimates.described(
+                       estimates.training_hours(ROOT / train_config, fill(config.train.args), config.gpus)))  # fmt: skip
         checkpoint = f"<last.ckpt under {run_dir}>" if args.dry_run else str(last_checkpoint(run_dir))
         models[name] = str(out / "models" / name)
         steps.step(f"export-{name}", f"export the {name} checkpoint", ["repo_train", "export", "--checkpoint",
                    checkpoint, "--out", models[name], "--tokenizer", config.base], module=True,
                    inputs=[checkpoint, ROOT / config.base], outputs=[Path(models[name])],
-                   after=[f"train-{name}"])  # fmt: skip
+                   after=[f"train-{name}"], resources="1 process on the CPU")  # fmt: skip
 
     scale_file = out / "scales" / f"{config.search.model}.json"
     searched = ROOT / models[config.search.model]
     model_step = {name: [f"export-{name}"] for name in config.train.methods} | {loop_config.BASE_MODEL: []}
+    search_shape = shapes[config.search.model]
+    search_cost = estimates.described(
+        None if search_shape is None else estimates.search_hours(search_shape, search_settings, config.gpus)
+    )
     steps.step("search", f"LPES search on the {config.search.model} model", [*fill(config.search.launcher),
                "--model", models[config.search.model], "--config", config.search.config, "--out", str(scale_file),
                *fill(config.search.args)], inputs=[searched, ROOT / config.search.config], outputs=[scale_file],
                related=search_files(scale_file), resume=lambda: search_resume(scale_file),
-               after=model_step[config.search.model])  # fmt: skip
+               after=model_step[config.search.model], resources=f"{on_gpus}, {search_cost}")  # fmt: skip
     values["scale_file"] = str(scale_file)
     mean = f"<mean of the scales in {scale_file}>" if args.dry_run else f"{loop_config.mean_scale(scale_file):.6g}"
     values["mean_scale"] = mean
@@ -393,12 +428,13 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
         filled = fill(methods)
         method_args = [arg for method in filled for arg in ("--method", method)]
         searched_methods = any(str(scale_file) in method for method in filled)
-        steps.step(f"eval-{name}", f"evaluate the {name} model", ["evaluation", "run", "--model", models[name],
-                   *fill(config.evaluate.args), *method_args, "--out", str(eval_dirs[name])], module=True,
-                   inputs=[ROOT / models[name]], outputs=[eval_dirs[name]], resume=list,
+        steps.step(f"eval-{name}", f"evaluate the {name} model", [*fill(config.evaluate.launcher), "--model",
+                   models[name], *fill(config.evaluate.args), "--example-offset", str(first_example), *method_args,
+                   "--out", str(eval_dirs[name])], inputs=[ROOT / models[name]], outputs=[eval_dirs[name]],
+                   resume=list, resources=f"{on_gpus}, {dtype}, {evaluation_cost(name, filled)}",
                    after=[*model_step[name], *(["search"] if searched_methods else [])])  # fmt: skip
     first, *others = eval_dirs.values()
-    if others and not args.dry_run:
+    if others:
         run("one plot: every evaluated model and method", "evaluation", "report", "--out", str(first),
             *(arg for other in others for arg in ("--compare", str(other))))  # fmt: skip
     if args.dry_run:
@@ -412,12 +448,28 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     print(f"\nreport: {out / 'README.md'}")
 
 
+def load_search_config(path: Path):
+    from search.config import load_config
+
+    return load_config(path)
+
+
+def searched_examples(search) -> int:
+    """How many source examples the search uses from the start of its data (fitness, then held-out): every
+    evaluation starts after them (`--example-offset`), so no number of the report is measured on them; the
+    evaluation also checks the scale file's record of them (`evaluation.search_overlap`)."""
+    held = search.held_out
+    held_start = search.task.num_examples if held.offset is None else held.offset
+    return max(search.task.num_examples, held_start + held.num_examples if held.num_examples else 0)
+
+
 def print_plan(decisions) -> None:
-    """The dry run's plan: per step, what a real run would do with it and why."""
-    print("\nplan (steps.json decides on a rerun: done steps are skipped, interrupted ones resumed):")
-    width = max(len(title) for title, _ in decisions)
-    for title, decision in decisions:
-        print(f"  {title:<{width}}  {decision.action:<6}  {decision.reason}")
+    """The dry run's plan: per step, what a real run would do with it, on what, and why."""
+    print("\nplan (OUT/steps.json decides on each run: done steps are skipped, interrupted ones resumed):")
+    rows = [("step", "action", "runs on", "why"), *((t, d.action, r, d.reason) for t, d, r in decisions)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  " + "  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + f"  {row[3]}")
 
 
 def results_table(eval_dirs: dict[str, Path]) -> list[str]:
@@ -491,7 +543,7 @@ def tiny_report_parts(out, args, eval_dirs, scale_file, positions_plot) -> tuple
         "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml        # and -rope; see docs/training.md",
         "python -m repo_train export --checkpoint <ckpt> --out hf/olmo2-1b-repo --tokenizer <olmo2 dir>",
         "scripts/run_search.sh --model <hf dir> --task kv --config configs/search/lpes.yaml --out scales/NAME.json",
-        "python -m evaluation run --model <hf dir> --tasks mdqa,kv --data-dir ../shared/data/lost_in_the_middle \\",
+        "python -m evaluation run --model <hf dir> --tasks mdqa,kv --data-dir data/lost_in_the_middle --example-offset 700 \\",
         "    --method baseline --method lpes:scale_file=scales/NAME.json --method caliope:calibrator=hourglass \\",
         "    --method fim --method pcd --out results/NAME",
         "```",

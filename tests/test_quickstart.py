@@ -170,15 +170,16 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
         "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml",
         f"python -m repo_train export --checkpoint '<last.ckpt under {out}/runs/repo>' --out {out}/models/repo",
         f"scripts/run_search.sh --model {out}/models/rope --config configs/search/lpes.yaml --out {out}/scales/rope.json",
-        f"python -m evaluation run --model {out}/models/rope --tasks mdqa,kv",
+        f"scripts/run_evaluation.sh --model {out}/models/rope --tasks mdqa,kv",
         f"--method lpes:scale_file={out}/scales/rope.json --method 'pi:scale=<mean of the scales in {out}/scales/rope.json>'",
-        f"python -m evaluation run --model {out}/models/repo",
-        "python -m evaluation run --model checkpoints/OLMo-2-0425-1B-stage1-step1907359",
+        f"scripts/run_evaluation.sh --model {out}/models/repo",
+        "scripts/run_evaluation.sh --model checkpoints/OLMo-2-0425-1B-stage1-step1907359",
         f"python -m evaluation report --out {out}/eval/rope --compare {out}/eval/repo --compare {out}/eval/base",
     ]
     positions = [commands.index(step) for step in steps]  # each present, in this order
     assert positions == sorted(positions)
     assert commands.count("--device cuda") == 3 and "Dry run" in commands
+    assert commands.count("--example-offset 700 ") == 3 and "../" not in commands  # disjoint; no outside path
     assert all(step.split(" --")[0] in result.stdout for step in steps)  # printed too
     assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]  # nothing ran
     # the base exists only on the GPU machine: a warning here, a one-line refusal for a real run
@@ -299,6 +300,35 @@ def test_config_refuses_tiny_options(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
+    """The dry run's plan: torchrun on every GPU for training, the search and every evaluation, bf16, the
+    evaluation's questions after the search's, an estimate per step; nothing written but commands.sh."""
+    qs = load_script("quickstart")
+    out = tmp_path / "dry"
+    args = qs.parse_args(["--config", FULL_SCALE, "--dry-run", "--out", str(out), "--data_dir", str(tmp_path)])
+    qs.run_config(args, out)
+    printed = capsys.readouterr().out
+    plan = printed[printed.index("plan (") :].splitlines()[2:10]
+    assert [line.split("  ")[1] for line in plan] == [
+        "train rope", "export the rope checkpoint", "train repo", "export the repo checkpoint",
+        "LPES search on the rope model", "evaluate the rope model", "evaluate the repo model",
+        "evaluate the base model",
+    ]  # fmt: skip
+    for line in plan:
+        assert " run " in line and "not run before" in line
+        if "export" not in line:
+            assert "8 processes on 8 GPUs, " in line and (" h (" in line or " min (" in line), line
+    assert "≈ 37.2 h (50.0B tokens at 40% MFU)" in plan[0]  # docs/training.md: ≈ 37 h on 8 H100
+    assert all("bfloat16 (--dtype auto)" in line for line in plan[5:])
+    commands = (out / "commands.sh").read_text()
+    assert commands.count("NPROC_PER_NODE=8 scripts/run_evaluation.sh") == 3
+    assert (
+        "NPROC_PER_NODE=8 scripts/run_search.sh" in commands and "NPROC_PER_NODE=8 scripts/launch_train.sh" in commands
+    )
+    assert commands.count("--example-offset 700 ") == 3 and f"--data-dir {tmp_path} " in commands
+    assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]
+
+
 def test_options_parse_in_process(capsys):
     """The quickstart's check in the fast suite (the tests above run the script in subprocesses: slow suite)."""
     qs = load_script("quickstart")
@@ -307,6 +337,9 @@ def test_options_parse_in_process(capsys):
     with pytest.raises(SystemExit):
         qs.parse_args(["--config", FULL_SCALE, "--steps", "10"])
     assert "--steps: built-in tiny loop only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        qs.parse_args(["--gpus", "8"])
+    assert "--gpus: loop file only (--config FILE)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -318,6 +351,9 @@ def test_options_parse_in_process(capsys):
         (dict(train__args=["--model.init_from", "x"]), "train.args: --model.init_from is set by the loop itself"),
         (dict(evaluate__args=["--seed", "{nope}"]), "evaluate.args[1]: unknown placeholder {nope}"),
         (dict(train__methods={"base": "x.yaml"}), "train.methods.base: rename it"),
+        (dict(search__args=["--data-dir", "{data_dir}"]), "data_dir: not set, but the arguments use {data_dir}"),
+        (dict(evaluate__args=["--example-offset", "3"]), "evaluate.args: --example-offset is set by the loop"),
+        (dict(gpus=0), "gpus"),
     ],
 )
 def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):

@@ -32,14 +32,20 @@ from repo_train.data.config import legacy_source_message
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
 #: Placeholders every command string may use, and those known only after the search (evaluation strings only).
-PLACEHOLDERS = ("out", "base", "python")
+PLACEHOLDERS = ("out", "base", "python", "data_dir", "gpus")
 AFTER_SEARCH = ("scale_file", "mean_scale")
 #: Options the loop sets itself; in an `args` list they would clash with (or silently beat) the loop's own.
 RESERVED = {
     "train.args": ("--config", "--trainer.default_root_dir", "--model.init_from"),
     "search.args": ("--model", "--config", "--out"),
-    "evaluate.args": ("--model", "--method", "--out"),
+    "evaluate.args": ("--model", "--method", "--out", "--example-offset", "--example_offset"),
 }
+#: What `data_dir` must hold, and where to get it (named when it is missing).
+DATA_DIR_HINT = (
+    "put the Lost in the Middle release's qa_data folder there (nq-open-oracle.jsonl.gz; "
+    "git clone https://github.com/nelson-liu/lost-in-the-middle, docs/evaluation.md#data-preparation) "
+    "or pass --data_dir DIR"
+)
 #: A YAML list item may be a number (`[--num-keys, 8]`); the loop passes it on as text.
 Word = str | int | float
 
@@ -123,9 +129,13 @@ class EvaluateSection:
     methods: dict[str, list[Word]]
     """Model name (a run, or base) -> harness methods, e.g. {rope: [baseline, "lpes:scale_file={scale_file}"]}."""
     args: list[Word] = field(default_factory=list)
-    """Options of every `python -m evaluation run` (not --model, --method, --out)."""
+    """Options of every evaluation run (not --model, --method, --out, nor --example-offset: the loop starts
+    the evaluation's examples after the search's, read from the search config)."""
+    launcher: list[Word] = field(default_factory=lambda: ["scripts/run_evaluation.sh"])
+    """The evaluation command, e.g. [scripts/run_evaluation.sh] (torchrun on `gpus` processes)."""
 
     def __post_init__(self) -> None:
+        self.launcher = _argv(self.launcher, "evaluate.launcher", required=True)
         allowed = PLACEHOLDERS + AFTER_SEARCH
         if not self.methods:
             raise LoopConfigError("evaluate.methods: must name at least one model, e.g. {rope: [baseline]}")
@@ -146,8 +156,17 @@ class LoopConfig:
     evaluate: EvaluateSection
     path: str = "the loop config"
     """Where it was read from (named in messages)."""
+    gpus: int = 1
+    """GPUs of the node: every launcher (training, search, evaluation) starts this many processes."""
+    data_dir: str | None = None
+    """The Lost in the Middle release's qa_data folder, `{data_dir}` in the search and evaluation arguments."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise LoopConfigError(f"gpus: must be the number of GPUs of the node (an int >= 1), got {self.gpus!r}")
+        uses = [item for item in (*self.search.args, *self.evaluate.args) if "{data_dir}" in item]
+        if uses and not self.data_dir:
+            raise LoopConfigError(f"data_dir: not set, but the arguments use {{data_dir}}; {DATA_DIR_HINT}")
         models = [*self.train.methods, BASE_MODEL]
         if self.search.model not in models:
             raise LoopConfigError(f"search.model: {self.search.model!r} is not one of {', '.join(models)}")
@@ -167,11 +186,18 @@ def check_files(config: LoopConfig, root: Path) -> None:
 def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:
     """What is missing on this machine: the base checkpoint, the launchers (fatal for a real run, a dry-run warning)."""
     problems = []
+    if config.data_dir and not (root / config.data_dir).is_dir():
+        problems.append(f"{config.path}: data_dir: {config.data_dir} is not a directory here; {DATA_DIR_HINT}")
     if not (root / config.base / "config.json").is_file():
         problems.append(
             f"{config.path}: base: {config.base} is not an HF model directory (no config.json); put the checkpoint there or point base at it"
         )
-    for key, launcher in (("train.launcher", config.train.launcher), ("search.launcher", config.search.launcher)):
+    launchers = (
+        ("train.launcher", config.train.launcher),
+        ("search.launcher", config.search.launcher),
+        ("evaluate.launcher", config.evaluate.launcher),
+    )
+    for key, launcher in launchers:
         program = fill(launcher[0], values)
         found = (
             (root / program).is_file() and os.access(root / program, os.X_OK)
@@ -208,7 +234,7 @@ def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> lis
                     )
     for key, args in (("search.args", config.search.args), ("evaluate.args", config.evaluate.args)):
         for flag, value in itertools.pairwise(args):
-            if flag == "--data-dir" and not (root / fill(value, values)).is_dir():
+            if flag == "--data-dir" and "{data_dir}" not in value and not (root / fill(value, values)).is_dir():
                 problems.append(f"{key}: --data-dir {value} is not a directory here (docs/evaluation.md: the data)")
     return problems
 

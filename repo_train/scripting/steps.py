@@ -176,7 +176,8 @@ class StepRunner:
         self.runner = runner
         self.ledger = ledger
         self.dry_run = dry_run
-        self.decisions: list[tuple[str, Decision]] = []
+        self.decisions: list[tuple[str, Decision, str]] = []
+        """(title, decision, resources) of every step so far, for a plan."""
 
     def step(
         self,
@@ -190,18 +191,20 @@ class StepRunner:
         module: bool = False,
         related: Sequence[str | Path] = (),
         after: Sequence[str] = (),
+        resources: str = "",
     ) -> Decision:
         """Run one step (`python -m ARGV` when `module`, else ARGV as a command) unless it is done.
 
         `inputs`: files and directories it reads; `outputs`: what it writes (removed before a fresh rerun);
         `related`: outputs' side files removed with them (a search's state, log and plots); `after`: the
-        steps whose outputs it reads (it reruns whenever one of them ran again).
+        steps whose outputs it reads (it reruns whenever one of them ran again); `resources`: what it runs on,
+        for the plan (e.g. "8 processes, 8 GPUs").
         `resume()` gives the arguments that continue an interrupted run ([] = the same command resumes,
         None = nothing to continue from: start afresh).
         """
         decision, digest, prints = self.ledger.plan(key, argv, inputs, outputs, after)
         shown = [self.runner.python, "-m", *argv] if module else list(argv)
-        self.decisions.append((title, decision))
+        self.decisions.append((title, decision, resources))
         extra: list[str] = []
         if decision.action == "resume" and not self.dry_run:
             continued = resume() if resume is not None else None
