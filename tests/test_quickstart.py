@@ -12,11 +12,8 @@ from script_loader import load_script
 ROOT = Path(__file__).resolve().parents[1]
 
 
-#: The smallest quickstart that still shows the base's lost middle (the kill test reruns it to the same report).
+#: The smallest quickstart that still shows the base's lost middle.
 SMALL = ["--steps", "4", "--eval-examples", "10", "--generations", "0", "--population", "4"]
-#: The steps of the built-in loop, in order (OUT/steps.json keys).
-STEP_KEYS = ["train-rope", "export-rope", "train-repo", "export-repo", "search", "eval-base", "eval-base-fim",
-             "eval-rope", "eval-repo"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -73,58 +70,6 @@ def _without_times(report: str) -> str:
     """The report without wall times (the only part a resumed run may change)."""
     lines = [line for line in report.splitlines() if not line.startswith(("Built in", "- "))]
     return "\n".join(lines)
-
-
-@pytest.mark.slow  # the quickstart killed in each of its steps, then rerun to the end
-def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_no_finished_step(tmp_path, small_run):
-    import signal
-    import time
-
-    out = tmp_path / "qs"
-    first_done: dict[str, str] = {}  # step key -> the run id it finished with (a rerun would change it)
-
-    def check_finished(records: dict, keys: list[str]) -> None:
-        for done in keys:
-            assert records[done]["status"] == "done", (done, records[done])
-            assert records[done]["run_id"] == first_done.setdefault(done, records[done]["run_id"]), f"{done} reran"
-
-    for number, key in enumerate(STEP_KEYS):
-        process = subprocess.Popen(
-            [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), *SMALL],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 600
-        while _steps(out).get(key, {}).get("status") != "running":
-            assert process.poll() is None, f"ended before step {key}: {process.stdout.read()[-3000:]}"
-            assert time.monotonic() < deadline, f"step {key} never started"
-            time.sleep(0.05)
-        time.sleep(0.5)  # inside the step
-        how = signal.SIGINT if number % 2 == 0 else signal.SIGKILL
-        process.send_signal(how)
-        printed = process.communicate(timeout=120)[0]
-        records = _steps(out)
-        assert records[key]["status"] in {"running", "interrupted"}, (key, records[key], printed[-2000:])
-        if how == signal.SIGINT:  # Ctrl-C: one line saying how to go on, the step recorded as interrupted
-            assert process.returncode == 1 and "rerun the same command to go on from here" in printed
-            assert "Traceback" not in printed and records[key]["status"] == "interrupted"
-        check_finished(records, STEP_KEYS[:number])
-        assert all(f"--- {records[k]['title']}: skip" in printed for k in STEP_KEYS[: max(0, number - 1)])
-        if number:  # the step killed last time went on with its own mechanism, or afresh when it had none
-            killed_before = records[STEP_KEYS[number - 1]]["title"]
-            assert f"--- {killed_before}: resume" in printed or f"--- {killed_before}: rerun" in printed
-    final = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), *SMALL],
-        capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
-    records = _steps(out)
-    assert {r["status"] for r in records.values()} == {"done"} and list(records) == STEP_KEYS
-    check_finished(records, STEP_KEYS[:-1])
-    reference = (small_run / "README.md").read_text().replace(str(small_run), "OUT")
-    assert _without_times((out / "README.md").read_text().replace(str(out), "OUT")) == _without_times(reference)
-    for name in ("base", "base-fim", "rope", "repo"):
-        records_text = (out / "eval" / name / "records.jsonl").read_text().replace(str(out), "OUT")
-        assert records_text == (small_run / "eval" / name / "records.jsonl").read_text().replace(str(small_run), "OUT")
 
 
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess
@@ -249,11 +194,24 @@ def write_tiny_loop_config(tmp_path, **changes) -> Path:
     return path
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
-def test_config_mode_runs_the_loop_on_cpu(tmp_path):
-    out = tmp_path / "qs"
-    result = quickstart("--config", write_tiny_loop_config(tmp_path), "--out", out, timeout=600)
+#: The steps of a loop file's run, in order (OUT/steps.json keys), for the tiny loop file below.
+LOOP_STEPS = ["train-rope", "export-rope", "train-repo", "export-repo", "search", "eval-rope", "eval-repo",
+              "eval-base"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def config_loop_run(tmp_path_factory):
+    """(loop file, output directory) of one uninterrupted config-mode run of the tiny loop file."""
+    where = tmp_path_factory.mktemp("loop")
+    loop_file = write_tiny_loop_config(where)
+    result = quickstart("--config", loop_file, "--out", where / "qs", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return loop_file, where / "qs"
+
+
+@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+def test_config_mode_runs_the_loop_on_cpu(config_loop_run):
+    out = config_loop_run[1]
     report = (out / "README.md").read_text()
     for row in ("| rope | baseline | kv |", "| rope | lpes (rope) |", "| rope | pi (scale=", "| repo | baseline | kv |",
                 "| base | baseline | kv |"):  # fmt: skip
@@ -272,6 +230,58 @@ def test_config_mode_runs_the_loop_on_cpu(tmp_path):
     assert f"--method pi:scale={sum(mean) / len(mean):.6g} " in commands
 
 
+@pytest.mark.slow  # the quickstart killed in each of its steps, then rerun to the end
+def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_no_finished_step(
+    tmp_path, config_loop_run
+):
+    import signal
+    import time
+
+    loop_file, reference_out = config_loop_run
+    command = [sys.executable, str(SCRIPT), "--config", str(loop_file), "--out", str(tmp_path / "qs")]
+    out = tmp_path / "qs"
+    first_done: dict[str, str] = {}  # step key -> the run id it finished with (a rerun would change it)
+
+    def check_finished(records: dict, keys: list[str]) -> None:
+        for done in keys:
+            assert records[done]["status"] == "done", (done, records[done])
+            assert records[done]["run_id"] == first_done.setdefault(done, records[done]["run_id"]), f"{done} reran"
+
+    for number, key in enumerate(LOOP_STEPS):
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        deadline = time.monotonic() + 600
+        while _steps(out).get(key, {}).get("status") != "running":
+            assert process.poll() is None, f"ended before step {key}: {process.stdout.read()[-3000:]}"
+            assert time.monotonic() < deadline, f"step {key} never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the step
+        how = signal.SIGINT if number % 2 == 0 else signal.SIGKILL
+        process.send_signal(how)
+        printed = process.communicate(timeout=120)[0]
+        records = _steps(out)
+        assert records[key]["status"] in {"running", "interrupted"}, (key, records[key], printed[-2000:])
+        if how == signal.SIGINT:  # Ctrl-C: one line saying how to go on, the step recorded as interrupted
+            assert process.returncode == 1 and "rerun the same command to go on from here" in printed
+            assert "Traceback" not in printed and records[key]["status"] == "interrupted"
+        check_finished(records, LOOP_STEPS[:number])
+        assert all(f"--- {records[k]['title']}: skip" in printed for k in LOOP_STEPS[: max(0, number - 1)])
+        if number:  # the step killed last time went on with its own mechanism, or afresh when it had none
+            killed_before = records[LOOP_STEPS[number - 1]]["title"]
+            assert f"--- {killed_before}: resume" in printed or f"--- {killed_before}: rerun" in printed
+    final = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT)
+    assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
+    records = _steps(out)
+    assert {r["status"] for r in records.values()} == {"done"} and list(records) == LOOP_STEPS
+    check_finished(records, LOOP_STEPS[:-1])
+    reference = (reference_out / "README.md").read_text().replace(str(reference_out), "OUT")
+    assert _without_times((out / "README.md").read_text().replace(str(out), "OUT")) == _without_times(reference)
+    for name in ("rope", "repo", "base"):
+        records_text = (out / "eval" / name / "records.jsonl").read_text().replace(str(out), "OUT")
+        assert records_text == (reference_out / "eval" / name / "records.jsonl").read_text().replace(
+            str(reference_out), "OUT"
+        )
+
+
 @pytest.mark.slow  # scripts/quickstart.py in a subprocess
 def test_config_errors_name_the_key_or_file(tmp_path):
     cases = {
@@ -279,10 +289,7 @@ def test_config_errors_name_the_key_or_file(tmp_path):
         "train.methods.rope: configs/train/no-such.yaml does not exist": dict(
             train__methods={"rope": "configs/train/no-such.yaml", "repo": str(tmp_path / "train-repo.yaml")}
         ),
-        "missing key 'search.config'": dict(search__config=None),
-        "search.args[1]: unknown placeholder {scale_file}": dict(search__args=["--data-dir", "{scale_file}"]),
-        "evaluate.methods.rpoe: not a model; use one of rope, repo, base": dict(evaluate__methods={"rpoe": ["pcd"]}),
-    }
+    }  # the other mistakes are checked in process (test_loop_file_mistakes_in_process), which is the same code
     for i, (message, change) in enumerate(cases.items()):
         result = quickstart("--config", write_tiny_loop_config(tmp_path, **change), "--out", tmp_path / f"out{i}")
         assert result.returncode == 2 and message in result.stderr, (message, result.stderr[-2000:])
@@ -348,6 +355,8 @@ def test_options_parse_in_process(capsys):
         (dict(train__lancher=["x"]), "unknown key 'train.lancher'"),
         (dict(search__config=None), "missing key 'search.config'"),
         (dict(search__model="repo2"), "search.model: 'repo2' is not one of rope, repo, base"),
+        (dict(search__args=["--data-dir", "{scale_file}"]), "search.args[1]: unknown placeholder {scale_file}"),
+        (dict(evaluate__methods={"rpoe": ["pcd"]}), "evaluate.methods.rpoe: not a model; use one of rope, repo, base"),
         (dict(train__args=["--model.init_from", "x"]), "train.args: --model.init_from is set by the loop itself"),
         (dict(evaluate__args=["--seed", "{nope}"]), "evaluate.args[1]: unknown placeholder {nope}"),
         (dict(train__methods={"base": "x.yaml"}), "train.methods.base: rename it"),

@@ -107,7 +107,7 @@ def evaluation_hours(
     """(hours, how) of an evaluation run; None when a task's prompt length is not known here."""
     seconds, prompts = 0.0, 0
     for task in tasks:
-        per_prompt = prompt_seconds(model, task, items[task])
+        per_prompt = prompt_seconds(model, task, items.get(task, 0))
         if per_prompt is None:
             return None
         count = examples * positions_count(positions, items[task])
