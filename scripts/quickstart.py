@@ -222,8 +222,9 @@ def training_config(out: Path, method: str, data: Path, settings: argparse.Names
     return path
 
 
-def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace) -> Path:
-    """Positions per head of the last REPO layer on one evaluation prompt (REPO paper's position figures)."""
+def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace) -> tuple[Path, dict]:
+    """Positions per head of the last REPO layer on one evaluation prompt (REPO paper's position figures),
+    and how far each REPO layer's positions spread: {"tokens", "start_layer", "spans": per layer, per head}."""
     import torch
 
     from evaluation.diagnostics import plot_head_positions
@@ -237,10 +238,62 @@ def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace
     ids = tokenizer(row["prompt"], return_tensors="pt").input_ids
     with torch.no_grad(), record_positions(model) as recorder:
         model(ids)
-    last = [p for p in recorder.positions if p is not None][-1]
+    start = model.config.repo_start_layer
+    learned = {layer: p for layer, p in enumerate(recorder.positions) if p is not None and layer >= start}
     path = out / "repo_positions_last_layer.png"
-    plot_head_positions(last, title="REPO positions per head, last layer, one KV prompt", path=path)
-    return path
+    plot_head_positions(learned[max(learned)], title="REPO positions per head, last layer, one KV prompt", path=path)
+    spans = {
+        layer: [float(head.max() - head.min()) for head in positions.reshape(-1, positions.shape[-1])]
+        for layer, positions in learned.items()
+    }
+    return path, {"tokens": ids.shape[1], "start_layer": start, "spans": spans}
+
+
+def repo_positions_sentence(positions: dict, steps: int) -> str:
+    """The report's sentence on REPO's learned positions: how far they spread, and what that means for its row."""
+    tokens, widest = positions["tokens"], max(max(spans) for spans in positions["spans"].values())
+    where = f"in its REPO layers ({positions['start_layer']}–{max(positions['spans'])}), on one {tokens}-token prompt"
+    if widest < 1.0:
+        return (
+            f"**REPO's positions did not learn in {steps} steps**: {where}, every head's positions span at most "
+            f"{widest:.2f} (RoPE's span {tokens - 1}), so those layers see almost no order (NoPE-like) and the "
+            '`repo` row measures that, not REPO (why: docs/training.md, "Why REPO\'s positions start near 0").'
+        )
+    return (
+        f"REPO's positions moved in {steps} steps: {where}, per-head spans reach {widest:.1f} (RoPE's span "
+        f"{tokens - 1}; `repo_positions_last_layer.png`); whether they carry order the `repo` row shows."
+    )
+
+
+def continued_against_base(eval_dirs: dict[str, Path]) -> list[str]:
+    """The continued models' baselines against the base's, paired by prompt (same questions and positions):
+    Δ overall and in the middle, 95% CI by question, sign-flip p with Holm over the two models, verdict."""
+    from evaluation.report import delta_cell
+    from evaluation.results import compare_with_baseline, read_records
+    from evaluation.statistics import holm_adjust, verdict
+
+    def baseline_records(name: str) -> list[dict]:
+        return [r for r in read_records(eval_dirs[name] / "records.jsonl") if r["method"] == "baseline"]
+
+    base = baseline_records("base")
+    edges = {min(r["gold_position"] for r in base), max(r["gold_position"] for r in base)}
+    rows = {}
+    for name in ("rope", "repo"):
+        records = baseline_records(name)
+        middle = [r for r in records if r["gold_position"] not in edges]
+        rows[name] = (compare_with_baseline(records, base), compare_with_baseline(middle, base))
+    lines = [
+        "| model | Δ vs the base [95% CI] | p (Holm) | verdict | Δ middle vs the base [95% CI] | p (Holm) | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    holm = [holm_adjust({name: row[i]["p_value"] for name, row in rows.items()}) for i in (0, 1)]
+    for name, comparisons in rows.items():
+        cells = []
+        for i, vs in enumerate(comparisons):
+            p = holm[i][name]
+            cells += [delta_cell(vs), f"{p:.3f}", verdict(vs["low"], vs["high"], p, vs["identical"])]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def training_resume(run_dir: Path) -> list[str] | None:
@@ -334,9 +387,9 @@ def tiny_loop(args: Namespace, out: Path) -> None:
     run("one plot: every method on the base, the continued models", "evaluation", "report", "--out",
         str(eval_dirs["base"]), *(arg for name in ("base-fim", "rope", "repo") for arg in ("--compare",
         str(eval_dirs[name]))))  # fmt: skip
-    positions_plot = plot_repo_positions(out, models["repo"], settings)
+    positions_plot, positions = plot_repo_positions(out, models["repo"], settings)
     write_report(out, run, eval_dirs, time.perf_counter() - started, *tiny_report_parts(out, settings, eval_dirs,
-                 scale_file, positions_plot))  # fmt: skip
+                 scale_file, positions_plot, positions))  # fmt: skip
     print(f"\nreport: {out / 'README.md'}")
 
 
@@ -503,7 +556,9 @@ def results_table(eval_dirs: dict[str, Path]) -> list[str]:
     return lines
 
 
-def tiny_report_parts(out, args, eval_dirs, scale_file, positions_plot) -> tuple[str, list[str], list[str]]:
+def tiny_report_parts(
+    out, args, eval_dirs, scale_file, positions_plot, repo_positions
+) -> tuple[str, list[str], list[str]]:
     """Intro, outputs and closing of the built-in loop's report: what the tiny models are and are not evidence of."""
     stem = scale_file.with_suffix("")
     positions = ", ".join(map(str, recipe.eval_positions(args)))
@@ -520,8 +575,18 @@ def tiny_report_parts(out, args, eval_dirs, scale_file, positions_plot) -> tuple
         "difference with the same model's baseline, 95% CI by question, two-sided sign-flip p with Holm's adjustment "
         "over the methods (docs/evaluation.md#statistics); a verdict needs both. A tiny model on a short context: it "
         "shows what each method does to a measured dip, not how it does on an LLM (docs/reproductions.md)."
+        f"\n\n{repo_positions_sentence(repo_positions, args.steps)}"
     )
     outputs = [
+        f"## The continued models against the base they came from ({args.steps} steps each, same data)",
+        "",
+        (
+            "Their baselines paired with the base's baseline on the same prompts (Δ, 95% CI by question, "
+            "sign-flip p, Holm over the two models):"
+        ),
+        "",
+        *continued_against_base(eval_dirs),
+        "",
         f"- Base model, every method: [report]({(eval_dirs['base'] / 'report.md').relative_to(out)})",
         f"- Base model, Found in the Middle: [report]({(eval_dirs['base-fim'] / 'report.md').relative_to(out)})",
         (

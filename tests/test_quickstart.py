@@ -45,6 +45,10 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert base["middle_accuracy"] <= base["edges_accuracy"] - 0.20
     assert base["middle_accuracy_ci"][1] < base["edges_accuracy_ci"][0]
     assert (out / "repo_positions_last_layer.png").is_file()
+    # REPO's learned positions in a sentence a reader cannot miss, and both continued models against the base
+    assert "REPO's positions did not learn in 4 steps**" in report or "REPO's positions moved in 4 steps" in report
+    table = report[report.index("## The continued models against the base they came from") :]
+    assert "| rope | " in table and "| repo | " in table and "Δ middle vs the base" in table
     assert (out / "eval" / "base" / "accuracy_by_position_kv.png").is_file()
     methods = set(json.loads((out / "eval" / "base" / "summary.json").read_text())["results"]["kv"])
     assert {"baseline", "pcd:alpha=0.2,beta=2.5,ratio=0.0001,gamma=30"} <= methods

@@ -96,7 +96,7 @@ def test_options_are_checked_in_one_line(capsys):
 @pytest.mark.slow
 def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, capsys):
     out = tmp_path / "study"
-    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir), "--threads", "1"])
+    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir)])
     result = json.loads((out / "study.json").read_text())
     assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes", "pcd"]
     assert [row["key"] for row in result["costly_rows"]] == ["baseline", "fim", "attention_buckets"]
@@ -112,6 +112,6 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
     assert "--chat-template true" in commands and "search run" in commands
     before = (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns
     capsys.readouterr()
-    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir), "--threads", "1"])  # resumes: no rerun
+    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir)])  # resumes: no rerun
     assert (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns == before
     assert "=== LPES search" not in capsys.readouterr().out
