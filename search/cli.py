@@ -248,6 +248,8 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         state = paths["state"] if resume else None  # other ranks read rank 0's state only to resume
         result = run(space, fitness, config.ga, context=fitness.context, state_path=state, resume=resume, save=False)
 
+    # the model unscaled on the same search set: the line every generation's fitness is read against
+    unscaled = fitness.evaluate([[1.0] * num_layers])[0]
     held_out = None
     if held.num_examples > 0:
         held_out = evaluate_held_out(
@@ -266,11 +268,12 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
             prompt_format=task.prompt_format,
         )
     summary = {"fitness": result.fitness.to_json(), "generations": result.generations, "held_out": held_out}
+    summary["unscaled_fitness"] = unscaled.to_json()
     summary.update(scales=result.scales, evaluations=result.evaluations, paths={k: str(v) for k, v in paths.items()})
     if rank == 0:
         name = str(config.model.path) if config.model.path else model.name_or_path
         model_record = {"name": name, **model_fingerprint(model)}
-        summary["wall_time_s"] = _write_outputs(config, space, fitness, result, paths, model_record, held_out)
+        summary["wall_time_s"] = _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled)
         _print_summary(summary, time.perf_counter() - wall)
     return summary
 
@@ -288,7 +291,7 @@ def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any
     }
 
 
-def _write_outputs(config, space, fitness, result, paths, model_record, held_out) -> float:
+def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled) -> float:
     from search.diagnostics import smoothness
     from search.plots import plot_curve, plot_fitness
     from search.scale_file import ScaleFile, search_section, write_scale_file
@@ -305,14 +308,16 @@ def _write_outputs(config, space, fitness, result, paths, model_record, held_out
         "stopped_early": result.generations < config.ga.generations,
         "smoothness": smoothness(result.scales) if len(result.scales) >= 3 else None,
         "held_out": held_out,
+        "unscaled_fitness": unscaled.to_json(),
         "run_config": config.to_dict(),
     }
     section = search_section(config.ga, config.weights, fitness.data_sha256, result.generations, wall_time, **extra)
     scale_file = ScaleFile.from_genome(space, result.best, result.fitness, model_record, section)
     write_scale_file(paths["scale"], scale_file)
-    title = f"{model_record['name']} · {fitness.task} k={config.task.num_items}"
+    name = Path(model_record["name"]).name or model_record["name"]  # the model's directory, not its whole path
+    title = f"{name} · {fitness.task} k={config.task.num_items}"
     plot_curve(paths["curve"], scale_file.to_json(), title=f"LPES scales · {title}")
-    plot_fitness(paths["fitness"], read_log(paths["log"]), title=f"LPES search · {title}")
+    plot_fitness(paths["fitness"], read_log(paths["log"]), title=f"LPES search · {title}", unscaled=unscaled.overall)
     return wall_time
 
 
@@ -324,6 +329,7 @@ def _fmt(result: dict[str, Any]) -> str:
 def _print_summary(summary: dict[str, Any], seconds: float) -> None:
     scales = summary["scales"]
     print(f"best fitness {_fmt(summary['fitness'])} after {summary['generations']} generations")
+    print(f"unscaled model on the same search set: {_fmt(summary['unscaled_fitness'])}")
     print(f"scales: {' '.join(f'{s:.3f}' for s in scales)}  (mean {sum(scales) / len(scales):.3f})")
     held = summary["held_out"]
     if held:

@@ -41,6 +41,7 @@ def plot_curve(path: str | os.PathLike, scale_file: Mapping[str, Any], title: st
     low, high = min(scales + [p[1] for p in points]), max(scales + [p[1] for p in points])
     ax.set_ylim(min(0.9, low - 0.05), max(2.1, high + 0.05))
     ax.set_xlabel("layer h")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
     ax.set_ylabel("scale s_h (positions / s_h)")
     ax.set_title(title or "LPES scales")
     ax.grid(alpha=0.3)
@@ -48,10 +49,15 @@ def plot_curve(path: str | os.PathLike, scale_file: Mapping[str, Any], title: st
     return _save(fig, path)
 
 
-def plot_fitness(path: str | os.PathLike, log: Sequence[Mapping[str, Any]], title: str = "") -> Path:
-    """Best-so-far and population mean fitness per generation, and the best individual's subset accuracies."""
+def plot_fitness(
+    path: str | os.PathLike, log: Sequence[Mapping[str, Any]], title: str = "", unscaled: float | None = None
+) -> Path:
+    """Best-so-far and population mean fitness per generation, the best individual's subset accuracies, and
+    the unscaled model's fitness on the same search set (what a scaling has to beat)."""
     generations = [line["generation"] for line in log]
     fig, ax = plt.subplots(figsize=(7, 4))
+    if unscaled is not None:
+        ax.axhline(unscaled, color="tab:purple", linestyle="-.", label=f"unscaled model (all s_h = 1): {unscaled:.3g}")
     ax.plot(generations, [line["best"] for line in log], "o-", color="black", label="best (Eq. 7)")
     ax.plot(generations, [line["mean"] for line in log], ".--", color="grey", label="population mean")
     for subset, color in (("begin", "tab:green"), ("middle", "tab:red"), ("end", "tab:blue")):

@@ -83,11 +83,13 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     assert main(["run", "--config", TINY, "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "generation 2/2" in printed and "best fitness 0.0000" in printed and "held-out (4 examples" in printed
+    assert "unscaled model on the same search set: 0.0000" in printed
     paths = output_paths(out)
     scale = load_scale_file(out, expected_num_layers=4)
     assert scale.curve == {"type": "bezier", "degree": 2} and len(scale.control_points) == 3
     assert scale.search["generations"] == 2 and scale.search["task"]["positions"] == {"begin": 0, "middle": 1, "end": 3}
     assert set(scale.search["held_out"]) >= {"baseline", "pi_mean", "lpes"}
+    assert set(scale.search["unscaled_fitness"]) == {"overall", "per_subset"}  # the fitness plot's reference line
     log = [json.loads(line) for line in paths["log"].open()]
     assert [line["generation"] for line in log] == [0, 1, 2]
     assert all(line["diversity"] is not None and line["time_s"] > 0 for line in log)
