@@ -155,6 +155,12 @@ class Progress:
         if due or (finished and (self.lines_written or now - self._start >= self.seconds)):
             self._line(now)
 
+    def line_now(self) -> None:
+        """Write the current state now, whatever the interval ("lines" mode): e.g. after a run's first training
+        step, whose time and ETA a user wants to see before `seconds` have passed."""
+        if self.mode == "lines":
+            self._line(self.clock())
+
     def line(self) -> str:
         """The current state as one plain line."""
         return self._format(self.clock())

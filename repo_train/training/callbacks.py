@@ -125,9 +125,11 @@ class ProgressLog(pl.Callback):
     """Plain progress lines for a log file: step/max_steps, loss, tokens/s, lr, elapsed and ETA.
 
     Printed (rank 0, stderr) unless a progress bar draws on a terminal: when
-    the output goes to a file, or the bar is off. One line every
-    `every_n_steps` optimizer steps or `every_seconds` seconds, whichever comes
-    later, and the validation loss after each validation.
+    the output goes to a file, or the bar is off. One line when training
+    starts, one after this run's first optimizer step (its time and the ETA,
+    before minutes pass in silence), then one every `every_n_steps` optimizer
+    steps or `every_seconds` seconds, whichever comes later, and the
+    validation loss after each validation.
     """
 
     METRICS = (("train/loss", "loss"), ("perf/tokens_per_s", "tokens/s"), ("train/lr", "lr"))
@@ -157,13 +159,18 @@ class ProgressLog(pl.Callback):
             total, "train step", initial=trainer.global_step, mode="lines", every=self.every_n_steps,
             seconds=self.every_seconds, stream=stream,
         )  # fmt: skip
+        of = f" of {total}" if total else ""
+        self.progress.write(f"train step: starting at step {trainer.global_step}{of} (a line after the first step)")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.progress is None or trainer.global_step == self.progress.count:
             return  # not printing, or inside an accumulation
         metrics = trainer.callback_metrics
         fields = {name: float(metrics[key]) for key, name in self.METRICS if key in metrics}
+        first = self.progress.count == self.progress.initial
         self.progress.set(trainer.global_step, **fields)
+        if first and not self.progress.lines_written:
+            self.progress.line_now()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         loss = trainer.callback_metrics.get("val/loss")

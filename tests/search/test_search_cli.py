@@ -123,7 +123,7 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
 @pytest.mark.slow  # two whole searches (the reference fixture and the crashed + resumed one)
 def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, reference):
     _, reference_paths, reference_calls = reference
-    assert reference_calls == 4  # generations 0, 1, 2 and the held-out check
+    assert reference_calls == 5  # generations 0, 1, 2, the unscaled model and the held-out check
     out = tmp_path / "tiny.json"
     HashScored.crash_after, HashScored.calls = 2, 0
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -136,7 +136,7 @@ def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, ref
 
     HashScored.crash_after, HashScored.calls = None, 0
     run_search(load_config(TINY), out, resume=True, fitness_cls=HashScored)
-    assert HashScored.calls == 2  # generation 2 and the held-out check only
+    assert HashScored.calls == 3  # generation 2, the unscaled model and the held-out check only
     assert _comparable(paths) == _comparable(reference_paths)
 
 

@@ -49,11 +49,14 @@ def test_a_fit_with_accumulation_prints_step_lines_and_the_bar_counts_steps(tmp_
         warnings.simplefilter("always", append=True)
         trainer.fit(module, data)
     assert trainer.accumulate_grad_batches == 2 and trainer.global_step == 4
-    lines = log.getvalue().splitlines()
-    assert [line.split("  ")[0] for line in lines] == ["train step: 2/4 (50%)", "train step: 4/4 (100%)"]
+    start, *lines = log.getvalue().splitlines()
+    assert start == "train step: starting at step 0 of 4 (a line after the first step)"  # at once, not after minutes
+    # the first step at once (its time gives the ETA), then every 2 steps, and the last
+    assert [line.split("  ")[0] for line in lines] == ["train step: 1/4 (25%)", "train step: 3/4 (75%)",
+                                                      "train step: 4/4 (100%)"]  # fmt: skip
     assert "eta " in lines[0] and all(" loss " in line and " lr " in line for line in lines)
-    assert "tokens/s " in lines[1]  # the throughput monitor has a rate from the second step on
-    loss = float(re.search(r" loss (\S+)", lines[1]).group(1))
+    assert "tokens/s " in lines[-1]  # the throughput monitor has a rate from the second step on
+    loss = float(re.search(r" loss (\S+)", lines[-1]).group(1))
     last = float(trainer.callback_metrics["train/loss"])
     assert abs(loss - last) <= 5e-4 * abs(last)  # the last step's loss, to the 4 digits shown
     bar = trainer.progress_bar_callback.train_progress_bar
