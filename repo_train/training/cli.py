@@ -31,6 +31,7 @@ import re
 import sys
 from contextlib import ExitStack
 from dataclasses import fields
+from pathlib import Path
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
@@ -74,6 +75,29 @@ TINY_TRAINER_DEFAULTS = {
     "use_distributed_sampler": False,  # RePoDataModule shards and resumes the data itself
     "default_root_dir": "outputs/tiny-repo",
 }
+
+
+class _NotFreshOnResume(logging.Filter):
+    """Drops "has no REPO weights: ... start from fresh ones" while resuming: the checkpoint holds them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "start from fresh ones" not in record.getMessage()
+
+
+def continue_logger_version(loggers, ckpt_path: str | None) -> None:
+    """A resumed run logs (and so checkpoints) into the `version_N` directory its checkpoint came from, not a
+    new `version_N+1`: the run's metrics and checkpoints stay in one place. Only for a logger whose version
+    was left to Lightning (not chosen in the config) and a checkpoint under that logger's directory."""
+    if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
+        return
+    path = Path(ckpt_path).resolve()
+    match = re.search(r"(?:^|/)version_(\d+)/checkpoints(?:/|$)", path.as_posix())
+    if match is None:
+        return
+    for logger in loggers:
+        root = getattr(logger, "root_dir", None)
+        if getattr(logger, "_version", 0) is None and root and path.is_relative_to(Path(root).resolve()):
+            logger._version = int(match.group(1))  # read lazily by log_dir: set before the first log
 
 
 class RePoCLI(LightningCLI):
@@ -146,6 +170,9 @@ class RePoCLI(LightningCLI):
         check_init_from(model.hparams.init_from)
         ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
         check_resume(ckpt_path, trainer.world_size)
+        continue_logger_version(trainer.loggers, ckpt_path)
+        if ckpt_path:  # init_from is loaded first, then the checkpoint's weights (REPO's included) replace it
+            logging.getLogger("repo_train.modeling.olmo2").addFilter(_NotFreshOnResume())
         if trainer._accelerator_connector.use_distributed_sampler:
             raise ValueError(
                 "set trainer.use_distributed_sampler: false; RePoDataModule shards and resumes the data itself."

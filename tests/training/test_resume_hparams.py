@@ -196,3 +196,22 @@ def test_a_checkpoint_holds_plain_data_and_one_from_before_typed_sources_still_r
         resumed = cli(root, "--ckpt_path", str(tmp_path / "old.ckpt"), "--trainer.max_steps", "4", *given)
         assert resumed.datamodule.train_source == source and resumed.trainer.global_step == 4
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_resume_logs_into_the_version_directory_of_its_checkpoint(tmp_path):
+    from pytorch_lightning.loggers import CSVLogger
+
+    from repo_train.training.cli import continue_logger_version
+
+    checkpoint = tmp_path / "lightning_logs" / "version_3" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"")
+    for name in ("version_0", "version_4"):
+        (tmp_path / "lightning_logs" / name).mkdir()
+    logger = CSVLogger(tmp_path)
+    continue_logger_version([logger], str(checkpoint))
+    assert logger.version == 3 and logger.log_dir == str(tmp_path / "lightning_logs" / "version_3")
+    chosen, elsewhere, fresh = CSVLogger(tmp_path, version=7), CSVLogger(tmp_path / "other"), CSVLogger(tmp_path)
+    continue_logger_version([chosen, elsewhere], str(checkpoint))
+    continue_logger_version([fresh], None)
+    assert (chosen.version, elsewhere.version, fresh.version) == (7, 0, 5)  # a chosen version, another root, no resume
