@@ -492,6 +492,7 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
             *(arg for other in others for arg in ("--compare", str(other))))  # fmt: skip
     if args.dry_run:
         print_plan(steps.decisions)
+        print(question_ranges(search_settings, config.evaluate.args, first_example), flush=True)
         print(f"\ndry run: nothing was run; the commands are in {run.script}", flush=True)
         for problem in problems:
             print(f"warning: a real run here would stop at once: {problem}", file=sys.stderr)
@@ -514,6 +515,20 @@ def searched_examples(search) -> int:
     held = search.held_out
     held_start = search.task.num_examples if held.offset is None else held.offset
     return max(search.task.num_examples, held_start + held.num_examples if held.num_examples else 0)
+
+
+def question_ranges(search, evaluate_args: list[str], first: int) -> str:
+    """Which source examples each step uses: the search's fitness and held-out ranges, then the evaluations'."""
+    held = search.held_out
+    held_start = search.task.num_examples if held.offset is None else held.offset
+    count = int(estimates.option(evaluate_args, "--num-examples", "0") or 0)
+    evaluated = f"{first}-{first + count - 1}" if count else f"from {first} on"
+    held_part = f", held-out {held_start}-{held_start + held.num_examples - 1}" if held.num_examples else ""
+    return (
+        f"examples: the search uses {search.task.name} fitness 0-{search.task.num_examples - 1}{held_part} "
+        f"(seed {search.task.seed}); every evaluation uses {evaluated} (--example-offset {first}), and refuses "
+        "a scale file on its search's examples"
+    )
 
 
 def print_plan(decisions) -> None:

@@ -330,6 +330,8 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
         if "export" not in line:
             assert "8 processes on 8 GPUs, " in line and (" h (" in line or " min (" in line), line
     assert "≈ 37.2 h (50.0B tokens at 40% MFU)" in plan[0]  # docs/training.md: ≈ 37 h on 8 H100
+    assert "examples: the search uses mdqa fitness 0-199, held-out 200-699 (seed 0); every evaluation uses " \
+        "700-1199 (--example-offset 700)" in printed  # fmt: skip
     assert all("bfloat16 (--dtype auto)" in line for line in plan[5:])
     commands = (out / "commands.sh").read_text()
     assert commands.count("NPROC_PER_NODE=8 scripts/run_evaluation.sh") == 3
