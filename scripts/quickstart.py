@@ -268,7 +268,7 @@ def repo_positions_sentence(positions: dict, steps: int) -> str:
 def continued_against_base(eval_dirs: dict[str, Path]) -> list[str]:
     """The continued models' baselines against the base's, paired by prompt (same questions and positions):
     Δ overall and in the middle, 95% CI by question, sign-flip p with Holm over the two models, verdict."""
-    from evaluation.report import delta_cell
+    from evaluation.report import delta_cell, p_cell
     from evaluation.results import compare_with_baseline, read_records
     from evaluation.statistics import holm_adjust, verdict
 
@@ -291,7 +291,11 @@ def continued_against_base(eval_dirs: dict[str, Path]) -> list[str]:
         cells = []
         for i, vs in enumerate(comparisons):
             p = holm[i][name]
-            cells += [delta_cell(vs), f"{p:.3f}", verdict(vs["low"], vs["high"], p, vs["identical"])]
+            cells += [
+                delta_cell(vs),
+                p_cell({**vs, "p_holm": p}, "p_holm"),
+                verdict(vs["low"], vs["high"], p, vs["identical"]),
+            ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
