@@ -70,10 +70,12 @@ def check_disjoint(
             fitted = hook()
             entry = report.setdefault(label, {})
             for name, read in tasks:
-                own = fingerprints[name] = fingerprints[name] if name in fingerprints else read()
                 if fitted is None:
                     entry[name] = {"checked": False, "reason": "its file records no examples: older or hand-made"}
                     continue
+                if name not in fingerprints:  # read once per task, and only when a method needs them
+                    fingerprints[name] = read()
+                own = fingerprints[name]
                 shared = len(own & fitted.fingerprints)
                 entry[name] = {
                     "checked": True,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evaluation.cli import main as evaluation_main
-from evaluation.search_overlap import FittedExamples, SearchOverlapError, check_disjoint
+from evaluation.search_overlap import FittedExamples, SearchOverlapError, check_disjoint, overlap_lines
 from evaluation.tasks import build_task
 from evaluation.tasks.base import source_fingerprint
 from search.cli import main as search_main
@@ -86,6 +86,14 @@ def test_check_disjoint_refuses_reports_and_allows():
     assert clean["lpes"]["kv"]["shared_examples"] == 0 and "baseline" not in clean
     unread = check_disjoint([("kv", lambda: pytest.fail("no method needs the fingerprints"))], [("pi", [object()])])
     assert unread == {}
+    older = Fitted(set())
+    older.fitted_examples = lambda: None  # a hand-made or older scale file: nothing to compare with
+    unchecked = check_disjoint([("kv", lambda: pytest.fail("not read"))], [("lpes", [older])])
+    assert unchecked["lpes"]["kv"]["checked"] is False
+    assert overlap_lines(unchecked, "kv") == [
+        "- lpes: not checked for overlap with its search's examples (its file records no examples: older or "
+        "hand-made)."
+    ]
 
 
 def test_a_searched_scale_file_is_not_scored_on_its_search_examples(tmp_path, capsys):
