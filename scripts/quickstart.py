@@ -517,14 +517,12 @@ def searched_examples(search) -> int:
     evaluation starts after them (`--example-offset`), so no number of the report is measured on them; the
     evaluation also checks the scale file's record of them (`evaluation.search_overlap`)."""
     held = search.held_out
-    held_start = search.task.num_examples if held.offset is None else held.offset
-    return max(search.task.num_examples, held_start + held.num_examples if held.num_examples else 0)
+    return max(search.task.num_examples, search.held_out_start + held.num_examples if held.num_examples else 0)
 
 
 def question_ranges(search, evaluate_args: list[str], first: int) -> str:
     """Which source examples each step uses: the search's fitness and held-out ranges, then the evaluations'."""
-    held = search.held_out
-    held_start = search.task.num_examples if held.offset is None else held.offset
+    held, held_start = search.held_out, search.held_out_start
     count = int(estimates.option(evaluate_args, "--num-examples", "0") or 0)
     evaluated = f"{first}-{first + count - 1}" if count else f"from {first} on"
     held_part = f", held-out {held_start}-{held_start + held.num_examples - 1}" if held.num_examples else ""

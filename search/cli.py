@@ -225,7 +225,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         prompt_format=task.prompt_format,
     )
     held = config.held_out
-    held_offset = task.num_examples if held.offset is None else held.offset
+    held_offset = config.held_out_start
     held_seed = task.seed if held.seed is None else held.seed
     if held.num_examples > 0:  # a data file too small for it fails now, not after the search
         check_held_out_available(

@@ -145,6 +145,11 @@ class SearchConfig:
     held_out: HeldOutConfig = field(default_factory=HeldOutConfig)
     """Evaluation on unseen examples after the search."""
 
+    @property
+    def held_out_start(self) -> int:
+        """The first source example of the held-out check: `held_out.offset`, or the one after the search set."""
+        return self.task.num_examples if self.held_out.offset is None else self.held_out.offset
+
     def __post_init__(self) -> None:
         if self.task.num_items < 3:
             raise ConfigError(
