@@ -29,7 +29,8 @@ import ast
 import logging
 import re
 import sys
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -82,6 +83,17 @@ class _NotFreshOnResume(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "start from fresh ones" not in record.getMessage()
+
+
+@contextmanager
+def _not_fresh_on_resume() -> Iterator[None]:
+    """`_NotFreshOnResume` on the modeling logger for the `with` block only (one resumed subcommand)."""
+    logger, note = logging.getLogger("repo_train.modeling.olmo2"), _NotFreshOnResume()
+    logger.addFilter(note)
+    try:
+        yield
+    finally:
+        logger.removeFilter(note)
 
 
 def continue_logger_version(loggers, ckpt_path: str | None) -> None:
@@ -171,8 +183,6 @@ class RePoCLI(LightningCLI):
         ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
         check_resume(ckpt_path, trainer.world_size)
         continue_logger_version(trainer.loggers, ckpt_path)
-        if ckpt_path:  # init_from is loaded first, then the checkpoint's weights (REPO's included) replace it
-            logging.getLogger("repo_train.modeling.olmo2").addFilter(_NotFreshOnResume())
         if trainer._accelerator_connector.use_distributed_sampler:
             raise ValueError(
                 "set trainer.use_distributed_sampler: false; RePoDataModule shards and resumes the data itself."
@@ -189,6 +199,9 @@ class RePoCLI(LightningCLI):
         try:
             with ExitStack() as stack:
                 self._lock_root_dir(stack, subcommand)
+                if self.config_init[subcommand].get("ckpt_path"):
+                    # init_from is loaded first, then the checkpoint's weights (REPO's included) replace it
+                    stack.enter_context(_not_fresh_on_resume())
                 super()._run_subcommand(subcommand)
         except NonFiniteLossError as err:
             callback = self.trainer.checkpoint_callback

@@ -215,3 +215,18 @@ def test_a_resume_logs_into_the_version_directory_of_its_checkpoint(tmp_path):
     continue_logger_version([chosen, elsewhere], str(checkpoint))
     continue_logger_version([fresh], None)
     assert (chosen.version, elsewhere.version, fresh.version) == (7, 0, 5)  # a chosen version, another root, no resume
+
+
+def test_the_fresh_repo_note_is_hidden_only_while_a_resumed_subcommand_runs(caplog):
+    import logging
+
+    from repo_train.training.cli import _not_fresh_on_resume
+
+    logger = logging.getLogger("repo_train.modeling.olmo2")
+    note = "base has no REPO weights: the 3 REPO layers start from fresh ones"
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        with _not_fresh_on_resume():
+            logger.warning(note)
+            logger.warning("another warning")
+        logger.warning(note)  # a later run in the same process still says it
+    assert [r.getMessage() for r in caplog.records] == ["another warning", note]
