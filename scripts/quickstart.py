@@ -50,7 +50,7 @@ from repo_train.config_cli import ConfigParser, dump_config, take_flag
 from repo_train.run_lock import RunLockedError, run_lock
 from repo_train.scripting import loop_config
 from repo_train.scripting import loop_estimates as estimates
-from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, newest_last_checkpoint
 from repo_train.scripting.steps import StepLedger, StepRunner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,8 +302,8 @@ def continued_against_base(eval_dirs: dict[str, Path]) -> list[str]:
 
 def training_resume(run_dir: Path) -> list[str] | None:
     """Resume an interrupted training from its newest last.ckpt; None (start afresh) when it saved none."""
-    found = [p for p in run_dir.rglob("last*.ckpt")] if run_dir.is_dir() else []
-    return ["--ckpt_path", str(last_checkpoint(run_dir))] if found else None
+    found = newest_last_checkpoint(run_dir)
+    return ["--ckpt_path", str(found)] if found is not None else None
 
 
 def search_files(scale_file: Path) -> list[Path]:

@@ -154,18 +154,23 @@ def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:
     return section
 
 
-def last_checkpoint(run_dir: Path) -> Path:
-    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir.
-
-    A file for DDP, a directory for DeepSpeed ZeRO; `python -m repo_train export` takes both.
-    """
+def newest_last_checkpoint(run_dir: Path) -> Path | None:
+    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir;
+    None when there is none (or no such directory)."""
     found = [p for p in Path(run_dir).rglob("last*.ckpt") if re.fullmatch(r"last(-v\d+)?\.ckpt", p.name)]
-    if not found:
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    """`newest_last_checkpoint`, which a finished run must have: a file for DDP, a directory for DeepSpeed
+    ZeRO; `python -m repo_train export` takes both."""
+    found = newest_last_checkpoint(run_dir)
+    if found is None:
         raise SystemExit(
             f"no last.ckpt under {run_dir}: the train config must keep checkpoint.save_last: true and leave "
             "checkpoint.dirpath unset (checkpoints then go under the run's --trainer.default_root_dir)"
         )
-    return max(found, key=lambda p: p.stat().st_mtime)
+    return found
 
 
 def logged_train_losses(run_dir: Path) -> dict[int, float]:

@@ -204,13 +204,13 @@ class StepRunner:
         """
         decision, digest, prints = self.ledger.plan(key, argv, inputs, outputs, after)
         shown = [self.runner.python, "-m", *argv] if module else list(argv)
-        self.decisions.append((title, decision, resources))
         extra: list[str] = []
         if decision.action == "resume" and not self.dry_run:
             continued = resume() if resume is not None else None
             if continued is None:
                 decision = Decision("rerun", f"{decision.reason}, nothing to continue from")
             extra = continued or []
+        self.decisions.append((title, decision, resources))
         print(f"\n--- {title}: {decision.action} ({decision.reason})", flush=True)
         if decision.action == "skip":
             seconds = float((self.ledger.record(key) or {}).get("seconds", 0.0))
