@@ -51,7 +51,7 @@ from repo_train.run_lock import RunLockedError, run_lock
 from repo_train.scripting import loop_config
 from repo_train.scripting import loop_estimates as estimates
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, newest_last_checkpoint
-from repo_train.scripting.steps import StepLedger, StepRunner
+from repo_train.scripting.steps import StepLedger, StepRunner, gpu_slots, visible_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # the position-bias recipe lives in the reproduction script beside this one
@@ -435,12 +435,12 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     shapes = {name: estimates.model_shape(ROOT / path) for name, path in config.train.methods.items()}
     shapes[loop_config.BASE_MODEL] = next((shape for shape in shapes.values() if shape is not None), None)
 
-    def evaluation_cost(name: str, methods: list[str]) -> str:
+    def evaluation_cost(name: str, methods: list[str], gpus: int) -> str:
         if shapes[name] is None:
             return estimates.described(None)
         tasks, items, examples, grid = estimates.evaluation_shape(fill(config.evaluate.args))
         return estimates.described(
-            estimates.evaluation_hours(shapes[name], tasks, items, examples, grid, methods, config.gpus)
+            estimates.evaluation_hours(shapes[name], tasks, items, examples, grid, methods, gpus)
         )
 
     started = time.perf_counter()
@@ -479,17 +479,22 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     mean = f"<mean of the scales in {scale_file}>" if args.dry_run else f"{loop_config.mean_scale(scale_file):.6g}"
     values["mean_scale"] = mean
 
-    eval_dirs = {}
+    eval_dirs, evaluations = {}, []
+    at_once = config.evaluate.at_once
+    slots = gpu_slots(config.gpus, at_once, visible_devices()) if at_once > 1 else [{}]
     for name, methods in config.evaluate.methods.items():
         eval_dirs[name] = out / "eval" / name
         filled = fill(methods)
         method_args = [arg for method in filled for arg in ("--method", method)]
         searched_methods = any(str(scale_file) in method for method in filled)
-        steps.step(f"eval-{name}", f"evaluate the {name} model", [*fill(config.evaluate.launcher), "--model",
-                   models[name], *fill(config.evaluate.args), "--example-offset", str(first_example), *method_args,
-                   "--out", str(eval_dirs[name])], inputs=[ROOT / models[name]], outputs=[eval_dirs[name]],
-                   resume=list, resources=f"{on_gpus}, {dtype}, {evaluation_cost(name, filled)}",
-                   after=[*model_step[name], *(["search"] if searched_methods else [])])  # fmt: skip
+        where = on_gpus if at_once == 1 else evaluation_slot(config.gpus, at_once, len(evaluations) % at_once)
+        evaluations.append(dict(key=f"eval-{name}", title=f"evaluate the {name} model", argv=[
+            *fill(config.evaluate.launcher), "--model", models[name], *fill(config.evaluate.args), "--example-offset",
+            str(first_example), *method_args, "--out", str(eval_dirs[name])], inputs=[ROOT / models[name]],
+            outputs=[eval_dirs[name]], resume=list,
+            resources=f"{where}, {dtype}, {evaluation_cost(name, filled, config.gpus // at_once)}",
+            after=[*model_step[name], *(["search"] if searched_methods else [])]))  # fmt: skip
+    steps.together(evaluations, slots, logs=out / "logs")
     first, *others = eval_dirs.values()
     if others:
         run("one plot: every evaluated model and method", "evaluation", "report", "--out", str(first),
@@ -504,6 +509,15 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     write_report(out, run, eval_dirs, time.perf_counter() - started, *config_report_parts(out, args, config,
                  eval_dirs, scale_file, models))  # fmt: skip
     print(f"\nreport: {out / 'README.md'}")
+
+
+def evaluation_slot(gpus: int, at_once: int, slot: int) -> str:
+    """The plan's 'runs on' of an evaluation that shares the node: its processes and GPU slice (the slot it takes
+    first; a later evaluation takes whichever slot frees first)."""
+    size = gpus // at_once
+    first = slot * size
+    devices = f"GPU {first}" if size == 1 else f"GPUs {first}-{first + size - 1}"
+    return f"{size} process{'es' * (size > 1)} on {devices} ({at_once} evaluations at once)"
 
 
 def load_search_config(path: Path):

@@ -16,6 +16,10 @@ hf_logging.disable_progress_bar()
 # Results of 1 and 2 threads may differ in the last bits; the tolerances allow for it (tests/float_checks.py).
 os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or "1"
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+# Under pytest-xdist (CI runs the slow suite with `-n 2`) each worker gets its own torchrun port, so two
+# multi-process launches through scripts/torchrun_module.sh (default port 29500) never collide.
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    os.environ["MASTER_PORT"] = str(29600 + 17 * int(os.environ["PYTEST_XDIST_WORKER"][2:]))
 
 
 @pytest.fixture(autouse=True)
@@ -41,10 +45,17 @@ REAL_MODEL_ENV = "REPO_TRAIN_REAL_MODEL"
 def real_model_dir() -> Path:
     """SmolLM2-135M-Instruct as an HF directory (float32), made once by `python -m repo_train real-model`'s code
     into the checkout's models/ folder and reused (the command is idempotent: a later session takes ~1 s)."""
+    import fcntl
+
     from repo_train.real_model import DEFAULT_OUT, make_real_model
 
+    out = Path(__file__).resolve().parents[1] / DEFAULT_OUT
+    out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return make_real_model(Path(__file__).resolve().parents[1] / DEFAULT_OUT, log=lambda *_: None)
+        # pytest-xdist workers (CI's slow suite) share the checkout: one converts while the others wait for it.
+        with open(out.parent / ".real-model.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return make_real_model(out, log=lambda *_: None)
     except ValueError as err:  # the extra is not installed
         if os.environ.get(REAL_MODEL_ENV) == "required":
             pytest.fail(str(err))

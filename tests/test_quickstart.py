@@ -342,6 +342,31 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]
 
 
+def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
+    """evaluate.at_once: 2 on 8 GPUs: each evaluation on its own 4 GPUs, in the plan and in commands.sh."""
+    qs = load_script("quickstart")
+    config = yaml.safe_load((ROOT / FULL_SCALE).read_text())
+    config["evaluate"]["at_once"] = 2
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = qs.parse_args(
+        ["--config", str(path), "--dry-run", "--out", str(tmp_path / "o"), "--data_dir", str(tmp_path)]
+    )
+    qs.run_config(args, tmp_path / "o")
+    printed = capsys.readouterr().out
+    plan = [line for line in printed[printed.index("plan (") :].splitlines() if "evaluate the" in line]
+    assert "4 processes on GPUs 0-3 (2 evaluations at once), bfloat16" in plan[0]
+    assert "4 processes on GPUs 4-7 (2 evaluations at once)" in plan[1] and "GPUs 0-3" in plan[2]
+    commands = (tmp_path / "o" / "commands.sh").read_text()
+    assert (
+        commands.count("NPROC_PER_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 MASTER_PORT=29500 scripts/run_evaluation.sh") == 2
+    )
+    assert (
+        commands.count("NPROC_PER_NODE=4 CUDA_VISIBLE_DEVICES=4,5,6,7 MASTER_PORT=29501 scripts/run_evaluation.sh") == 1
+    )
+    assert "NPROC_PER_NODE=8 scripts/launch_train.sh" in commands  # training keeps the whole node
+
+
 def test_options_parse_in_process(capsys):
     """The quickstart's check in the fast suite (the tests above run the script in subprocesses: slow suite)."""
     qs = load_script("quickstart")
@@ -369,6 +394,7 @@ def test_options_parse_in_process(capsys):
         (dict(search__args=["--data-dir", "{data_dir}"]), "data_dir: not set, but the arguments use {data_dir}"),
         (dict(evaluate__args=["--example-offset", "3"]), "evaluate.args: --example-offset is set by the loop"),
         (dict(gpus=0), "gpus"),
+        (dict(evaluate__at_once=3), "evaluate.at_once: must divide gpus (1) into equal slices"),
     ],
 )
 def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):

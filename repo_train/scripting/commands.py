@@ -19,10 +19,11 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from repo_train.training.launcher_watch import set_parent_death_signal
+from repo_train.training.launcher_watch import prctl_function, set_parent_death_signal
 
 #: Lines of a command's output shown when it fails with its output sent to a log file.
 FAILURE_TAIL_LINES = 40
@@ -73,65 +74,136 @@ class CommandRunner:
         self.env = dict(env or {})
         self.dry_run = dry_run
         self.timings: list[tuple[str, float]] = []
+        # Steps that share a node run from several threads (`StepRunner.together`): one writer at a time.
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
 
-    def __call__(self, title: str, *args: str, log: Path | None = None, echo: bool = True) -> float:
+    def __call__(
+        self, title: str, *args: str, log: Path | None = None, echo: bool = True, env: dict[str, str] | None = None
+    ) -> float:
         """Run `python -m ARGS` with this interpreter (written as its path, e.g. `.venv/bin/python -m ARGS`)."""
-        return self._run(title, [sys.executable, "-m", *args], [self.python, "-m", *args], log=log, echo=echo)
+        return self._run(title, [sys.executable, "-m", *args], [self.python, "-m", *args], log=log, echo=echo, env=env)
 
-    def run_argv(self, title: str, argv: list[str], *, log: Path | None = None, echo: bool = True) -> float:
+    def run_argv(
+        self,
+        title: str,
+        argv: list[str],
+        *,
+        log: Path | None = None,
+        echo: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> float:
         """Run any command (a launcher script, torchrun, ...): logged, echoed and timed like `__call__`.
 
         Raise `CalledProcessError` on failure; return the wall time in seconds.
         With `log`, the command's stdout and stderr go to that file (the last lines
-        are printed if it fails) instead of this process's output.
+        are printed if it fails) instead of this process's output. `env` adds to
+        the runner's environment for this command only (e.g. its GPUs).
         """
-        return self._run(title, [str(a) for a in argv], [str(a) for a in argv], log=log, echo=echo)
+        return self._run(title, [str(a) for a in argv], [str(a) for a in argv], log=log, echo=echo, env=env)
 
-    def note(self, title: str, shown: list[str], comment: str, seconds: float) -> None:
+    def interrupt_running(self, grace_seconds: float = 10.0) -> None:
+        """SIGINT every command still running (from other threads), then SIGKILL what has not exited after
+        `grace_seconds`: a script interrupted while several steps share the node leaves none behind."""
+        with self._lock:
+            running = list(self._running)
+        for process in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + grace_seconds
+        for process in running:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+    def note(
+        self, title: str, shown: list[str], comment: str, seconds: float, env: dict[str, str] | None = None
+    ) -> None:
         """Write a command that is not run now (done in an earlier run, or a dry run's), with `comment`; its
         `seconds` (the earlier run's) count in `timings`."""
-        with self.script.open("a") as handle:
-            handle.write(f"\n# {title} ({comment})\n{self._printable(shown)}\n")
+        with self._lock, self.script.open("a") as handle:
+            handle.write(f"\n# {title} ({comment})\n{self._printable(shown, env)}\n")
         if seconds:
             self.timings.append((title, seconds))
 
-    def _printable(self, shown: list[str]) -> str:
-        prefix = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
+    def _printable(self, shown: list[str], env: dict[str, str] | None = None) -> str:
+        prefix = [f"{key}={shlex.quote(value)}" for key, value in {**self.env, **(env or {})}.items()]
         return " ".join([*prefix, *(shlex.quote(str(a)) for a in shown)])
 
-    def _run(self, title: str, command: list[str], shown: list[str], *, log: Path | None, echo: bool) -> float:
-        printable = self._printable(shown)
-        environment = {**os.environ, **self.env} if self.env else None
-        with self.script.open("a") as handle:
-            handle.write(f"\n# {title}\n{printable}\n")
-        if echo:
-            print(f"\n=== {title}\n$ {printable}", flush=True)
+    def _run(
+        self, title: str, command: list[str], shown: list[str], *, log: Path | None, echo: bool,
+        env: dict[str, str] | None = None,
+    ) -> float:  # fmt: skip
+        printable = self._printable(shown, env)
+        added = {**self.env, **(env or {})}
+        environment = {**os.environ, **added} if added else None
+        with self._lock:
+            with self.script.open("a") as handle:
+                handle.write(f"\n# {title}\n{printable}\n")
+            if echo:
+                print(f"\n=== {title}\n$ {printable}", flush=True)
         if self.dry_run:
             return 0.0
         start = time.perf_counter()
         if log is None:
-            subprocess.run(command, check=True, cwd=self.cwd, env=environment, preexec_fn=_die_with_parent)
+            self._wait(command, environment, None)
         else:
             log = Path(log)
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w") as handle:
-                result = subprocess.run(
-                    command, check=False, cwd=self.cwd, env=environment, stdout=handle, stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
-                )  # fmt: skip
-            if result.returncode != 0:
+                returncode = self._wait(command, environment, handle)
+            if returncode != 0:
                 tail = log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
-                print(f"--- {title} failed (exit {result.returncode}); last lines of {log}:", *tail, sep="\n")
-                raise subprocess.CalledProcessError(result.returncode, command)
+                with self._lock:
+                    print(f"--- {title} failed (exit {returncode}); last lines of {log}:", *tail, sep="\n")
+                raise subprocess.CalledProcessError(returncode, command)
         seconds = time.perf_counter() - start
         self.timings.append((title, seconds))
         return seconds
 
+    def _wait(self, command: list[str], environment: dict | None, output) -> int:
+        """Run `command` to its end (kept in `_running` meanwhile); without `output`, a failure raises."""
+        redirect = {} if output is None else {"stdout": output, "stderr": subprocess.STDOUT}
+        with subprocess.Popen(
+            command,
+            cwd=self.cwd,
+            env=environment,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (a ctypes call only)
+            **redirect,
+        ) as process:
+            with self._lock:
+                self._running.add(process)
+            try:
+                returncode = process.wait()
+            except BaseException:  # Ctrl-C in this thread: the command gets a moment to stop, as subprocess.run
+                _stop(process)
+                raise
+            finally:
+                with self._lock:
+                    self._running.discard(process)
+        if output is None and returncode != 0:
+            raise subprocess.CalledProcessError(returncode, command)
+        return returncode
+
+
+def _stop(process: subprocess.Popen, grace_seconds: float = 0.25) -> None:
+    """A command whose waiter was interrupted: a short grace for it to handle the SIGINT it shares, then kill."""
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+_PRCTL = prctl_function()
+
 
 def _die_with_parent() -> None:
-    """In a command's process, before it starts: SIGKILL it when the script that ran it dies (a script killed
-    with SIGKILL leaves no step running on; kept across exec, so a launcher's torchrun goes too)."""
-    set_parent_death_signal(signal.SIGKILL)
+    """In a command's process, before it starts: SIGKILL it when the thread that started it dies (a script killed
+    with SIGKILL leaves no step running on; kept across exec, so a launcher's torchrun goes too). It only calls
+    the prctl resolved at import: nothing here takes a lock that another thread of the parent could hold."""
+    set_parent_death_signal(signal.SIGKILL, _PRCTL)
 
 
 def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:

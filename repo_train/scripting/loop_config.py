@@ -133,6 +133,9 @@ class EvaluateSection:
     the evaluation's examples after the search's, read from the search config)."""
     launcher: list[Word] = field(default_factory=lambda: ["scripts/run_evaluation.sh"])
     """The evaluation command, e.g. [scripts/run_evaluation.sh] (torchrun on `gpus` processes)."""
+    at_once: int = 1
+    """Evaluations that share the node at the same time, each on its own gpus / at_once GPUs
+    (CUDA_VISIBLE_DEVICES, NPROC_PER_NODE and MASTER_PORT of its own); 1 = one after the other on every GPU."""
 
     def __post_init__(self) -> None:
         self.launcher = _argv(self.launcher, "evaluate.launcher", required=True)
@@ -164,6 +167,11 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise LoopConfigError(f"gpus: must be the number of GPUs of the node (an int >= 1), got {self.gpus!r}")
+        at_once = self.evaluate.at_once
+        if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1 or self.gpus % at_once:
+            raise LoopConfigError(
+                f"evaluate.at_once: must divide gpus ({self.gpus}) into equal slices (an int >= 1), got {at_once!r}"
+            )
         uses = [item for item in (*self.search.args, *self.evaluate.args) if "{data_dir}" in item]
         if uses and not self.data_dir:
             raise LoopConfigError(f"data_dir: not set, but the arguments use {{data_dir}}; {DATA_DIR_HINT}")

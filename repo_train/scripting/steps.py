@@ -19,17 +19,22 @@ On the next run `decide` says, per step:
 `StepRunner` applies the decision around a `CommandRunner` and says what it
 did and why in one line per step. The ledger is written atomically before and
 after each step, so a kill at any moment leaves a readable record.
+`StepRunner.together` runs independent steps at the same time, each on its own
+slice of the node's GPUs (`gpu_slots`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,6 +114,7 @@ class StepLedger:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.steps: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # steps that run together update it from several threads
         if self.path.is_file():
             try:
                 data = json.loads(self.path.read_text(encoding="utf-8"))
@@ -126,8 +132,9 @@ class StepLedger:
         return self.steps.get(key)
 
     def update(self, key: str, **fields: Any) -> None:
-        self.steps[key] = {**self.steps.get(key, {}), **fields}
-        write_json_atomic(self.path, {"format_version": LEDGER_FORMAT, "steps": self.steps}, indent=1)
+        with self._lock:
+            self.steps[key] = {**self.steps.get(key, {}), **fields}
+            write_json_atomic(self.path, {"format_version": LEDGER_FORMAT, "steps": self.steps}, indent=1)
 
     def plan(
         self,
@@ -192,13 +199,16 @@ class StepRunner:
         related: Sequence[str | Path] = (),
         after: Sequence[str] = (),
         resources: str = "",
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
     ) -> Decision:
         """Run one step (`python -m ARGV` when `module`, else ARGV as a command) unless it is done.
 
         `inputs`: files and directories it reads; `outputs`: what it writes (removed before a fresh rerun);
         `related`: outputs' side files removed with them (a search's state, log and plots); `after`: the
         steps whose outputs it reads (it reruns whenever one of them ran again); `resources`: what it runs on,
-        for the plan (e.g. "8 processes, 8 GPUs").
+        for the plan (e.g. "8 processes, 8 GPUs"); `env`: added to the command's environment (its GPUs);
+        `log`: a file for its output instead of this process's (steps that run together).
         `resume()` gives the arguments that continue an interrupted run ([] = the same command resumes,
         None = nothing to continue from: start afresh).
         """
@@ -214,10 +224,10 @@ class StepRunner:
         print(f"\n--- {title}: {decision.action} ({decision.reason})", flush=True)
         if decision.action == "skip":
             seconds = float((self.ledger.record(key) or {}).get("seconds", 0.0))
-            self.runner.note(title, shown, f"done in an earlier run ({seconds:.0f} s)", seconds)
+            self.runner.note(title, shown, f"done in an earlier run ({seconds:.0f} s)", seconds, env=env)
             return decision
         if self.dry_run:  # the runner writes and prints the command without running it
-            self._launch(title, argv, module)
+            self._launch(title, argv, module, env, log)
             return decision
         if decision.action == "rerun":
             remove_outputs([*outputs, *related])
@@ -227,7 +237,7 @@ class StepRunner:
         )  # fmt: skip
         start = time.perf_counter()
         try:
-            self._launch(title, [*argv, *extra], module)
+            self._launch(title, [*argv, *extra], module, env, log)
         except subprocess.CalledProcessError as err:
             self.ledger.update(key, status="failed", exit_code=err.returncode, finished=_now())
             raise
@@ -238,8 +248,73 @@ class StepRunner:
         self.ledger.update(key, status="done", exit_code=0, finished=_now(), seconds=seconds, run_id=uuid.uuid4().hex)
         return decision
 
-    def _launch(self, title: str, argv: Sequence[str], module: bool) -> None:
+    def _launch(self, title: str, argv: Sequence[str], module: bool, env: dict | None, log: Path | None) -> None:
         if module:
-            self.runner(title, *argv)
+            self.runner(title, *argv, env=env, log=log)
         else:
-            self.runner.run_argv(title, list(argv))
+            self.runner.run_argv(title, list(argv), env=env, log=log)
+
+    def together(self, steps: Sequence[dict[str, Any]], slots: Sequence[dict[str, str]], logs: Path) -> None:
+        """Run independent `steps` (each the keyword arguments of `step`) at the same time, as many at once as
+        there are `slots`; a step takes a free slot (its environment: e.g. its GPUs, from `gpu_slots`) and
+        writes its output to `logs/KEY.log`. A failed step lets the others finish (their work is kept) and is
+        raised after them; Ctrl-C stops them all. A dry run lists them in order, slots in turn."""
+        if len(slots) <= 1 or self.dry_run:
+            for i, spec in enumerate(steps):
+                slot = slots[i % len(slots)] if slots else {}
+                self.step(**{**spec, "env": {**slot, **spec.get("env", {})}})
+            return
+        free = list(range(len(slots)))
+        free_lock = threading.Lock()
+
+        def run_one(spec: dict[str, Any]) -> Decision:
+            with free_lock:
+                index = free.pop(0)
+            try:
+                log = Path(logs) / f"{spec['key']}.log"
+                print(f"\n--- {spec['title']}: on slot {index + 1} of {len(slots)}, output in {log}", flush=True)
+                return self.step(**{**spec, "env": {**slots[index], **spec.get("env", {})}, "log": log})
+            finally:
+                with free_lock:
+                    free.append(index)
+
+        pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="step")
+        futures = [pool.submit(run_one, spec) for spec in steps]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:  # the others finish before the first failure is raised
+                future.exception()
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            self.runner.interrupt_running()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def gpu_slots(gpus: int, at_once: int, visible: str | None = None, base_port: int = 29500) -> list[dict[str, str]]:
+    """`at_once` disjoint slices of the node's `gpus` GPUs, as environments: CUDA_VISIBLE_DEVICES (within an
+    existing CUDA_VISIBLE_DEVICES list when `visible` is one), NPROC_PER_NODE (one process per GPU) and a
+    MASTER_PORT of its own, so the torchruns of steps that run together never meet."""
+    if at_once < 1 or gpus % at_once:
+        raise ValueError(f"{gpus} GPUs cannot be split into {at_once} equal slices: choose a divisor of {gpus}")
+    devices = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(i) for i in range(gpus)]
+    if len(devices) < gpus:
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} lists {len(devices)} GPUs, fewer than gpus: {gpus}")
+    size = gpus // at_once
+    return [
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(devices[i * size : (i + 1) * size]),
+            "NPROC_PER_NODE": str(size),
+            "MASTER_PORT": str(base_port + i),
+        }
+        for i in range(at_once)
+    ]
+
+
+def visible_devices() -> str | None:
+    """This process's CUDA_VISIBLE_DEVICES (None when unset): `gpu_slots` slices within it."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -44,15 +44,22 @@ def launched_worker(environ=os.environ) -> bool:
     return "TORCHELASTIC_RUN_ID" in environ or "LOCAL_RANK" in environ
 
 
-def set_parent_death_signal(signum: int) -> bool:
-    """prctl(PR_SET_PDEATHSIG, signum); False where that is not available."""
+def prctl_function():
+    """libc's prctl as a ctypes function, or None where there is none (not Linux). Resolved in the parent:
+    `find_library` runs a subprocess, which a child between fork and exec must not do."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):
-        return False
+        return None
+
+
+def set_parent_death_signal(signum: int, prctl=None) -> bool:
+    """prctl(PR_SET_PDEATHSIG, signum) (with `prctl` from `prctl_function`, or resolved now); False where that is
+    not available."""
+    prctl = prctl or prctl_function()
+    return prctl is not None and prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
 
 
 def _stop(parent: int) -> None:
