@@ -2,14 +2,13 @@
 
 One line on stderr, `python -m PKG CMD: error: MESSAGE` (argparse's own
 format), no traceback, and exit code 2 (argparse's usage-error code).
-`OneLineArgumentParser` makes argparse's own errors (a bad option value, a
-missing option) that one line too, instead of the whole usage block. (A failed
-write naming its file: `repo_train.atomic.writing_to`.)
+Parsers' own errors (a bad option value, a missing option) are one line too:
+`repo_train.config_cli.ConfigParser`. (A failed write naming its file:
+`repo_train.atomic.writing_to`.)
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 
@@ -29,14 +28,3 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
     except errors as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, `PROG: error: MESSAGE (see PROG --help)`, exit code 2.
-
-    Subparsers made by `add_subparsers().add_parser` are of this class too (argparse's default).
-    """
-
-    def error(self, message: str):
-        message = " ".join(message.split())
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
