@@ -98,8 +98,17 @@ class StepProgressBar(TQDMProgressBar):
     learning rate decays to 0 there), so steps are the unit that means something.
     """
 
+    def on_train_start(self, trainer, *args) -> None:
+        super().on_train_start(trainer, *args)
+        # A run resumed mid-epoch skips on_train_epoch_start for that epoch: without this its bar read "40/?".
+        self._count_steps(trainer)
+
     def on_train_epoch_start(self, trainer, *args) -> None:
+        if trainer.max_steps > 0 and self.train_progress_bar is not None:
+            return  # one bar over the whole run (Lightning's reset here would flash "0/8" at each new epoch)
         super().on_train_epoch_start(trainer, *args)
+
+    def _count_steps(self, trainer) -> None:
         if trainer.max_steps > 0 and self.train_progress_bar is not None:
             bar = self.train_progress_bar
             bar.total, bar.unit = trainer.max_steps, "step"

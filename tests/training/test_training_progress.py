@@ -74,3 +74,29 @@ def test_validation_loss_gets_its_own_line_and_sanity_checks_none():
     trainer.sanity_checking, trainer.global_step = False, 6
     callback.on_validation_end(trainer, None)
     assert log.getvalue().splitlines() == ["validation at step 6: loss 3.142"]
+
+
+def test_a_run_resumed_mid_epoch_counts_steps_of_max_steps_from_its_first_batch(tmp_path, one_thread):
+    """Lightning skips on_train_epoch_start for the epoch a run resumes in: the bar read "3/?" until the next."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    seen = []
+
+    class Watch(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            bar = trainer.progress_bar_callback.train_progress_bar
+            seen.append((bar.n, bar.total, bar.desc.rstrip(": ")))
+
+    def fit(max_steps: int, ckpt_path=None) -> None:
+        data = RePoDataModule(train=SyntheticData(seq_len=16, num_samples=64), global_batch_size=4, micro_batch_size=4)
+        trainer = pl.Trainer(
+            accelerator="cpu", max_steps=max_steps, logger=False, enable_model_summary=False,
+            use_distributed_sampler=False, default_root_dir=tmp_path, callbacks=[StepProgressBar(), Watch(),
+            ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=2)],
+        )  # fmt: skip
+        trainer.fit(RePoLightningModule(lr=3e-3, attn_implementation="sdpa"), data, ckpt_path=ckpt_path)
+
+    fit(2)  # 2 of the epoch's 16 batches, saved by every_n_train_steps as the loop configs do
+    seen.clear()
+    fit(4, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert seen == [(3, 4, "train"), (4, 4, "train")]
