@@ -80,3 +80,15 @@ def test_logged_train_losses_reads_every_csv_log_by_step(tmp_path):
     (second / "metrics.csv").write_text("epoch,step,train/loss,val/loss\n0,2,4.4,\n0,3,4.0,\n")  # resumed at step 2
     assert logged_train_losses(tmp_path) == {0: 5.5, 1: 5.0, 2: 4.4, 3: 4.0}
     assert logged_train_losses(tmp_path / "nothing") == {}
+
+
+def test_logged_train_losses_reads_tensorboard_event_files(tmp_path):
+    """The training CLI's default logger is TensorBoard's: its scalars count as well as a CSV log's."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "lightning_logs" / "version_0"))
+    for step, loss in ((9, 2.5), (19, 1.25)):
+        writer.add_scalar("train/loss", loss, step)
+        writer.add_scalar("train/lr", 0.1, step)  # another scalar is not a loss
+    writer.close()
+    assert logged_train_losses(tmp_path) == {9: 2.5, 19: 1.25}

@@ -60,6 +60,14 @@ CASES = [
         "--threads must be >= 1",
     ),
     Case(
+        "make_tiny_repo_pair",
+        {"work": "outputs/tiny-pair-work", "steps": 600, "curriculum_steps": 100, "eval_examples": 30, "threads": 1},
+        ["--curriculum-steps", "50", "--eval-examples", "3"],
+        {"curriculum_steps": 50, "eval_examples": 3},
+        ["--curriculum-steps", "700"],
+        "--curriculum-steps must be in [0, --steps=600]",
+    ),
+    Case(
         "pretrain_tiny_base",
         {"out": "assets/tiny-kv-base", "steps": 2500, "keys": 8, "pairs": 24, "eval_every": 250, "threads": 0},
         ["--eval-every", "5", "--keys", "4"],

@@ -246,11 +246,22 @@ def last_checkpoint(run_dir: Path) -> Path:
 
 
 def logged_train_losses(run_dir: Path) -> dict[int, float]:
-    """Step -> train/loss from the CSV log(s) under a training run's root (a later log's value wins for a step)."""
+    """Step -> train/loss from the CSV and TensorBoard logs under a training run's root (the default logger is
+    TensorBoard's; a later log's value wins for a step)."""
     losses = {}
     for metrics in sorted(Path(run_dir).rglob("metrics.csv")):
         with metrics.open() as handle:
             for row in csv.DictReader(handle):
                 if row.get("train/loss"):
                     losses[int(row["step"])] = float(row["train/loss"])
+    event_dirs = sorted({events.parent for events in Path(run_dir).rglob("events.out.tfevents.*")})
+    if event_dirs:
+        # heavy: tensorboard's reader is imported only for runs that have event files
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        for directory in event_dirs:
+            accumulator = EventAccumulator(str(directory))
+            accumulator.Reload()
+            if "train/loss" in accumulator.Tags()["scalars"]:
+                losses.update({event.step: float(event.value) for event in accumulator.Scalars("train/loss")})
     return losses
