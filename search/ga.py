@@ -492,7 +492,7 @@ def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> S
 
 
 def _describe_racing(racing: RacingConfig | None) -> str:
-    return "the plain GA" if racing is None else f"racing {asdict(racing)}"
+    return "the plain GA" if racing is None else f"racing { ({**asdict(racing), 'fractions': list(racing.fractions)}) }"
 
 
 def run(

@@ -164,7 +164,7 @@ def test_the_state_records_the_choice_and_a_resume_refuses_another(tmp_path):
     with pytest.raises(ValueError, match="searched with racing .* not the plain GA: resume with the same ga.racing"):
         run(SPACE, fitness, GAConfig(generations=2), state_path=raced_path, resume=True)
     other = GAConfig(generations=2, racing=RacingConfig(fractions=(0.5, 1.0), min_questions=4))
-    with pytest.raises(ValueError, match=r"racing \{'fractions': \(0.25, 0.5, 1.0\).*not racing \{'fractions': \(0.5"):
+    with pytest.raises(ValueError, match=r"racing \{'fractions': \[0.25, 0.5, 1.0\].*not racing \{'fractions': \[0.5"):
         run(SPACE, fitness, other, state_path=raced_path, resume=True)
     assert run(SPACE, fitness, GAConfig(generations=2, racing=RACING), state_path=raced_path, resume=True).generations
 
