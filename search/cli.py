@@ -241,6 +241,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         f"{task.name} k={task.num_items}, {len(fitness.example_ids)} examples × 3 subsets "
         f"({len(fitness.prepared.rows)} prompts), population {config.ga.population}, "
         f"{config.ga.generations} generations, seed {config.ga.seed}"
+        + (f", racing on {list(config.ga.racing.fractions)} of the questions" if config.ga.racing else "")
     )
     if rank == 0:
         result = search_with_log(space, fitness, config.ga, paths["state"], paths["log"], resume, echo)
@@ -305,6 +306,7 @@ def _write_outputs(config, space, fitness, result, paths, model_record, held_out
         "examples_used": examples_used(config, fitness, held_out, held_fingerprints),
         "context": fitness.context,
         "evaluations": result.evaluations,
+        "questions_scored": result.questions_scored,  # racing: (candidate, question) pairs; None: plain GA
         "stopped_early": result.generations < config.ga.generations,
         "smoothness": smoothness(result.scales) if len(result.scales) >= 3 else None,
         "held_out": held_out,

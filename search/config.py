@@ -8,7 +8,7 @@ defaults, which are the paper's):
                key_chars, template, distinct_keys, chat_template, system_prompt}
     weights:  {begin, middle, end}                    # λ of Eq. 7 (search.fitness.SubsetWeights)
     space:    {curve, num_points, y_min_tenths, y_max_tenths}
-    ga:       {population, parents, generations, ...} # search.ga.GAConfig (Table 9)
+    ga:       {population, parents, generations, ..., racing} # search.ga.GAConfig (Table 9); racing: search/racing.py
     held_out: {num_examples, seed, offset}
 
 jsonargparse checks keys and types (`add_search_options`, as `python -m search

@@ -131,3 +131,64 @@ class SyntheticFitness:
             results.append(FitnessResult(self.weights.combine(per_subset), per_subset))
         self.evaluations += len(scales)
         return results
+
+
+class SyntheticQuestionFitness(SyntheticFitness):
+    """`SyntheticFitness` over `num_questions` questions, for racing (`search.racing.QuestionFitness`).
+
+    Question q has its own target, `target` plus Gaussian offsets of sd `spread`
+    (seeded), so candidates differ question by question as a model's answers do;
+    a question scores as `SyntheticFitness` does against its target, and the
+    fitness of a candidate averages each subset over the questions, then
+    combines them by Eq. 7. `evaluate` is `combine_questions` of every
+    question, so the plain GA and a race that drops nothing see the same numbers.
+    """
+
+    def __init__(
+        self,
+        target: Sequence[float],
+        num_questions: int = 16,
+        spread: float = 0.1,
+        seed: int = 0,
+        weights: SubsetWeights | None = None,
+    ):
+        super().__init__(target, weights)
+        if num_questions < 1:
+            raise ValueError(f"num_questions must be >= 1, got {num_questions}")
+        self.num_questions = num_questions
+        offsets = np.random.default_rng(seed).normal(0.0, spread, size=(num_questions, self.target.size))
+        self.targets = self.target + offsets
+        self.question_evaluations = 0
+
+    def evaluate_questions(self, scales: list[list[float]], start: int, stop: int) -> list[list[FitnessResult]]:
+        """Per candidate, the results of questions start … stop − 1."""
+        if not 0 <= start < stop <= self.num_questions:
+            raise ValueError(f"questions [{start}, {stop}) are not inside [0, {self.num_questions})")
+        self.calls += 1
+        self.question_evaluations += len(scales) * (stop - start)
+        return self._score(scales, start, stop)
+
+    def _score(self, scales: list[list[float]], start: int, stop: int) -> list[list[FitnessResult]]:
+        results = []
+        for candidate in scales:
+            values = np.asarray(candidate, dtype=np.float64)
+            if values.shape != self.target.shape:
+                raise ValueError(f"got {values.size} scales for a {self.target.size}-layer target")
+            row = []
+            for target in self.targets[start:stop]:
+                per_subset = {
+                    name: -float(np.mean((values[idx] - target[idx]) ** 2)) for name, idx in self.thirds.items()
+                }
+                row.append(FitnessResult(self.weights.combine(per_subset), per_subset))
+            results.append(row)
+        return results
+
+    def combine_questions(self, results: Sequence[FitnessResult]) -> FitnessResult:
+        """Each subset's mean over the questions, combined by Eq. 7."""
+        per_subset = {name: math.fsum(r.per_subset[name] for r in results) / len(results) for name in SUBSETS}
+        return FitnessResult(self.weights.combine(per_subset), per_subset)
+
+    def evaluate(self, scales: list[list[float]]) -> list[FitnessResult]:
+        self.calls += 1
+        self.evaluations += len(scales)
+        return [self.combine_questions(row) for row in self._score(scales, 0, self.num_questions)]

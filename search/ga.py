@@ -21,6 +21,10 @@ the breeding rounds after generation 0.
   filled by one more mutation child instead.
 - Every candidate goes through one `FitnessCache`, keyed by (fitness context,
   canonical genome): no genome is ever scored twice.
+- Racing (`GAConfig.racing`, search/racing.py): a generation's new candidates
+  are scored on growing prefixes of the search set's questions and the ones
+  clearly worse than the leader are dropped early; per-question scores are
+  cached too. None (the default) is the plain GA above.
 - All randomness comes from one `numpy.random.Generator` owned by the state.
   The state (population, cache, RNG state, history, best) is saved
   atomically after every generation, so `run(..., resume=True)` continues
@@ -47,6 +51,7 @@ import numpy as np
 from repo_train.atomic import write_json_atomic
 from search.fitness import Fitness, FitnessResult
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
+from search.racing import RaceCounts, RacingConfig, check_racing_fitness, prefix_mean, race
 
 STATE_VERSION = 1
 #: GAConfig fields a resumed search may change: they end the search, never change its path.
@@ -79,9 +84,13 @@ class GAConfig:
     """Stop after this many generations without a better best (None: run all generations)."""
     redraw_limit: int = 100
     """Mutation draws before a valid duplicate is accepted (only tiny search spaces get there)."""
+    racing: RacingConfig | None = None
+    """Score candidates on growing question prefixes and drop the clearly worse (search/racing.py); None: plain GA."""
 
     def __post_init__(self) -> None:
-        counts = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("seed", "patience")}
+        object.__setattr__(self, "racing", RacingConfig.from_json(self.racing))  # a dict from a saved state
+        fixed = ("seed", "patience", "racing")
+        counts = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in fixed}
         bad = {k: v for k, v in counts.items() if not isinstance(v, int) or v < 0}
         if bad or self.parents < 1 or self.redraw_limit < 1:
             raise ValueError(f"GA settings must be non-negative integers (parents, redraw_limit >= 1), got {bad}")
@@ -197,12 +206,51 @@ def initial_population(space: SearchSpace, rng: np.random.Generator, config: GAC
 
 
 class FitnessCache:
-    """Fitness by (context, canonical genome); counts hits and misses."""
+    """Fitness by (context, canonical genome), and (racing) its per-question scores so far; counts hits and misses."""
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, tuple], tuple[Genome, FitnessResult]] = {}
+        self.question_entries: dict[tuple[str, tuple], tuple[Genome, list[FitnessResult]]] = {}
         self.hits = 0
         self.misses = 0
+
+    def questions(self, context: str, genome: Genome) -> list[FitnessResult]:
+        """The genome's per-question results for questions 0, 1, … (a prefix of the set; [] if none)."""
+        entry = self.question_entries.get((context, genome.key()))
+        return [] if entry is None else entry[1]
+
+    def extend_questions(self, context: str, genome: Genome, start: int, results: list[FitnessResult]) -> None:
+        """Append the results of questions start, start + 1, …; `start` must be the count cached so far."""
+        known = self.questions(context, genome)
+        if start != len(known):
+            raise ValueError(f"questions from {start} given for a genome with {len(known)} scored: they must follow on")
+        self.question_entries[(context, genome.key())] = (genome, known + list(results))
+
+    def questions_to_json(self) -> list[dict[str, Any]]:
+        """Column-wise per genome: the questions' overall scores and each subset's."""
+        out = []
+        for (ctx, _), (genome, results) in self.question_entries.items():
+            names = list(results[0].per_subset) if results else []
+            columns = {name: [r.per_subset[name] for r in results] for name in names}
+            out.append(
+                {
+                    "context": ctx,
+                    "genome": genome.to_json(),
+                    "overall": [r.overall for r in results],
+                    "per_subset": columns,
+                }
+            )
+        return out
+
+    def load_questions(self, data: list[dict[str, Any]]) -> None:
+        """Restore what `questions_to_json` wrote."""
+        for item in data:
+            genome, columns = genome_from_json(item["genome"]), item["per_subset"]
+            results = [
+                FitnessResult(float(value), {name: float(column[i]) for name, column in columns.items()})
+                for i, value in enumerate(item["overall"])
+            ]
+            self.question_entries[(item["context"], genome.key())] = (genome, results)
 
     def get(self, context: str, genome: Genome) -> FitnessResult | None:
         entry = self.entries.get((context, genome.key()))
@@ -243,20 +291,36 @@ class SearchState:
             raise KeyError(f"genome {genome.to_json()} has not been scored")
         return result
 
+    def selection_key(self, genome: Genome) -> tuple[float, ...]:
+        """What selection maximises: the fitness; racing: (questions scored, fitness or prefix mean), so a
+        dropped candidate ranks below every fully scored one, and below those dropped later."""
+        if self.config.racing is None:
+            return (self.fitness_of(genome).overall,)
+        full = self.cache.get(self.context, genome)
+        scores = self.cache.questions(self.context, genome)
+        if not scores:
+            raise KeyError(f"genome {genome.to_json()} has not been scored")
+        return (len(scores), full.overall if full is not None else prefix_mean(scores))
+
     def ranked(self) -> list[Genome]:
         """Distinct members of the population, fittest first (ties keep population order)."""
         distinct = list(dict.fromkeys(self.population))
-        return sorted(distinct, key=lambda g: -self.fitness_of(g).overall)
+        if self.config.racing is None:
+            return sorted(distinct, key=lambda g: -self.fitness_of(g).overall)
+        return sorted(distinct, key=lambda g: tuple(-v for v in self.selection_key(g)))
 
     def done(self) -> bool:
         patience = self.config.patience
         return self.generation >= self.config.generations or (patience is not None and self.stale >= patience)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        config = asdict(self.config)
+        if config["racing"] is None:
+            del config["racing"]  # a plain search's state is byte for byte what it was before racing existed
+        data = {
             "state_version": STATE_VERSION,
             "space": self.space.to_json(),
-            "config": asdict(self.config),
+            "config": config,
             "context": self.context,
             "generation": self.generation,
             "stale": self.stale,
@@ -266,6 +330,9 @@ class SearchState:
             "rng_state": self.rng.bit_generator.state,
             "cache": self.cache.to_json(),
         }
+        if self.config.racing is not None:
+            data["question_cache"] = self.cache.questions_to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SearchState:
@@ -276,13 +343,15 @@ class SearchState:
             )
         rng = np.random.Generator(getattr(np.random, data["rng_state"]["bit_generator"])())
         rng.bit_generator.state = data["rng_state"]
+        cache = FitnessCache.from_json(data["cache"])
+        cache.load_questions(data.get("question_cache", []))
         return cls(
             space=SearchSpace.from_json(data["space"]),
             config=GAConfig(**data["config"]),
             context=data["context"],
             rng=rng,
             population=[genome_from_json(g) for g in data["population"]],
-            cache=FitnessCache.from_json(data["cache"]),
+            cache=cache,
             generation=data["generation"],
             best=None if data["best"] is None else genome_from_json(data["best"]),
             stale=data["stale"],
@@ -331,6 +400,8 @@ class SearchResult:
     history: list[dict[str, Any]]
     evaluations: int
     timing: dict[str, float]
+    questions_scored: int | None = None
+    """Racing: (candidate, question) pairs scored over the whole search; None for the plain GA."""
 
 
 def _evaluate(state: SearchState, fitness: Fitness, genomes: list[Genome], clock: dict[str, float]) -> tuple[int, int]:
@@ -359,25 +430,40 @@ def _evaluate(state: SearchState, fitness: Fitness, genomes: list[Genome], clock
     return len(pending), hits
 
 
-def _record(state: SearchState, evaluated: int, hits: int) -> None:
+def _evaluate_generation(
+    state: SearchState, fitness: Fitness, genomes: list[Genome], clock: dict[str, float]
+) -> tuple[int, int] | RaceCounts:
+    """Score a generation's candidates: one batch (plain GA) or a race (`config.racing`)."""
+    if state.config.racing is None:
+        return _evaluate(state, fitness, genomes, clock)
+    counts = race(state.cache, state.context, state.space, fitness, genomes, state.best, state.config.racing, clock)
+    state.cache.hits += counts.hits
+    state.cache.misses += counts.candidates
+    return counts
+
+
+def _record(state: SearchState, counts: tuple[int, int] | RaceCounts) -> None:
     """Update best-so-far, the no-improvement counter and the history after a generation."""
     ranked = state.ranked()
-    leader = state.fitness_of(ranked[0]).overall
+    leader = state.fitness_of(ranked[0]).overall  # racing: ranked first is always fully scored
     if state.best is None or leader > state.fitness_of(state.best).overall:
         state.best, state.stale = ranked[0], 0
     else:
         state.stale += 1
-    overall = [state.fitness_of(g).overall for g in state.population]
-    state.history.append(
-        {
-            "generation": state.generation,
-            "best": state.fitness_of(state.best).overall,
-            "population_best": leader,
-            "population_mean": sum(overall) / len(overall),
-            "evaluated": evaluated,
-            "cache_hits": hits,
-        }
-    )
+    overall = [state.selection_key(g)[-1] for g in state.population]  # racing: a dropped one's prefix mean
+    racing = isinstance(counts, RaceCounts)
+    evaluated, hits = (counts.candidates, counts.hits) if racing else counts
+    entry = {
+        "generation": state.generation,
+        "best": state.fitness_of(state.best).overall,
+        "population_best": leader,
+        "population_mean": sum(overall) / len(overall),
+        "evaluated": evaluated,
+        "cache_hits": hits,
+    }
+    if racing:
+        entry.update(questions_scored=counts.questions, dropped=counts.dropped)
+    state.history.append(entry)
 
 
 def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> SearchState:
@@ -389,6 +475,11 @@ def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> S
             f"{path} was scored with fitness context {state.context!r}, not {context!r} (another model, search "
             "set, decoding, weights or metric): resume with the same ones, or use a new state file"
         )
+    if state.config.racing != config.racing:
+        raise ValueError(
+            f"{path} was searched with {_describe_racing(state.config.racing)}, not {_describe_racing(config.racing)}: "
+            "resume with the same ga.racing, or use a new state file"
+        )
     changed = [
         f.name
         for f in fields(GAConfig)
@@ -398,6 +489,10 @@ def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> S
         raise ValueError(f"{path} used other GA settings {changed}: only {list(_BUDGET_FIELDS)} may change on resume")
     state.config = config
     return state
+
+
+def _describe_racing(racing: RacingConfig | None) -> str:
+    return "the plain GA" if racing is None else f"racing { ({**asdict(racing), 'fractions': list(racing.fractions)}) }"
 
 
 def run(
@@ -418,6 +513,8 @@ def run(
     are kept beside the state in `<state_path>.timing.json`, outside the (byte-reproducible) state.
     """
     config = config or GAConfig()
+    if config.racing is not None:
+        check_racing_fitness(fitness)
     wall = time.perf_counter()
     clock = {"fitness_s": 0.0, "state_io_s": 0.0}
     path = Path(state_path) if state_path is not None else None
@@ -434,7 +531,7 @@ def run(
     else:
         rng = np.random.default_rng(config.seed)
         state = SearchState(space, config, context, rng, initial_population(space, rng, config))
-        _record(state, *_evaluate(state, fitness, state.population, clock))
+        _record(state, _evaluate_generation(state, fitness, state.population, clock))
         checkpoint(state)
 
     while not state.done():
@@ -451,11 +548,11 @@ def run(
             child = mutate(space, parents[int(state.rng.integers(len(parents)))], state.rng, config, avoid)
             avoid.add(child.key())
             mutants.append(child)
-        counts = _evaluate(state, fitness, [g for slot in slots for g in slot] + mutants, clock)
-        winners = [max(slot, key=lambda g: state.fitness_of(g).overall) for slot in slots]
+        counts = _evaluate_generation(state, fitness, [g for slot in slots for g in slot] + mutants, clock)
+        winners = [max(slot, key=state.selection_key) for slot in slots]
         state.population = parents + winners + mutants
         state.generation += 1
-        _record(state, *counts)
+        _record(state, counts)
         checkpoint(state)
 
     timing = {**clock, "wall_s": time.perf_counter() - wall}
@@ -472,6 +569,9 @@ def run(
         history=list(state.history),
         evaluations=sum(1 for ctx, _ in state.cache.entries if ctx == context),
         timing=timing,
+        questions_scored=None
+        if config.racing is None
+        else sum(len(r) for (ctx, _), (_, r) in state.cache.question_entries.items() if ctx == context),
     )
 
 

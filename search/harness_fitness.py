@@ -30,6 +30,14 @@ the same matrix, and the per-subset means are computed from it in one fixed
 order. Hence the fitness is bit-identical on every rank and equal to a
 one-process run, for any world size.
 
+Questions (racing, search/racing.py). A question is one source example: its
+three prompts (begin, middle, end) in the search set's order. Its Eq. 7 score
+is λ_B s_B + λ_M s_M + λ_E s_E, and the search-set fitness is their mean.
+`evaluate_questions(scales, start, stop)` generates the prompts of questions
+[start, stop) only, in a batch plan of those prompts (made once per range,
+shared out across ranks as above), so a question's score does not depend on
+which candidates or stages it was scored with.
+
 Held-out evaluation (`evaluate_held_out`) builds a second set from other
 source examples (skipping the search's, and/or another seed) and scores the
 baseline (all scales 1), PI at the mean scale, and the found scales.
@@ -152,6 +160,9 @@ class HarnessFitness:
         for i, row in enumerate(self.prepared.rows):
             self.subset_rows[subset_of[row["gold_position"]]].append(i)
         self.example_ids = sorted({row["example_id"] for row in self.prepared.rows})
+        self.question_rows = _question_rows(self.prepared.rows, subset_of)
+        self.num_questions = len(self.question_rows)
+        self._chunks: dict[tuple[int, int], tuple[PreparedTask, dict[str, int]]] = {}
         self.num_layers = len(current_policies(model))
         scaled_policies(model, [1.0] * self.num_layers, method="LPES")  # a REPO model fails here, not mid-search
         self.data_sha256 = self._data_hash()
@@ -200,6 +211,56 @@ class HarnessFitness:
             results.append(FitnessResult(self.weights.combine(per_subset), per_subset))
         return results
 
+    def evaluate_questions(self, scales: list[list[float]], start: int, stop: int) -> list[list[FitnessResult]]:
+        """Per candidate, the results of questions start … stop − 1: each subset's score and their Eq. 7."""
+        if not 0 <= start < stop <= self.num_questions:
+            raise ValueError(f"questions [{start}, {stop}) are not inside [0, {self.num_questions})")
+        local_task, column = self._chunk(start, stop)
+        local = torch.zeros(len(scales), len(column), dtype=torch.float64)
+        stack = MethodStack([])
+        mode = self.progress if self.rank == 0 else "off"
+        for c, candidate in enumerate(track(scales, "candidates", unit="cand", mode=mode)):
+            with scaled_model(self.model, candidate):
+                for record in run_stack(self.model, self.tokenizer, local_task, stack, progress="off"):
+                    local[c, column[record["id"]]] = self.score_record(record)
+        scores = all_reduce_sum(local)  # one non-zero contributor per entry: exact
+        results = []
+        for row in scores:
+            per_question = []
+            for rows in self.question_rows[start:stop]:
+                per_subset = {name: float(row[column[self.prepared.rows[rows[name]]["id"]]]) for name in SUBSETS}
+                per_question.append(FitnessResult(self.weights.combine(per_subset), per_subset))
+            results.append(per_question)
+        return results
+
+    def combine_questions(self, results: Sequence[FitnessResult]) -> FitnessResult:
+        """The search-set result from every question's, summed in `evaluate`'s order: the same numbers."""
+        per_subset = {
+            name: float(torch.tensor([r.per_subset[name] for r in results], dtype=torch.float64).sum()) / len(results)
+            for name in SUBSETS
+        }
+        return FitnessResult(self.weights.combine(per_subset), per_subset)
+
+    def _chunk(self, start: int, stop: int) -> tuple[PreparedTask, dict[str, int]]:
+        """This rank's part of the prompts of questions [start, stop), and each row id's column."""
+        if (start, stop) not in self._chunks:
+            indices = sorted(i for rows in self.question_rows[start:stop] for i in rows.values())
+            prompts = [self.prepared.prompts[i] for i in indices]
+            lengths = [len(p.input_ids) for p in prompts]
+            plan = plan_batches(lengths, self.settings.batch_size)
+            costs = [batch_cost(lengths, batch, self.settings.max_new_tokens) for batch in plan]
+            mine = balanced_shares(costs, self.world_size)[self.rank]
+            texts = [self.prepared.texts[i] for i in indices] if self.prepared.texts else self.prepared.texts
+            chunk = dataclasses.replace(
+                self.prepared,
+                rows=[self.prepared.rows[i] for i in indices],
+                prompts=prompts,
+                plan=[plan[i] for i in mine],
+                texts=texts,
+            )
+            self._chunks[(start, stop)] = (chunk, {self.prepared.rows[i]["id"]: j for j, i in enumerate(indices)})
+        return self._chunks[(start, stop)]
+
     def source_fingerprints(self) -> list[str]:
         """Its source examples by content (`evaluation.tasks.base.source_fingerprint`), sorted: what an
         evaluation compares with its own to refuse scoring the search's result on the search's examples."""
@@ -218,6 +279,17 @@ class HarnessFitness:
             "prompt_format": self.prompt_format.describe(self.tokenizer),
             "data_sha256": self.data_sha256,
         }
+
+
+def _question_rows(rows: Sequence[Mapping[str, Any]], subset_of: Mapping[int, str]) -> list[dict[str, int]]:
+    """Per source example, in order of first appearance: the row index of each subset's prompt."""
+    questions: dict[str, dict[str, int]] = {}
+    for i, row in enumerate(rows):
+        questions.setdefault(row["example_id"], {})[subset_of[row["gold_position"]]] = i
+    incomplete = [q for q, found in questions.items() if len(found) != len(SUBSETS)]
+    if incomplete:
+        raise ValueError(f"example {incomplete[0]} lacks a begin, middle or end prompt: the search set is broken")
+    return list(questions.values())
 
 
 def _drop_examples(prepared: PreparedTask, offset: int) -> PreparedTask:

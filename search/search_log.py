@@ -12,6 +12,7 @@ A log line (JSON, one per generation):
     generation, best (best-so-far Eq. 7 fitness), population_best, mean (population mean),
     diversity (mean over pairs of distinct individuals of the mean |s_h − s'_h| over layers),
     distinct (distinct individuals), evaluated, cache_hits,
+    questions_scored, dropped (racing only: new (candidate, question) pairs, candidates dropped early),
     best_per_subset, best_genome, best_scales,
     time_s (wall time of this generation), fitness_s (of which scoring)
 
@@ -79,6 +80,9 @@ def _line(space: SearchSpace, state: SearchState, entry: dict[str, Any], timing:
         "time_s": None,
         "fitness_s": None,
     }
+    for key in ("questions_scored", "dropped"):  # racing only (search/racing.py)
+        if key in entry:
+            line[key] = entry[key]
     if entry["generation"] == state.generation:  # the population on disk is this generation's
         line["diversity"], line["distinct"] = diversity(space, state.population)
         line["best_per_subset"] = state.fitness_of(state.best).per_subset
@@ -139,6 +143,8 @@ def _echo(echo: Callable[[str], None], line: dict[str, Any], total: int, elapsed
     if line["diversity"] is not None:
         parts.append(f"diversity {line['diversity']:.3f}")
     parts.append(f"scored {line['evaluated']}")
+    if "dropped" in line:
+        parts.append(f"dropped {line['dropped']} ({line['questions_scored']} questions scored)")
     if line["time_s"] is not None:
         parts.append(f"{line['time_s']:.1f} s")
     parts += [f"elapsed {format_duration(elapsed)}", f"eta {format_duration(eta)}"]

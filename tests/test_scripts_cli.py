@@ -125,6 +125,14 @@ CASES = [
         "argument --clock: invalid choice: 'sundial' (choose from 'cpu', 'wall')",
     ),
     Case(
+        "benchmark_search",
+        {"questions": 40, "held_out": 40, "population": 8, "generations": 4, "seeds": [0], "min_questions": 8},
+        ["--held-out", "8", "--min-questions", "2", "--fractions", "[0.5, 1.0]"],
+        {"held_out": 8, "min_questions": 2, "fractions": [0.5, 1.0]},
+        ["--fractions", "[0.5, 0.9]"],
+        "ga.racing.fractions must lie in (0, 1] and end with 1.0 (the whole set), got [0.5, 0.9]",
+    ),
+    Case(
         "crosscheck_lm_eval",
         {"model": "models/smollm2-135m-instruct", "num_documents": 5, "gold_positions": "all", "repeats": 3},
         ["--num-documents", "3", "--gold-positions", "0,2", "--chat-template", "true", "--max-new-tokens", "16"],

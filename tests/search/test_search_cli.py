@@ -45,6 +45,13 @@ class HashScored(HarnessFitness):
         HashScored.calls += 1
         return super().evaluate(scales)
 
+    def evaluate_questions(self, scales, start, stop):  # racing's scoring calls count as calls too
+        if HashScored.crash_after is not None and HashScored.calls >= HashScored.crash_after:
+            HashScored.crashed_at = start
+            raise RuntimeError("simulated crash")
+        HashScored.calls += 1
+        return super().evaluate_questions(scales, start, stop)
+
 
 def _comparable(paths: dict[str, Path]) -> tuple:
     """Everything a search writes that must be reproducible (wall times and file timestamps excluded)."""
@@ -138,6 +145,29 @@ def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, ref
     run_search(load_config(TINY), out, resume=True, fitness_cls=HashScored)
     assert HashScored.calls == 3  # generation 2, the unscaled model and the held-out check only
     assert _comparable(paths) == _comparable(reference_paths)
+
+
+@pytest.mark.slow  # two racing searches on the tiny model (uninterrupted, crashed + resumed)
+def test_racing_resumed_after_a_crash_mid_generation_ends_with_the_same_files(tmp_path):
+    import dataclasses
+
+    from search.racing import RacingConfig
+
+    tiny = load_config(TINY)
+    config = dataclasses.replace(
+        tiny, ga=dataclasses.replace(tiny.ga, racing=RacingConfig((0.5, 1.0), min_questions=2))
+    )
+    HashScored.crash_after, HashScored.calls = None, 0
+    run_search(config, tmp_path / "whole.json", fitness_cls=HashScored)
+    out = tmp_path / "tiny.json"
+    HashScored.crash_after, HashScored.calls = 3, 0  # generation 0 scores 2 question stages: the 4th call is
+    with pytest.raises(RuntimeError, match="simulated crash"):  # generation 1's second stage
+        run_search(config, out, fitness_cls=HashScored)
+    assert HashScored.crashed_at == 2 and json.loads(output_paths(out)["state"].read_text())["generation"] == 0
+    HashScored.crash_after, HashScored.calls = None, 0
+    run_search(config, out, resume=True, fitness_cls=HashScored)
+    assert _comparable(output_paths(out)) == _comparable(output_paths(tmp_path / "whole.json"))
+    assert load_scale_file(out).search["ga"]["racing"]["fractions"] == [0.5, 1.0]
 
 
 @pytest.mark.slow  # torchrun: the search on two processes

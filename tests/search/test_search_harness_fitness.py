@@ -153,3 +153,25 @@ def test_a_model_lpes_cannot_scale_fails_before_the_search(tiny):
     repo = RePoOlmo2ForCausalLM(tiny_config(position_method="repo", vocab_size=258)).eval()
     with pytest.raises(ValueError, match="layer 1 uses the 'repo' policy"):
         HarnessFitness(repo, tiny[1], "kv", {"num_keys": 3}, num_examples=1, settings=SETTINGS)
+
+
+def test_questions_score_alone_as_in_the_whole_set_and_combine_to_evaluate(tiny):
+    """Racing's per-question path: a question's score is the same whichever range it is scored in, and the
+    combined questions are `evaluate`'s result bit for bit (tiny random model, hash-scored: varied 0/1 values)."""
+    model, tokenizer = tiny
+    fitness = HashScored(model, tokenizer, "kv", {"num_keys": 5}, num_examples=6, settings=SETTINGS)
+    assert fitness.num_questions == 6
+    candidates = [SCALES, [1.0] * 4, [2.0, 1.5, 1.0, 1.2]]
+    whole = fitness.evaluate_questions(candidates, 0, 6)
+    staged = [
+        a + b
+        for a, b in zip(fitness.evaluate_questions(candidates, 0, 2), fitness.evaluate_questions(candidates, 2, 6))
+    ]
+    assert whole == staged
+    assert [fitness.combine_questions(q) for q in whole] == fitness.evaluate(candidates)
+    values = {r.per_subset[name] for q in whole for r in q for name in ("begin", "middle", "end")}
+    assert values == {0.0, 1.0}  # the check above compared varied scores, not zeros
+    weights = fitness.weights
+    assert whole[0][3].overall == weights.combine(whole[0][3].per_subset)
+    with pytest.raises(ValueError, match=r"questions \[4, 7\) are not inside \[0, 6\)"):
+        fitness.evaluate_questions(candidates, 4, 7)

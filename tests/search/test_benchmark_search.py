@@ -1,0 +1,53 @@
+"""scripts/benchmark_search.py at its smallest: the racing-vs-plain table's structure and invariants (no timings)."""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+
+import pytest
+from script_loader import load_script
+
+SMALLEST = [
+    "--questions", "8", "--held_out", "8", "--population", "5", "--parents", "2", "--crossover", "1",
+    "--generations", "1", "--min_questions", "2", "--fractions", "[0.5, 1.0]", "--seeds", "[0]",
+]  # fmt: skip
+
+
+@pytest.mark.slow  # two tiny searches on the dip base and their held-out scoring, ~1 min on a loaded machine
+@pytest.mark.usefixtures("one_thread")
+def test_smallest_benchmark_prints_the_racing_table_with_consistent_numbers(tmp_path, capsys):
+    report = load_script("benchmark_search").main([*SMALLEST, "--json", str(tmp_path / "bench.json")])
+    printed = capsys.readouterr().out
+    assert json.loads((tmp_path / "bench.json").read_text()) == json.loads(json.dumps(report))
+    for text in ("plain GA's final held-out fitness", "racing/plain to reach: prompts", "(target <= 0.333)"):
+        assert text in printed
+    assert "racing's final held-out fitness inside the plain GA's CI: " in printed
+
+    (seed,) = report["seeds"]
+    final = seed["plain_final"]
+    assert final["low"] <= final["fitness"] <= final["high"]
+    prompts_per_candidate = 8 * 3  # 8 questions at begin, middle and end
+    for name in ("plain", "racing"):
+        curve = seed["curves"][name]
+        assert [line["generation"] for line in curve] == [0, 1]
+        assert all(a["prompts"] <= b["prompts"] and a["seconds"] < b["seconds"] for a, b in pairwise(curve))
+        assert all(0 <= line["held_out"] <= 1 for line in curve)
+        assert seed[name]["final"] == curve[-1]
+        assert curve[-1]["prompts"] <= (5 + 1 * (5 - 2 + 1)) * prompts_per_candidate  # the budget's bound
+    plain, racing = seed["curves"]["plain"], seed["curves"]["racing"]
+    assert plain[0]["prompts"] == 5 * prompts_per_candidate  # generation 0: 5 distinct candidates, every prompt
+    assert racing[0]["prompts"] <= plain[0]["prompts"]  # the same 5 candidates, some perhaps dropped halfway
+    assert (racing[0]["prompts"] < plain[0]["prompts"]) == (racing[0]["dropped"] > 0)
+    assert all(line["dropped"] == 0 for line in plain)
+    # the plain GA reaches its own final result; the ratios and verdicts follow from the numbers above
+    reached = seed["plain"]["reached"]
+    assert reached is not None and reached["held_out"] >= final["low"]
+    ratios = seed["ratios"]
+    assert ratios["prompts_total"] == racing[-1]["prompts"] / plain[-1]["prompts"]
+    if seed["racing"]["reached"] is not None:
+        assert ratios["prompts_to_reach"] == seed["racing"]["reached"]["prompts"] / reached["prompts"]
+    held = racing[-1]["held_out"]
+    assert seed["racing_inside_plain_ci"] == (final["low"] <= held <= final["high"])
+    summary = report["summary"]
+    assert summary["seeds"] == 1 and summary["prompts_total"]["median"] == ratios["prompts_total"]
