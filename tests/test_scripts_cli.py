@@ -142,6 +142,7 @@ CASES = [
     ),
 ]
 MODULES = {case.script: load_script(case.script) for case in CASES}
+CASE = {case.script: case for case in CASES}
 
 
 def _printed(case: Case, argv: list[str], capsys) -> str:
@@ -194,10 +195,10 @@ def test_options_beat_a_config_file_and_hidden_or_derived_values_are_not_printed
     config.write_text("methods: [repo]\nsteps: 7\n")
     options = reversal.parse_args(["--steps", "9", "--config", str(config)])
     assert options.methods == ["repo"] and options.steps == 9 and options.train_max == 20
-    printed = yaml.safe_load(_printed(CASES[1], ["--config", str(config)], capsys))
+    printed = yaml.safe_load(_printed(CASE["reproduce_reversal"], ["--config", str(config)], capsys))
     assert printed["steps"] == 7 and "train_max" not in printed  # derived by the check, not an option
     assert calibrators.parse_args(["--child", "pcd"]).child == "pcd"  # the memory run's own flag ...
-    assert "child" not in yaml.safe_load(_printed(CASES[5], ["--child", "pcd"], capsys))  # ... is not config
+    assert "child" not in yaml.safe_load(_printed(CASE["benchmark_calibrators"], ["--child", "pcd"], capsys))
 
 
 def test_the_repo_analysis_stores_its_config_and_the_file_replays_it(tmp_path):
