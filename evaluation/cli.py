@@ -29,7 +29,7 @@ def _add_run(parser: ConfigParser) -> None:
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
-    from evaluation.runner import RunInterrupted, run
+    from evaluation.runner import RunInterrupted, check_run_directory, run
     from repo_train.distributed import close_distributed, init_distributed, rank_and_world
     from repo_train.training.launcher_watch import watch_launcher
 
@@ -38,6 +38,7 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
     if options.print_config:
         print(text, end="")
         return 0
+    check_run_directory(options.out)  # another program's folder, or records of unknown settings: before any notice
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
     if options.model is None and rank_and_world()[0] == 0:

@@ -203,15 +203,15 @@ def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> 
     """D and smoothness S of the searched scales and their variants; writes OUT/structure.json and .png."""
     from repo_train.atomic import write_json_atomic
     from repo_train.modeling.swapping import current_policies
+    from repo_train.output_guard import check_output_directory
     from search.diagnostics import smoothness
     from search.harness_fitness import model_fingerprint
     from search.plots import plot_structure
     from search.prepare import load_search_model
     from search.scale_file import load_scale_file
 
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {str(out)!r} is a file; pass a directory for structure.json and .png")
+    # missing, empty, or an earlier diagnose's (its structure.json); a file or another program's folder is refused
+    out = check_output_directory(out, "structure.json", "a diagnose output directory")
     load_scale_file(scale_file)  # a broken file fails before the model is loaded
     model, tokenizer = load_search_model(config.model)
     num_layers = len(current_policies(model))
