@@ -460,6 +460,28 @@ ROWS = [
         EXIT_USAGE,
         "(differs in model.name)",
     ),
+    # -- with a real search's outputs (configs/search/tiny.yaml, run once for the module)
+    Row(
+        "search-resume-other-settings-keeps-config",
+        "search",
+        lambda ctx: _tiny_search(ctx) and _search_argv(ctx, "--resume", "--ga.seed", "5"),
+        EXIT_USAGE,
+        "used other GA settings ['seed']",
+    ),
+    Row(
+        "search-rerun-after-state-deleted",
+        "search",
+        lambda ctx: _without_state(_tiny_search(ctx)) and _search_argv(ctx),
+        EXIT_USAGE,
+        "s.json exists and is not the scale file of a search that can continue (no s.state.json)",
+    ),
+    Row(
+        "eval-searched-scales-on-another-model",
+        "evaluation",
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", f"lpes:scale_file={_tiny_search(ctx)}"),
+        EXIT_USAGE,
+        "weights (the tiny default of seed 0 in the file",
+    ),
     # -- training restarted silently
     Row(
         "fit-afresh-beside-last-ckpt",
@@ -469,6 +491,13 @@ ROWS = [
         "holds an earlier run's checkpoint",
     ),
 ]
+
+
+def _without_state(scale_file: Path) -> Path:
+    """A finished search whose state file (and its timing) is gone: nothing left to continue."""
+    for suffix in (".state.json", ".state.json.timing.json"):
+        scale_file.with_name(scale_file.stem + suffix).unlink(missing_ok=True)
+    return scale_file
 
 
 def _dangling(ctx: Context) -> Path:
@@ -518,3 +547,67 @@ def test_refused_before_any_write(row: Row, ctx, capsys, monkeypatch, one_thread
     assert set(after) == set(before), f"files were added or removed: {set(after) ^ set(before)}"
     if row.check is not None:
         row.check(ctx)
+
+
+# ----------------------------------------------------------------------------- what must still work
+
+
+def test_an_older_run_json_resumes_once_with_a_note_and_gives_a_clean_runs_records(tmp_path, capsys, one_thread):
+    """run.json without the pinned keys (an older version's): resumed, said once, then pinned; the records equal
+    an uninterrupted run's byte for byte."""
+    model = tiny_model(tmp_path, "model")
+    clean, resumed = tmp_path / "clean", tmp_path / "resumed"
+    assert run_cli("evaluation", [*EVAL, "--model", str(model), "--out", str(clean)]) == 0
+    argv = [*EVAL, "--model", str(model), "--out", str(resumed)]
+    assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+    manifest = json.loads((resumed / "run.json").read_text())
+    for key in ("weights", "tokenizer", "methods"):
+        del manifest[key]
+    (resumed / "run.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert run_cli("evaluation", argv) == 0
+    assert capsys.readouterr().err.count("did not pin weights, tokenizer, methods (the weights were not pinned)") == 1
+    assert json.loads((resumed / "run.json").read_text())["weights"]["model.safetensors"]["size"] > 0
+    assert run_cli("evaluation", argv) == 0  # pinned now: no note
+    assert "did not pin" not in capsys.readouterr().err
+    assert (resumed / "records.jsonl").read_bytes() == (clean / "records.jsonl").read_bytes()
+
+
+def test_a_scale_file_of_another_model_applies_when_asked(tmp_path, capsys, one_thread):
+    ctx = Context(tmp_path)
+    argv = _lpes_run([1.5] * 4, identity_sha256="0123456789abcdef")(ctx)
+    capsys.readouterr()
+    assert run_cli("evaluation", [*argv, "--allow-other-model-scales"]) == 0
+    err = capsys.readouterr().err
+    assert "was searched for another model" in err and "applied anyway (--allow-other-model-scales)" in err
+    assert {r["method"] for r in records_of(tmp_path / "out")} == {
+        "baseline",
+        f"lpes:scale_file={tmp_path}/scales.json",
+    }
+
+
+def test_a_search_killed_before_its_first_generation_may_continue(tmp_path):
+    """Only its own NAME.config.yaml (whose `out` is this scale file) may be there without a state file."""
+    from search.cli import check_search_outputs
+
+    scales = tmp_path / "scales"
+    scales.mkdir()
+    config = scales / "s.config.yaml"
+    config.write_text(f"ga: {{}}\ntask: {{}}\nout: {scales / 's.json'}\n")
+    assert check_search_outputs(scales / "s.json", resume=True)["config"] == config
+    assert check_search_outputs(scales / "s.json", resume=False)["config"] == config
+    config.write_text(f"ga: {{}}\ntask: {{}}\nout: {scales / 'other.json'}\n")  # another search's config
+    with pytest.raises(ValueError, match="s.config.yaml exists and is not an output of a search"):
+        check_search_outputs(scales / "s.json", resume=True)
+
+
+def test_an_export_replaces_its_own_earlier_export(tmp_path):
+    from repo_train.export import export_checkpoint
+
+    checkpoint = lightning_like(tmp_path / "run.ckpt")
+    export_checkpoint(checkpoint, tmp_path / "hf", with_tokenizer=False)
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"stale")
+    export_checkpoint(checkpoint, tmp_path / "hf", with_tokenizer=False)
+    manifest = json.loads((tmp_path / "hf" / "export.json").read_text())
+    assert manifest["written_by"] == "python -m repo_train export" and manifest["checkpoint"] == str(checkpoint)
+    assert (tmp_path / "hf" / "model.safetensors").read_bytes() != b"stale"
