@@ -17,9 +17,12 @@ that do not fit are only counted, so refusing an impossible task (say 37,500
 KV prompts of 6,000 tokens for a 2,048-token model) takes the memory of one
 chunk, not of every prompt's tokens and offsets.
 
-`OUT/run.json` records what the records depend on (model, task parameters,
-decoding); resuming into a directory made with other settings is refused
-rather than mixed. Methods and tasks may be added to an existing directory.
+`OUT/run.json` records what the records depend on (model, its weight files,
+tokenizer, the files methods read, task parameters and metrics, decoding);
+resuming into a directory made with other settings is refused rather than
+mixed, and so are records without a run.json and a directory of other files
+(`repo_train.output_guard`). Methods and tasks may be added to an existing
+directory.
 
 Decoding defaults come from the task's `generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
 choice) generate nothing: each row's options are scored by `evaluation.loglik`
