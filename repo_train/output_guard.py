@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 #: Files a command's own machinery may leave in an output directory without it being "someone else's":
-#: lock files of a run that died, and hidden staging leftovers of an atomic write.
-_HOUSEKEEPING = ("run.lock",)
+#: lock files (`*.lock`) of a run that died, and hidden staging leftovers of an atomic write (`.NAME.*.tmp`).
+_HOUSEKEEPING_SUFFIXES = (".lock",)
 
 
 class OutputRefused(ValueError):
@@ -40,12 +40,13 @@ def require_path(value: str | os.PathLike | None, option: str = "--out") -> Path
 
 
 def foreign_entries(directory: Path, ours: Iterable[str] = ()) -> list[str]:
-    """Names in `directory` other than `ours`, the lock file and hidden staging files (sorted)."""
-    allowed = {*ours, *_HOUSEKEEPING}
+    """Names in `directory` other than `ours`, lock files and hidden staging files (sorted)."""
     return sorted(
         entry.name
         for entry in directory.iterdir()
-        if entry.name not in allowed and not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old")))
+        if entry.name not in set(ours)
+        and not entry.name.endswith(_HOUSEKEEPING_SUFFIXES)
+        and not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old")))
     )
 
 

@@ -142,7 +142,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         if given:
             parser.fail(f"{', '.join(given)}: loop file only (--config FILE); the built-in loop runs on the CPU")
         args.base = args.base or str(BASE)
-        args.out = args.out or "outputs/quickstart"
+        args.out = "outputs/quickstart" if args.out is None else args.out  # `--out ''` is refused by main
     else:
         name = (
             (Path(files[-1]).relative_to(ROOT) if Path(files[-1]).is_relative_to(ROOT) else files[-1])
@@ -165,7 +165,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
             loop_config.check_files(args.loop, ROOT)
         except ValueError as err:
             parser.fail(f"{name}: {err}")
-        args.out = args.out or f"outputs/quickstart-{Path(files[-1]).stem}"
+        args.out = f"outputs/quickstart-{Path(files[-1]).stem}" if args.out is None else args.out
         args.config_name = str(name)
     if show:
         print(dump_config(resolved_config(args)), end="")
@@ -324,6 +324,10 @@ def search_resume(scale_file: Path) -> list[str] | None:
 
 def main() -> None:
     args = parse_args()
+    try:
+        check_out(args.out, (ROOT / args.out).resolve())
+    except ValueError as err:
+        raise SystemExit(f"{PROG}: {err}") from None
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     if args.loop is not None:
         run_config(args, out)
@@ -336,6 +340,16 @@ def main() -> None:
         raise SystemExit(f"{PROG}: {err}") from None
     except KeyboardInterrupt:
         raise SystemExit(f"\ninterrupted; rerun the same command to go on from here ({out / 'steps.json'})") from None
+
+
+def check_out(given: str, out: Path) -> None:
+    """`--out` is new, empty, or an earlier quickstart's (its steps.json, or the commands.sh a run writes before
+    its first step); another folder, a file or `--out ''` is refused before anything is written."""
+    from repo_train.output_guard import check_output_directory, require_path
+
+    require_path(given)
+    if not (out / "commands.sh").is_file():
+        check_output_directory(out, "steps.json", "a quickstart output directory")
 
 
 def tiny_loop(args: Namespace, out: Path) -> None:

@@ -170,6 +170,7 @@ def _tiny_search(ctx: Context) -> Path:
 
 
 SEARCH_CACHE: list[Path] = []
+FULL_SCALE = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart" / "olmo2-1b.yaml")
 
 
 def _search_argv(ctx: Context, *extra: str) -> list[str]:
@@ -611,3 +612,25 @@ def test_an_export_replaces_its_own_earlier_export(tmp_path):
     manifest = json.loads((tmp_path / "hf" / "export.json").read_text())
     assert manifest["written_by"] == "python -m repo_train export" and manifest["checkpoint"] == str(checkpoint)
     assert (tmp_path / "hf" / "model.safetensors").read_bytes() != b"stale"
+
+
+def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkeypatch):
+    """A folder of other files, a file, or `--out ''` is refused before anything is written; an earlier
+    quickstart's (steps.json, or only the commands.sh of a run killed before its first step) is taken."""
+    from script_loader import load_script
+
+    qs = load_script("quickstart")
+    folder = _user_folder(Context(tmp_path))
+    before = tree_bytes(tmp_path)
+    for given in (str(folder), str(folder / "report.md"), ""):
+        monkeypatch.setattr(sys, "argv", ["quickstart.py", "--config", FULL_SCALE, "--dry-run", "--out", given])
+        with pytest.raises(SystemExit) as stop:
+            qs.main()
+        assert str(stop.value).startswith("scripts/quickstart.py: --out"), stop.value
+    assert tree_bytes(tmp_path) == before
+    for manifest in ("steps.json", "commands.sh"):
+        earlier = tmp_path / manifest.replace(".", "-")
+        earlier.mkdir()
+        (earlier / manifest).write_text("{}\n")
+        (earlier / "report.md").write_text("# the quickstart's report\n")
+        qs.check_out(str(earlier), earlier)  # taken: no exception
