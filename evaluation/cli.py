@@ -77,7 +77,11 @@ def _add_report(parser: ConfigParser) -> None:
 
 def _report(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
+    from repo_train.output_guard import require_path
 
+    require_path(options.out)  # '' would mean the current directory
+    for directory in options.compare:
+        require_path(directory, "--compare")
     paths = render_report(options.out, options.compare, seeds=options.seeds)
     print("\n".join(str(p) for p in paths))
     return 0
@@ -91,7 +95,9 @@ def _add_summarize(parser: ConfigParser) -> None:
 def _summarize(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
     from evaluation.results import resummarize
+    from repo_train.output_guard import require_path
 
+    require_path(options.out)  # '' would mean the current directory
     summary = resummarize(options.out)
     print(f"{Path(options.out) / 'summary.json'}: format_version {summary['format_version']}")
     if not options.no_report:
