@@ -484,6 +484,8 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             differs += [f"methods.{label}.{item}" for item in _differing("files", before.get("files"), pins["files"])]
     for name, spec in fresh["tasks"].items():
         before = old.get("tasks", {}).get(name)
+        if isinstance(before, dict):  # checked once the prompts are built (`check_prompts`)
+            before = {key: value for key, value in before.items() if key != "prompts_sha256"}
         if before is not None and before != spec:  # e.g. tasks.kv.metric: absent (an older run) or another one
             differs += [f"tasks.{name}.{key}" for key in sorted({*spec, *before}) if before.get(key) != spec.get(key)]
     if differs:
@@ -499,6 +501,39 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         )
     methods = {**(old.get("methods") or {}), **fresh["methods"]}
     return {**fresh, "methods": methods, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
+
+
+def prompts_digest(prepared: PreparedTask) -> str:
+    """A hash of what a task's records answer: every row's id, gold position and answers, and its prompt's token
+    ids (so a data file replaced at the same path, or prompts tokenised otherwise, is told apart)."""
+    digest = hashlib.sha256()
+    for row, prompt in zip(prepared.rows, prepared.prompts, strict=True):
+        head = [row["id"], row["example_id"], row["gold_position"], row["answers"], prompt.truncated]
+        digest.update(json.dumps(head, default=str).encode())
+        digest.update(b",".join(str(token).encode() for token in prompt.input_ids))
+    return digest.hexdigest()[:32]
+
+
+def check_prompts(out: Path, manifest: dict[str, Any], prepared: Sequence[PreparedTask]) -> None:
+    """Set `tasks.NAME.prompts_sha256` in the manifest to write; refuse a task whose earlier run.json names other
+    prompts (the data file or the tokenisation changed under the same settings). An older run.json without it
+    resumes (its value is recorded now)."""
+    path = out / MANIFEST_FILE
+    old = json.loads(path.read_text(encoding="utf-8")).get("tasks", {}) if path.is_file() else {}
+    changed = []
+    for task in prepared:
+        digest = prompts_digest(task)
+        before = (old.get(task.name) or {}).get("prompts_sha256")
+        if before is not None and before != digest:
+            changed.append(task.name)
+        manifest["tasks"][task.name]["prompts_sha256"] = digest
+    if changed:
+        raise ValueError(
+            f"{out} holds results of a run with other settings (differs in "
+            f"{', '.join(f'tasks.{name}.prompts_sha256' for name in changed)}: the same task settings give other "
+            "prompts or answers, e.g. a data file replaced at the same path); use another --out directory, or delete "
+            "this one to start over"
+        )
 
 
 def _differing(prefix: str, before: Any, now: Any) -> list[str]:
@@ -598,6 +633,7 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
         prepare_task(name, params, model, tokenizer, config.settings(name), config.prompt_format)
         for name, params in config.tasks.items()
     ]
+    check_prompts(out, manifest, prepared)  # the same settings over replaced data: refused before any write
     overlap = check_disjoint(  # a searched method scored on its own search's examples is refused here
         [(task.name, task.source_fingerprints) for task in prepared],
         [(stack.label, stack.methods) for stack in stacks],

@@ -89,6 +89,30 @@ def _stopped_lpes_run(ctx: Context) -> list[str]:
     return _stopped_run(_replace_scale_file, "--method", spec)(ctx)
 
 
+def _kv_file(ctx: Context, value: str) -> Path:
+    """ctx.tmp/data/kv-retrieval-2_keys.jsonl in the release's format: 4 examples of 2 pairs, values `value`-i-k."""
+    data = ctx.tmp / "data"
+    data.mkdir(exist_ok=True)
+    lines = []
+    for index in range(4):
+        pairs = [[f"key-{index}-{k}", f"{value}-{index}-{k}"] for k in range(2)]
+        lines.append(json.dumps({"ordered_kv_records": pairs, "key": pairs[1][0], "value": pairs[1][1]}))
+    (data / "kv-retrieval-2_keys.jsonl").write_text("\n".join(lines) + "\n")
+    return data
+
+
+def _stopped_data_run(ctx: Context) -> list[str]:
+    """An earlier run on a release file stopped after one record, then the file replaced at the same path."""
+    import evaluation.runner
+
+    def replace(ctx: Context) -> None:
+        _kv_file(ctx, "other")
+        evaluation.runner._DATASETS.clear()  # a new process builds the task again; this one has it in memory
+        evaluation.runner._TOKENS_CACHE.clear()
+
+    return _stopped_run(replace, "--data-dir", str(_kv_file(ctx, "value")))(ctx)
+
+
 def _only_the_first_run(ctx: Context) -> None:
     """The records are those the first run wrote (one), none of the rerun's."""
     assert records_of(ctx.tmp / "out") == ctx.first_records and len(ctx.first_records) == 1
@@ -243,6 +267,14 @@ ROWS = [
         _stopped_lpes_run,
         EXIT_USAGE,
         "other settings (differs in methods.lpes:scale_file=",
+        _only_the_first_run,
+    ),
+    Row(
+        "eval-resume-data-file-replaced",
+        "evaluation",
+        _stopped_data_run,
+        EXIT_USAGE,
+        "other settings (differs in tasks.kv.prompts_sha256: the same task settings give other prompts",
         _only_the_first_run,
     ),
     Row(
