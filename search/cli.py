@@ -32,7 +32,7 @@ from jsonargparse.typing import PositiveInt
 
 from repo_train.config_cli import ConfigParser, dispatch, dump_config
 from search.config import SearchConfig, add_search_options, config_from_options
-from search.prepare import decode_settings, load_search_model, task_parameters
+from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -309,20 +309,10 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     summary.update(scales=result.scales, evaluations=result.evaluations, paths={k: str(v) for k, v in paths.items()})
     if rank == 0:
         name = str(config.model.path) if config.model.path else model.name_or_path
-        model_record = {"name": name, **model_fingerprint(model), **_applied_to(config, model)}
+        model_record = {"name": name, **model_fingerprint(model), **searched_model(config.model, model)}
         summary["wall_time_s"] = _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled)
         _print_summary(summary, time.perf_counter() - wall)
     return summary
-
-
-def _applied_to(config, model) -> dict[str, Any]:
-    """What evaluation checks before applying the scale file (`evaluation.scale_file_model`): the model's
-    dtype- and path-independent config hash and its weight files (or the tiny default's seed)."""
-    from evaluation.models import model_identity, weights_identity
-
-    path = config.model.path
-    files = weights_identity(Path(path).resolve()) if path else {"tiny_default_seed": config.model.seed}
-    return {"identity_sha256": model_identity(model)["config_sha256"], "weight_files": files}
 
 
 def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any]:

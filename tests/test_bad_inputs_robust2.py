@@ -222,11 +222,16 @@ def _export_argv(ctx: Context, out: str) -> list[str]:
     return ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt")), "--out", out, "--no-tokenizer"]
 
 
-def _earlier_fit_root(ctx: Context) -> list[str]:
-    checkpoints = ctx.tmp / "run" / "lightning_logs" / "version_0" / "checkpoints"
-    checkpoints.mkdir(parents=True)
-    (checkpoints / "last.ckpt").write_bytes(b"an earlier run's checkpoint")
-    return ["fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(ctx.tmp / "run")]
+def _earlier_fit_root(name: str) -> Callable[[Context], list[str]]:
+    """A training root whose version_0 holds the checkpoint `name` of an earlier run."""
+
+    def setup(ctx: Context) -> list[str]:
+        checkpoints = ctx.tmp / "run" / "lightning_logs" / "version_0" / "checkpoints"
+        checkpoints.mkdir(parents=True)
+        (checkpoints / name).write_bytes(b"an earlier run's checkpoint")
+        return ["fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(ctx.tmp / "run")]
+
+    return setup
 
 
 # ----------------------------------------------------------------------------- the table
@@ -545,13 +550,37 @@ ROWS = [
         EXIT_USAGE,
         "weights (the tiny default of seed 0 in the file",
     ),
+    Row(
+        "diagnose-scales-of-another-model",
+        "search",
+        lambda ctx: [
+            "diagnose",
+            "--config",
+            TINY_SEARCH,
+            "--model",
+            str(tiny_model(ctx.tmp, "model")),
+            "--scale_file",
+            str(_tiny_search(ctx)),
+            "--out",
+            str(ctx.tmp / "diag"),
+        ],
+        EXIT_USAGE,
+        "was searched for another model (tiny-default(seed=0); differs in config (sha256",
+    ),
     # -- training restarted silently
     Row(
         "fit-afresh-beside-last-ckpt",
         "repo_train",
-        _earlier_fit_root,
+        _earlier_fit_root("last.ckpt"),
         EXIT_USAGE,
         "holds an earlier run's checkpoint",
+    ),
+    Row(
+        "fit-afresh-beside-a-step-checkpoint",
+        "repo_train",
+        _earlier_fit_root("step=3.ckpt"),
+        EXIT_USAGE,
+        "version_0/checkpoints/step=3.ckpt: pass --ckpt_path",
     ),
 ]
 

@@ -231,16 +231,17 @@ class RePoCLI(LightningCLI):
 
 
 def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
-    """A `fit` without `--ckpt_path` into a root that holds an earlier run's last.ckpt is refused.
+    """A `fit` without `--ckpt_path` into a root that holds an earlier run's checkpoint is refused.
 
     Lightning would start again at step 0 in a new version_N beside the old
     checkpoints, and `newest_last_checkpoint` would later pick either run's. The
-    message names the checkpoint and the flag that resumes it. Remote roots are
-    not searched.
+    message names the checkpoint (the newest last.ckpt, else the newest *.ckpt)
+    and the flag that resumes it. Remote roots are not searched.
     """
     if ckpt_path or "://" in root:
         return
-    found = newest_last_checkpoint(root)
+    others = [p for p in Path(root).rglob("*.ckpt")] if Path(root).is_dir() else []  # e.g. step=N.ckpt alone
+    found = newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
     if found is not None:
         raise ValueError(
             f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
