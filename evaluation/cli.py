@@ -28,6 +28,7 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
+    from evaluation.models import check_tiny_default_options
     from evaluation.report import render_report
     from evaluation.runner import RunInterrupted, check_run_directory, run
     from repo_train.distributed import close_distributed, init_distributed, rank_and_world
@@ -39,6 +40,8 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
         print(text, end="")
         return 0
     check_run_directory(options.out)  # another program's folder, or records of unknown settings: before any notice
+    if options.model is None:  # --dtype / --attn-implementation would be ignored by the tiny default
+        check_tiny_default_options(options.dtype, options.attn_implementation)
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
     if options.model is None and rank_and_world()[0] == 0:

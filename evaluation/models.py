@@ -80,6 +80,18 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def check_tiny_default_options(dtype: str, attn_implementation: str, prefix: str = "--") -> None:
+    """The tiny default is built in float32 with SDPA: another dtype or attention for it is refused, not ignored
+    (a config would record it as used). `prefix` spells the options as the command does ("--", "--model.")."""
+    given = [f"{prefix}{name} {value}" for name, value, default in (("dtype", dtype, ("auto", "float32")),
+             ("attn_implementation", attn_implementation, ("sdpa",))) if value not in default]  # fmt: skip
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} applies to a model loaded from a directory, and none is given (the built-in tiny "
+            "default runs in float32 with sdpa): pass --model DIR, or leave the option out"
+        )
+
+
 def tiny_default(seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The built-in default: a random `presets.tiny` OLMo-2 sized to the byte tokenizer (same weights per seed)."""
     tokenizer = byte_tokenizer()

@@ -58,6 +58,7 @@ from evaluation.generation import (
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
 from evaluation.models import (
+    check_tiny_default_options,
     file_identity,
     load_model,
     model_identity,
@@ -611,6 +612,7 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
         model = place_model(model, config.device)
         weights = weights_identity(Path(config.model).resolve())
     elif model is None:
+        check_tiny_default_options(config.dtype, config.attn_implementation)
         model, tokenizer = tiny_default(config.seed)
         model = place_model(model, config.device)
         weights = {"tiny_default_seed": config.seed}

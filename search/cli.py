@@ -95,6 +95,10 @@ def _add_run(parser: ConfigParser) -> None:
 def _run(options: Namespace, parser: ConfigParser) -> int:
     check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
     config = config_from_options(parser, options)
+    if config.model.path is None:  # --model.dtype / attn_implementation would be ignored by the tiny default
+        from evaluation.models import check_tiny_default_options
+
+        check_tiny_default_options(config.model.dtype, config.model.attn_implementation, "--model.")
     if getattr(parser, "tiny_defaults", False):
         print(
             "no --model and no --config: the built-in tiny random model with configs/search/tiny.yaml", file=sys.stderr

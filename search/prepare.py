@@ -64,9 +64,10 @@ def decode_settings(task) -> Any:
 
 def load_search_model(model_config):
     """Model and tokenizer on the right device: a local directory, or the tiny default."""
-    from evaluation.models import load_model, place_model, tiny_default
+    from evaluation.models import check_tiny_default_options, load_model, place_model, tiny_default
 
     if model_config.path is None:
+        check_tiny_default_options(model_config.dtype, model_config.attn_implementation, "--model.")
         model, tokenizer = tiny_default(model_config.seed)
     else:
         model, tokenizer = load_model(Path(model_config.path), model_config.dtype, model_config.attn_implementation)

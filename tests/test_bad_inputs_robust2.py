@@ -567,6 +567,28 @@ ROWS = [
         EXIT_USAGE,
         "was searched for another model (tiny-default(seed=0); differs in config (sha256",
     ),
+    # -- options the tiny default would ignore (and a config record as used)
+    Row(
+        "search-dtype-without-model",
+        "search",
+        lambda ctx: _search_argv(ctx, "--model.dtype", "int8"),
+        EXIT_USAGE,
+        "--model.dtype int8 applies to a model loaded from a directory, and none is given",
+    ),
+    Row(
+        "search-attention-without-model",
+        "search",
+        lambda ctx: _search_argv(ctx, "--model.attn_implementation", "eager"),
+        EXIT_USAGE,
+        "--model.attn_implementation eager applies to a model loaded from a directory",
+    ),
+    Row(
+        "eval-dtype-without-model",
+        "evaluation",
+        lambda ctx: [*EVAL, "--dtype", "bfloat16", "--out", str(ctx.tmp / "out")],
+        EXIT_USAGE,
+        "--dtype bfloat16 applies to a model loaded from a directory",
+    ),
     # -- training restarted silently
     Row(
         "fit-afresh-beside-last-ckpt",
