@@ -589,6 +589,13 @@ ROWS = [
         EXIT_USAGE,
         "--dtype bfloat16 applies to a model loaded from a directory",
     ),
+    Row(
+        "validate-without-checkpoint-or-data",
+        "repo_train",
+        lambda ctx: ["validate", "--trainer.default_root_dir", str(ctx.tmp / "run")],
+        EXIT_USAGE,
+        "validate needs --data.val SOURCE (the data to validate on) and --ckpt_path CKPT or --model.init_from DIR",
+    ),
     # -- training restarted silently
     Row(
         "fit-afresh-beside-last-ckpt",

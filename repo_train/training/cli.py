@@ -196,6 +196,19 @@ class RePoCLI(LightningCLI):
         self.datamodule.build_sources()  # missing, empty or damaged data files
         self.datamodule.check_model(config)
 
+    def before_validate(self) -> None:
+        """`validate` scores the validation data on a checkpoint; without either it would do nothing and exit 0."""
+        missing = []
+        if self.datamodule.hparams.get("val") is None:
+            missing.append("--data.val SOURCE (the data to validate on)")
+        if not self.config_init[self.subcommand].get("ckpt_path") and not self.model.hparams.init_from:
+            missing.append("--ckpt_path CKPT or --model.init_from DIR (the weights to validate)")
+        if missing:
+            raise ValueError(
+                f"validate needs {' and '.join(missing)}: without them it would validate nothing (or freshly "
+                "initialised weights) and report success"
+            )
+
     def _run_subcommand(self, subcommand: str) -> None:
         try:
             with ExitStack() as stack:
