@@ -163,6 +163,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
                 data_dir=args.data_dir,
             )  # fmt: skip
             loop_config.check_files(args.loop, ROOT)
+            loop_config.check_evaluations(args.loop)  # every method, task and option the evaluations will pass
         except ValueError as err:
             parser.fail(f"{name}: {err}")
         args.out = f"outputs/quickstart-{Path(files[-1]).stem}" if args.out is None else args.out

@@ -754,3 +754,30 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkey
         (earlier / manifest).write_text("{}\n")
         (earlier / "report.md").write_text("# the quickstart's report\n")
         qs.check_out(str(earlier), earlier)  # taken: no exception
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "phrase"),
+    [
+        ('"caliope:calibrator=hourglass", fim,', '"caliope:calibrator=hourglass", fimm,', "unknown method 'fimm'"),
+        ('"lpes:scale_file={scale_file}"', '"lpes:scale_fil={scale_file}"', "unknown parameter(s) ['scale_fil']"),
+        ('--num-keys, "50"', '--num-keyz, "50"', "unrecognized arguments: --num-keyz 50"),
+        ('"mdqa,kv"', '"mdqa,kvv"', "kvv"),
+    ],
+)
+def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, monkeypatch, before, after, phrase):
+    """A typo in a method, its parameters or the harness options fails the dry run, not the GPU run hours later."""
+    from script_loader import load_script
+
+    loop = Path(FULL_SCALE).read_text()
+    assert before in loop
+    (tmp_path / "loop.yaml").write_text(loop.replace(before, after))
+    qs = load_script("quickstart")
+    argv = ["quickstart.py", "--config", str(tmp_path / "loop.yaml"), "--dry-run", "--out", str(tmp_path / "qs")]
+    monkeypatch.setattr(sys, "argv", argv)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        qs.main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == EXIT_USAGE and len(lines) == 1 and phrase in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.yaml"]  # nothing written
