@@ -763,6 +763,8 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkey
         ('"lpes:scale_file={scale_file}"', '"lpes:scale_fil={scale_file}"', "unknown parameter(s) ['scale_fil']"),
         ('--num-keys, "50"', '--num-keyz, "50"', "unrecognized arguments: --num-keyz 50"),
         ('"mdqa,kv"', '"mdqa,kvv"', "kvv"),
+        ("args: [--task, mdqa,", "args: [--task, mdqq,", "search.args: option --task.name: expected one of"),
+        ("args: [--task, mdqa,", "args: [--task, mdqa, --ga.populaton, '8',", "--ga.populaton"),
     ],
 )
 def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, monkeypatch, before, after, phrase):
