@@ -32,6 +32,7 @@ policies) apply there.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import json
@@ -496,8 +497,9 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         )
     if unpinned:  # said once: the merged run.json written by the run pins them from now on
         print(
-            f"[evaluation] note: {path} was written by an older version that did not pin {', '.join(unpinned)} "
-            "(the weights were not pinned); resuming without checking them, and recording them now",
+            f"[evaluation] note: {path} was written by an older version that did not pin {', '.join(unpinned)}"
+            f"{' (the weights were not pinned)' if 'weights' in unpinned else ''}; resuming without checking them, "
+            "and recording them now",
             file=sys.stderr,
         )
     methods = {**(old.get("methods") or {}), **fresh["methods"]}
@@ -511,7 +513,7 @@ def prompts_digest(prepared: PreparedTask) -> str:
     for row, prompt in zip(prepared.rows, prepared.prompts, strict=True):
         head = [row["id"], row["example_id"], row["gold_position"], row["answers"], prompt.truncated]
         digest.update(json.dumps(head, default=str).encode())
-        digest.update(b",".join(str(token).encode() for token in prompt.input_ids))
+        digest.update(array.array("q", prompt.input_ids).tobytes())  # C speed: 10^8 tokens in about a second
     return digest.hexdigest()[:32]
 
 
