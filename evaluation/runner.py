@@ -495,7 +495,7 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             f"{out} holds results of a run with other settings (differs in {', '.join(differs)}); "
             "use another --out directory, or delete this one to start over"
         )
-    if unpinned:  # said once: the merged run.json written by the run pins them from now on
+    if unpinned and rank_and_world()[0] == 0:  # said once: the merged run.json written by the run pins them
         print(
             f"[evaluation] note: {path} was written by an older version that did not pin {', '.join(unpinned)}"
             f"{' (the weights were not pinned)' if 'weights' in unpinned else ''}; resuming without checking them, "
