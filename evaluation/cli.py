@@ -28,8 +28,9 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
+    from evaluation.models import check_tiny_default_options
     from evaluation.report import render_report
-    from evaluation.runner import RunInterrupted, run
+    from evaluation.runner import RunInterrupted, check_run_directory, run
     from repo_train.distributed import close_distributed, init_distributed, rank_and_world
     from repo_train.training.launcher_watch import watch_launcher
 
@@ -38,6 +39,9 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
     if options.print_config:
         print(text, end="")
         return 0
+    check_run_directory(options.out)  # another program's folder, or records of unknown settings: before any notice
+    if options.model is None:  # --dtype / --attn-implementation would be ignored by the tiny default
+        check_tiny_default_options(options.dtype, options.attn_implementation)
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
     if options.model is None and rank_and_world()[0] == 0:
@@ -76,7 +80,11 @@ def _add_report(parser: ConfigParser) -> None:
 
 def _report(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
+    from repo_train.output_guard import require_path
 
+    require_path(options.out)  # '' would mean the current directory
+    for directory in options.compare:
+        require_path(directory, "--compare")
     paths = render_report(options.out, options.compare, seeds=options.seeds)
     print("\n".join(str(p) for p in paths))
     return 0
@@ -90,7 +98,9 @@ def _add_summarize(parser: ConfigParser) -> None:
 def _summarize(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
     from evaluation.results import resummarize
+    from repo_train.output_guard import require_path
 
+    require_path(options.out)  # '' would mean the current directory
     summary = resummarize(options.out)
     print(f"{Path(options.out) / 'summary.json'}: format_version {summary['format_version']}")
     if not options.no_report:

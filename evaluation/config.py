@@ -159,6 +159,12 @@ def add_run_options(parser: ConfigParser) -> None:
         action="store_true",
         help="score a searched method (lpes) on examples its search used; the report then says so",
     )
+    parser.add_argument(
+        "--allow_other_model_scales",
+        "--allow-other-model-scales",
+        action="store_true",
+        help="apply an lpes scale file searched for another model (refused otherwise; the run then says so)",
+    )
     parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--no_report", "--no-report", action="store_true", help="skip plots and report.md")
 
@@ -315,6 +321,7 @@ def resolve(options: Namespace) -> ResolvedRun:
         "chat_template": options.chat_template,
         "system_prompt": options.system_prompt,
         "allow_search_overlap": options.allow_search_overlap,
+        "allow_other_model_scales": options.allow_other_model_scales,
         "max_records": options.max_records,
         "no_progress": options.no_progress,
         "no_report": options.no_report,
@@ -335,6 +342,7 @@ def resolve(options: Namespace) -> ResolvedRun:
         chat_template=options.chat_template,
         system_prompt=options.system_prompt,
         allow_search_overlap=options.allow_search_overlap,
+        allow_other_model_scales=options.allow_other_model_scales,
     )
     PromptFormat(options.chat_template, options.system_prompt)  # a system prompt without the template fails here
     return ResolvedRun(run=run, config=config)

@@ -80,6 +80,18 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def check_tiny_default_options(dtype: str, attn_implementation: str, prefix: str = "--") -> None:
+    """The tiny default is built in float32 with SDPA: another dtype or attention for it is refused, not ignored
+    (a config would record it as used). `prefix` spells the options as the command does ("--", "--model.")."""
+    given = [f"{prefix}{name} {value}" for name, value, default in (("dtype", dtype, ("auto", "float32")),
+             ("attn_implementation", attn_implementation, ("sdpa",))) if value not in default]  # fmt: skip
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} applies to a model loaded from a directory, and none is given (the built-in tiny "
+            "default runs in float32 with sdpa): pass --model DIR, or leave the option out"
+        )
+
+
 def tiny_default(seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The built-in default: a random `presets.tiny` OLMo-2 sized to the byte tokenizer (same weights per seed)."""
     tokenizer = byte_tokenizer()
@@ -192,6 +204,38 @@ def place_model(model: PreTrainedModel, device: str = "auto") -> PreTrainedModel
             raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu (or auto)")
         return model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
     return model.to("cpu")
+
+
+#: Weight files `weights_identity` pins, by suffix.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+#: Bytes read at each end of a weight file, and the size and count of the blocks read evenly in between.
+_END_BYTES, _BLOCK_BYTES, _BLOCKS = 2**20, 2**16, 16
+
+
+def file_identity(path: str | os.PathLike) -> dict[str, object]:
+    """{"size", "sha256"} of a file read in part: its first and last MiB and 16 evenly spaced 64 KiB blocks.
+
+    A few MiB whatever the file's size, so pinning a run to a 10 GB checkpoint costs milliseconds; replaced
+    weights change the header or the tensors at both ends (a fine-tune changes every tensor). The size is
+    hashed too. The modification time is not compared: a copy or `touch` changes it, not the weights.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as handle:
+        offsets = [0, max(0, size - _END_BYTES)]
+        offsets += [(size * (i + 1)) // (_BLOCKS + 1) for i in range(_BLOCKS)] if size > 2 * _END_BYTES else []
+        for index, offset in enumerate(offsets):
+            handle.seek(offset)
+            digest.update(handle.read(_END_BYTES if index < 2 else _BLOCK_BYTES))
+    return {"size": size, "sha256": digest.hexdigest()[:32]}
+
+
+def weights_identity(directory: str | os.PathLike) -> dict[str, dict[str, object]]:
+    """`file_identity` of every weight file in a model directory (`WEIGHT_SUFFIXES`), by file name."""
+    directory = Path(directory)
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+    return {p.name: file_identity(p) for p in files}
 
 
 def model_identity(model: PreTrainedModel) -> dict[str, str]:

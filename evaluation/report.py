@@ -13,8 +13,9 @@ per position.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,42 @@ def examples_line(spec: dict[str, Any], results: dict[str, Any]) -> str:
     return f"Source examples {first}-{first + count - 1} ({count})."
 
 
+def seed_run_setup(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What seed runs of one setup share: the model (its name without a tiny default's seed), the decoding, the
+    methods, and per task its parameters other than the seed, its decoding and its metric."""
+    model = dict(summary.get("model") or {})
+    name = re.sub(r"\(seed=-?\d+\)$", "", str(model.get("name", "")))
+    tasks = {}
+    for task, spec in (summary.get("tasks") or {}).items():
+        spec = dict(spec) if isinstance(spec, Mapping) else {}
+        params = {k: v for k, v in (spec.get("params") or {}).items() if k != "seed"}
+        tasks[task] = {**{k: v for k, v in spec.items() if k not in ("params", "rows")}, "params": params}
+    return {
+        "model": {"name": name, "class": model.get("class"), "config_sha256": model.get("config_sha256")},
+        "decode": summary.get("decode"),
+        "methods": summary.get("methods"),
+        "tasks": tasks,
+    }
+
+
+def check_seed_runs(directories: Sequence[Path], summaries: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse `--seeds` over runs that are not seeds of one setup (another model, task, decoding or method)."""
+    first = seed_run_setup(summaries[0])
+    for directory, summary in zip(directories[1:], summaries[1:]):
+        other = seed_run_setup(summary)
+        differs = []
+        for key, value in first.items():
+            if isinstance(value, Mapping) and isinstance(other[key], Mapping):
+                differs += [f"{key}.{k}" for k in sorted({*value, *other[key]}) if value.get(k) != other[key].get(k)]
+            elif value != other[key]:
+                differs.append(key)
+        if differs:
+            raise ValueError(
+                f"--seeds: {directory} is not a seed of the setup of {directories[0]} (differs in "
+                f"{', '.join(differs)}); compare such runs without --seeds"
+            )
+
+
 def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bool = False) -> list[Path]:
     """Write the plots and report.md into `out` from its summary.json (plus other run dirs to overlay).
 
@@ -233,6 +270,8 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
     out = Path(out)
     directories = [Path(directory) for directory in (out, *compare)]
     summaries = [load_summary(directory) for directory in directories]
+    if seeds:  # mean ± std over runs of different setups would be a number about nothing
+        check_seed_runs(directories, summaries)
     runs = list(zip(run_labels(directories, summaries), summaries))
     main = runs[0][1]
     tasks = list(dict.fromkeys(task for _, summary in runs for task in summary["results"]))

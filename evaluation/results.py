@@ -455,9 +455,20 @@ def resummarize(out: str | Path, n_resamples: int | None = None) -> dict[str, An
 
     The model, tasks, methods, decoding settings and bootstrap settings are taken from the
     existing summary (of any format version), so an old run gets today's statistics without
-    generating anything again. Returns the new summary.
+    generating anything again. Returns the new summary. It holds the directory's run lock (never
+    under a run that is writing it), and refuses to replace a summary that has results with one
+    that has none (an emptied records file).
     """
+    from repo_train.run_lock import locked_directory
+
     out = Path(out)
+    if not (out / SUMMARY_FILE).is_file():  # checked before the lock, which would create the directory
+        raise FileNotFoundError(f"{out} has no {SUMMARY_FILE} and {RECORDS_FILE} to re-summarise; run the evaluation")
+    with locked_directory(out, f"evaluation run directory {out}"):  # never under a run that is writing it
+        return _resummarize_locked(out, n_resamples)
+
+
+def _resummarize_locked(out: Path, n_resamples: int | None) -> dict[str, Any]:
     path = out / SUMMARY_FILE
     if not path.is_file() or not (out / RECORDS_FILE).is_file():
         raise FileNotFoundError(f"{out} has no {SUMMARY_FILE} and {RECORDS_FILE} to re-summarise; run the evaluation")
@@ -473,6 +484,11 @@ def resummarize(out: str | Path, n_resamples: int | None = None) -> dict[str, An
     records = [
         r for r in read_records(out / RECORDS_FILE) if r["task"] in old["tasks"] and r["method"] in old["methods"]
     ]
+    if not records and any(old.get("results", {}).values()):  # an emptied or replaced records file
+        raise ResultsFormatError(
+            f"{out / RECORDS_FILE} holds no records of the tasks and methods in {path}, which has results: "
+            f"{path} is kept as it is; restore the records file, or rerun the evaluation into another --out"
+        )
     summary = build_summary(
         records,
         model=old["model"],

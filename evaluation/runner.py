@@ -17,9 +17,12 @@ that do not fit are only counted, so refusing an impossible task (say 37,500
 KV prompts of 6,000 tokens for a 2,048-token model) takes the memory of one
 chunk, not of every prompt's tokens and offsets.
 
-`OUT/run.json` records what the records depend on (model, task parameters,
-decoding); resuming into a directory made with other settings is refused
-rather than mixed. Methods and tasks may be added to an existing directory.
+`OUT/run.json` records what the records depend on (model, its weight files,
+tokenizer, the files methods read, task parameters and metrics, decoding);
+resuming into a directory made with other settings is refused rather than
+mixed, and so are records without a run.json and a directory of other files
+(`repo_train.output_guard`). Methods and tasks may be added to an existing
+directory.
 
 Decoding defaults come from the task's `generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
 choice) generate nothing: each row's options are scored by `evaluation.loglik`
@@ -29,6 +32,7 @@ policies) apply there.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import json
@@ -54,7 +58,16 @@ from evaluation.generation import (
 )
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
-from evaluation.models import load_model, model_identity, place_model, resolve_dtype, tiny_default
+from evaluation.models import (
+    check_tiny_default_options,
+    file_identity,
+    load_model,
+    model_identity,
+    place_model,
+    resolve_dtype,
+    tiny_default,
+    weights_identity,
+)
 from evaluation.prompt_format import PromptFormat, chat_template_notice
 from evaluation.results import (
     FORMAT_VERSION,
@@ -68,11 +81,13 @@ from evaluation.results import (
     read_records,
     write_json_atomic,
 )
+from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
 from evaluation.tasks import Task, build_task
 from evaluation.tasks.base import source_fingerprint
 from repo_train.atomic import write_text_atomic
 from repo_train.distributed import balanced_shares, barrier, rank_and_world
+from repo_train.output_guard import OutputRefused, check_output_directory, require_path
 from repo_train.progress import track
 from repo_train.run_lock import locked_directory
 
@@ -131,6 +146,8 @@ class RunConfig:
     """System message of the chat template (needs chat_template)."""
     allow_search_overlap: bool = False
     """Score a searched method on examples its search used (refused otherwise: `evaluation.search_overlap`)."""
+    allow_other_model_scales: bool = False
+    """Apply a scale file searched for another model (refused otherwise: `evaluation.scale_file_model`)."""
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -376,10 +393,33 @@ def task_metric(name: str, params: Mapping[str, Any]) -> str:
     return build_task(name, **params).metric_name
 
 
-def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer, dtype: str) -> dict[str, Any]:
+def method_pins(stacks: Sequence[MethodStack]) -> dict[str, dict[str, Any]]:
+    """Per method stack label, the identity (`file_identity`) of every file its methods read (a scale file):
+    the label names the path, and a file replaced at that path must not resume into the same records."""
+    pins = {}
+    for stack in stacks:
+        files = {}
+        for method in stack.methods:
+            for item in fields(method) if dataclasses.is_dataclass(method) else ():
+                value = getattr(method, item.name, None)
+                if isinstance(value, str) and value and Path(value).is_file():
+                    files[value] = file_identity(value)
+        pins[stack.label] = {"files": files}
+    return pins
+
+
+def _manifest(
+    config: RunConfig,
+    identity: Mapping[str, str],
+    tokenizer,
+    dtype: str,
+    weights: Mapping[str, Any] | None = None,
+    methods: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """What the records depend on; per task its parameters, decoding and metric (a score of another metric
     must not be mixed in: kv's default changed from best_subspan_em to kv_containment); the prompt format
-    (chat template, system prompt) with the decoding."""
+    (chat template, system prompt) with the decoding; the weight files (`weights_identity`, None for a model
+    handed to `run` in memory), the tokenizer (`tokenizer_fingerprint`) and the files each method stack reads."""
     tasks = {}
     for name, params in config.tasks.items():
         settings = config.settings(name)
@@ -396,7 +436,19 @@ def _manifest(config: RunConfig, identity: Mapping[str, str], tokenizer, dtype: 
         "prompt_format": config.prompt_format.describe(tokenizer),
         "dtype": dtype,  # the weights' dtype as run (--dtype auto: bfloat16 on a GPU)
     }
-    return {"format_version": FORMAT_VERSION, "model": dict(identity), "decode": decode, "tasks": tasks}
+    return {
+        "format_version": FORMAT_VERSION,
+        "model": dict(identity),
+        "weights": None if weights is None else dict(weights),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "methods": dict(methods or {}),
+        "decode": decode,
+        "tasks": tasks,
+    }
+
+
+#: Keys of run.json that runs before this version did not write: such a run resumes without those checks.
+_PINNED_SINCE_V9 = ("weights", "tokenizer", "methods")
 
 
 def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -421,9 +473,21 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     for spec in (old.get("tasks") or {}).values():
         if isinstance(spec, dict) and isinstance(spec.get("params"), dict):  # before example_offset: from 0
             spec["params"].setdefault("example_offset", 0)
-    differs = [key for key in ("format_version", "model", "decode") if old.get(key) != fresh[key]]
+    unpinned = [key for key in _PINNED_SINCE_V9 if key not in old]
+    old.update({key: fresh[key] for key in unpinned})  # unknown for an older run: taken as this run's
+    differs = [key for key in ("format_version", "decode") if old.get(key) != fresh[key]]
+    differs += _differing("model", old.get("model"), fresh["model"])
+    differs += _differing("weights", old.get("weights"), fresh["weights"])
+    if old.get("tokenizer") != fresh["tokenizer"]:
+        differs.append("tokenizer")
+    for label, pins in fresh["methods"].items():
+        before = (old.get("methods") or {}).get(label)
+        if before is not None and before != pins:  # the file a method reads was replaced at the same path
+            differs += [f"methods.{label}.{item}" for item in _differing("files", before.get("files"), pins["files"])]
     for name, spec in fresh["tasks"].items():
         before = old.get("tasks", {}).get(name)
+        if isinstance(before, dict):  # checked once the prompts are built (`check_prompts`)
+            before = {key: value for key, value in before.items() if key != "prompts_sha256"}
         if before is not None and before != spec:  # e.g. tasks.kv.metric: absent (an older run) or another one
             differs += [f"tasks.{name}.{key}" for key in sorted({*spec, *before}) if before.get(key) != spec.get(key)]
     if differs:
@@ -431,7 +495,57 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             f"{out} holds results of a run with other settings (differs in {', '.join(differs)}); "
             "use another --out directory, or delete this one to start over"
         )
-    return {**fresh, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
+    if unpinned and rank_and_world()[0] == 0:  # said once: the merged run.json written by the run pins them
+        print(
+            f"[evaluation] note: {path} was written by an older version that did not pin {', '.join(unpinned)}"
+            f"{' (the weights were not pinned)' if 'weights' in unpinned else ''}; resuming without checking them, "
+            "and recording them now",
+            file=sys.stderr,
+        )
+    methods = {**(old.get("methods") or {}), **fresh["methods"]}
+    return {**fresh, "methods": methods, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
+
+
+def prompts_digest(prepared: PreparedTask) -> str:
+    """A hash of what a task's records answer: every row's id, gold position and answers, and its prompt's token
+    ids (so a data file replaced at the same path, or prompts tokenised otherwise, is told apart)."""
+    digest = hashlib.sha256()
+    for row, prompt in zip(prepared.rows, prepared.prompts, strict=True):
+        head = [row["id"], row["example_id"], row["gold_position"], row["answers"], prompt.truncated]
+        digest.update(json.dumps(head, default=str).encode())
+        digest.update(array.array("q", prompt.input_ids).tobytes())  # C speed: 10^8 tokens in about a second
+    return digest.hexdigest()[:32]
+
+
+def check_prompts(out: Path, manifest: dict[str, Any], prepared: Sequence[PreparedTask]) -> None:
+    """Set `tasks.NAME.prompts_sha256` in the manifest to write; refuse a task whose earlier run.json names other
+    prompts (the data file or the tokenisation changed under the same settings). An older run.json without it
+    resumes (its value is recorded now)."""
+    path = out / MANIFEST_FILE
+    old = json.loads(path.read_text(encoding="utf-8")).get("tasks", {}) if path.is_file() else {}
+    changed = []
+    for task in prepared:
+        digest = prompts_digest(task)
+        before = (old.get(task.name) or {}).get("prompts_sha256")
+        if before is not None and before != digest:
+            changed.append(task.name)
+        manifest["tasks"][task.name]["prompts_sha256"] = digest
+    if changed:
+        raise ValueError(
+            f"{out} holds results of a run with other settings (differs in "
+            f"{', '.join(f'tasks.{name}.prompts_sha256' for name in changed)}: the same task settings give other "
+            "prompts or answers, e.g. a data file replaced at the same path); use another --out directory, or delete "
+            "this one to start over"
+        )
+
+
+def _differing(prefix: str, before: Any, now: Any) -> list[str]:
+    """`prefix.key` for every key whose value differs between two mappings (`prefix` alone if either is not one)."""
+    if before == now:
+        return []
+    if not isinstance(before, Mapping) or not isinstance(now, Mapping):
+        return [prefix]
+    return [f"{prefix}.{key}" for key in sorted({*before, *now}, key=str) if before.get(key) != now.get(key)]
 
 
 def run(
@@ -462,15 +576,29 @@ def run(
     returns; the other ranks return None. Leftover rank files of a killed run
     count as done on the next run, at any number of ranks.
     """
-    if Path(config.out).exists() and not Path(config.out).is_dir():
-        raise NotADirectoryError(
-            f"the output directory {config.out} is a file; pass --out a directory (a new one, or an earlier "
-            "run's to resume it)"
-        )
+    check_run_directory(config.out)
     rank, world = rank_and_world()
     owner = locked_directory(config.out, f"evaluation run directory {config.out}") if rank == 0 else nullcontext()
     with owner:  # rank 0 owns the directory; if it is refused, it exits and torchrun stops the other ranks
         return _run_locked(config, model, tokenizer, max_records, on_record, progress, config_text, rank, world)
+
+
+def check_run_directory(out: str | Path) -> Path:
+    """`--out` of a run: missing, empty, or an earlier run's (its run.json); records without run.json (made under
+    settings nobody can check any more) and a folder of other files are refused before anything is written."""
+    path = require_path(out)
+    if path.is_file():
+        raise NotADirectoryError(
+            f"the output directory {out} is a file; pass --out a directory (a new one, or an earlier run's to resume it)"
+        )
+    records = [p.name for p in [path / RECORDS_FILE, *rank_records_files(path)] if p.is_file() and p.stat().st_size]
+    if records and not (path / MANIFEST_FILE).is_file():
+        raise OutputRefused(
+            f"{path} holds records ({', '.join(records)}) but no {MANIFEST_FILE}, so which model and settings made "
+            "them is unknown and a rerun could mix them with other results: pass another --out to start afresh "
+            "(or restore that run's run.json)"
+        )
+    return check_output_directory(path, MANIFEST_FILE, "an evaluation run directory")
 
 
 def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text, rank, world):
@@ -479,13 +607,17 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     labels = [stack.label for stack in stacks]
     if len(set(labels)) != len(labels):
         raise ValueError(f"the same method stack is listed twice: {labels}")
+    weights = None  # a model handed over in memory: its files (if any) are the caller's business
     if model is None and config.model:
         dtype = resolve_dtype(config.dtype, config.device)
         model, tokenizer = load_model(Path(config.model).resolve(), dtype, config.attn_implementation)
         model = place_model(model, config.device)
+        weights = weights_identity(Path(config.model).resolve())
     elif model is None:
+        check_tiny_default_options(config.dtype, config.attn_implementation)
         model, tokenizer = tiny_default(config.seed)
         model = place_model(model, config.device)
+        weights = {"tiny_default_seed": config.seed}
     for stack in stacks:  # a method that cannot apply to this model fails before anything is written
         with stack.attached(model, tokenizer):
             pass
@@ -493,16 +625,19 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     if notice and rank == 0:
         print(f"[evaluation] {notice}", file=sys.stderr)
     identity = model_identity(model)
+    for note in check_scale_file_models(stacks, identity, weights, config.allow_other_model_scales):
+        if rank == 0:  # a scale file searched for another model: refused above unless asked for
+            print(f"[evaluation] {note}", file=sys.stderr)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    manifest = _merge_manifest(
-        out, _manifest(config, identity, tokenizer, dtype)
-    )  # other settings fail before any work
+    fresh = _manifest(config, identity, tokenizer, dtype, weights, method_pins(stacks))
+    manifest = _merge_manifest(out, fresh)  # other settings fail before any work
     prepared = [
         prepare_task(name, params, model, tokenizer, config.settings(name), config.prompt_format)
         for name, params in config.tasks.items()
     ]
+    check_prompts(out, manifest, prepared)  # the same settings over replaced data: refused before any write
     overlap = check_disjoint(  # a searched method scored on its own search's examples is refused here
         [(task.name, task.source_fingerprints) for task in prepared],
         [(stack.label, stack.methods) for stack in stacks],

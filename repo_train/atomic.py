@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -92,23 +92,6 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def check_output_directory(out: Path, is_ours: Callable[[Path], bool], not_ours: str, what: str) -> None:
-    """`--out` for `atomic_directory` may be new, empty, or an earlier output of the same command (`is_ours`,
-    replaced whole); a link, a file or another non-empty directory is refused untouched, in one line.
-
-    `not_ours` completes "a non-empty directory ..." (say "that is not an earlier export (no config.json)");
-    `what` is what the directory is for.
-    """
-    if out.is_symlink():
-        raise ValueError(f"--out {out} is a symbolic link: pass the real directory path (or a new one)")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory: pass a new directory path for {what}")
-    if out.is_dir() and any(out.iterdir()) and not is_ours(out):
-        raise ValueError(
-            f"--out {out} is a non-empty directory {not_ours}: it is left as it is; pass a new directory path"
-        )
 
 
 def _remove_empty(directories: list[Path]) -> None:

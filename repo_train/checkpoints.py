@@ -195,3 +195,11 @@ def read_hyperparameters(path: str | Path) -> dict[str, dict]:
         return {k: v for k, v in dict(values).items() if not k.startswith("_")}
 
     return {"model": plain("hyper_parameters"), "data": plain("datamodule_hyper_parameters")}
+
+
+def newest_last_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir;
+    None when there is none (or no such directory). The one search for it: `fit` (which refuses to start
+    afresh beside it), the quickstart's resume and `last_checkpoint`."""
+    found = [p for p in Path(run_dir).rglob("last*.ckpt") if re.fullmatch(r"last(-v\d+)?\.ckpt", p.name)]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None

@@ -21,21 +21,25 @@ on synthetic token ids has none; `--no-tokenizer` exports the weights alone.
 `--out` is written atomically (`repo_train.atomic.atomic_directory`): built in
 a hidden staging directory next to it, moved into place complete, with the
 umask's permissions; nothing is left behind on failure. An existing `--out`
-is replaced only if it is an earlier export (it holds config.json); a file or
-another non-empty directory there is refused.
+is replaced only if it is an earlier export (it holds the `export.json` an
+export writes: checkpoint, dtype, tokenizer); a file, a link or any other
+non-empty directory there (another model's HF directory, an export made before
+export.json existed) is refused before anything is read or written.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
 import torch
 
-from repo_train.atomic import atomic_directory, check_output_directory
+from repo_train.atomic import atomic_directory
 from repo_train.checkpoints import load_lightning_checkpoint
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
+from repo_train.output_guard import check_output_directory
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -66,10 +70,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
 
 
-def check_out(out: Path) -> None:
-    """`--out` may be new, empty, or an earlier export (replaced); anything else is refused untouched."""
-    check_output_directory(
-        out, lambda d: (d / "config.json").is_file(), "that is not an earlier export (no config.json)", "the HF model"
+#: The manifest an export writes beside the weights: what `--out` must hold to be replaced by another export.
+EXPORT_MANIFEST = "export.json"
+
+
+def _is_export(directory: Path) -> bool:
+    try:
+        manifest = json.loads((directory / EXPORT_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("written_by") == "python -m repo_train export"
+
+
+def check_out(out: str | Path) -> Path:
+    """`--out` may be new, empty, or an earlier export (its export.json; replaced whole); anything else (another
+    model's HF directory, a user's folder, a file, a link) is refused untouched (`repo_train.output_guard`)."""
+    return check_output_directory(
+        out,
+        EXPORT_MANIFEST,
+        "an earlier export",
+        is_ours=_is_export,
+        fix="pass a new directory path (or an earlier export's, which is replaced)",
+        replaced_whole=True,
     )
 
 
@@ -141,8 +163,8 @@ def export_checkpoint(
 
     `tokenizer` None takes the run's own (see the module doc); `with_tokenizer=False` writes the weights alone.
     """
-    checkpoint, out = Path(checkpoint), Path(out)
-    check_out(out)
+    checkpoint = Path(checkpoint)
+    out = check_out(out)
     state = load_lightning_checkpoint(checkpoint)  # also: a missing path, a damaged file, one line each
     if "model_config" not in state:
         raise ValueError(f"{checkpoint} has no 'model_config': it was not written by repo_train's training module")
@@ -171,6 +193,13 @@ def export_checkpoint(
                 shutil.copyfile(file, staging / file.name)
             if tokenizer_object is not None:
                 tokenizer_object.save_pretrained(staging)
+            manifest = {
+                "written_by": "python -m repo_train export",
+                "checkpoint": str(checkpoint.resolve()),
+                "dtype": dtype,
+                "tokenizer": None if source is None else {"location": source[0], "from": source[1]},
+            }
+            (staging / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     except OSError as err:  # read-only place, disk full: the path and the reason
         raise ValueError(
             f"cannot write the export to {out} ({err.strerror or type(err).__name__}"

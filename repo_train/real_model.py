@@ -133,10 +133,16 @@ def is_up_to_date(out: Path, expected: dict) -> bool:
 
 def _check_out(out: Path) -> None:
     """`--out` may be new, empty, or an earlier output of this command (replaced); anything else is refused."""
-    from repo_train.atomic import check_output_directory
+    from repo_train.output_guard import check_output_directory
 
-    not_ours = f"that this command did not write (no {PROVENANCE_FILE})"
-    check_output_directory(out, lambda d: read_provenance(d) is not None, not_ours, "the model")
+    check_output_directory(
+        out,
+        PROVENANCE_FILE,
+        "a converted model of this command",
+        is_ours=lambda d: read_provenance(d) is not None,
+        fix="pass a new directory path",
+        replaced_whole=True,
+    )
 
 
 def _load_gguf(gguf: Path):

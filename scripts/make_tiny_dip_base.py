@@ -46,6 +46,7 @@ from evaluation.results import RECORDS_FILE, compare_with_baseline, load_summary
 from evaluation.statistics import PositionTable, cluster_bootstrap_curves, percentile_interval
 from repo_train.atomic import atomic_directory
 from repo_train.config_cli import ConfigParser, parse_script
+from repo_train.export import EXPORT_MANIFEST
 from repo_train.scripting.commands import CommandRunner
 
 OUT = ROOT / "assets" / "tiny-kv-dip"
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = readme(args, settings, summary, read_records(eval_dir / RECORDS_FILE), timings)
     with atomic_directory(out) as staging:
         for path in sorted(model.iterdir()):
-            if path.is_file():
+            if path.is_file() and path.name != EXPORT_MANIFEST:  # the export's bookkeeping (a work-dir path) stays
                 shutil.copy2(path, staging / path.name)
         (staging / "README.md").write_text(text)
     base = recipe_script.method_results(summary, METHODS)["baseline"]

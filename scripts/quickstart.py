@@ -142,7 +142,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         if given:
             parser.fail(f"{', '.join(given)}: loop file only (--config FILE); the built-in loop runs on the CPU")
         args.base = args.base or str(BASE)
-        args.out = args.out or "outputs/quickstart"
+        args.out = "outputs/quickstart" if args.out is None else args.out  # `--out ''` is refused by main
     else:
         name = (
             (Path(files[-1]).relative_to(ROOT) if Path(files[-1]).is_relative_to(ROOT) else files[-1])
@@ -163,9 +163,11 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
                 data_dir=args.data_dir,
             )  # fmt: skip
             loop_config.check_files(args.loop, ROOT)
+            loop_config.check_evaluations(args.loop)  # every method, task and option the evaluations will pass
+            check_search(args.loop)
         except ValueError as err:
             parser.fail(f"{name}: {err}")
-        args.out = args.out or f"outputs/quickstart-{Path(files[-1]).stem}"
+        args.out = f"outputs/quickstart-{Path(files[-1]).stem}" if args.out is None else args.out
         args.config_name = str(name)
     if show:
         print(dump_config(resolved_config(args)), end="")
@@ -324,6 +326,10 @@ def search_resume(scale_file: Path) -> list[str] | None:
 
 def main() -> None:
     args = parse_args()
+    try:
+        check_out(args.out, (ROOT / args.out).resolve())
+    except ValueError as err:
+        raise SystemExit(f"{PROG}: {err}") from None
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     if args.loop is not None:
         run_config(args, out)
@@ -336,6 +342,46 @@ def main() -> None:
         raise SystemExit(f"{PROG}: {err}") from None
     except KeyboardInterrupt:
         raise SystemExit(f"\ninterrupted; rerun the same command to go on from here ({out / 'steps.json'})") from None
+
+
+def check_search(config: loop_config.LoopConfig) -> None:
+    """The search's config file and `search.args`, parsed and built as `python -m search run` does (also in a dry
+    run), so a typo fails now and not after training; its model and data directory are checked elsewhere."""
+    import contextlib
+    import io
+
+    from repo_train.config_cli import ConfigParser
+    from search.cli import COMMANDS
+    from search.config import config_from_options
+
+    stand_in = dict.fromkeys(loop_config.PLACEHOLDERS, "1")
+    argv = ["--config", str(ROOT / config.search.config), *(loop_config.fill(a, stand_in) for a in config.search.args)]
+    if "--data-dir" in argv:  # the data directory exists only on the GPU machine (`machine_problems`)
+        at = argv.index("--data-dir")
+        del argv[at : at + 2]
+    help_text, add_options, _ = COMMANDS["run"]
+    parser = ConfigParser.for_command("python -m search run", help_text)
+    add_options(parser)
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            options, _ = parser.parse([*argv, "--out", "unused.json"])
+        config_from_options(parser, options)
+    except SystemExit:
+        message = (errors.getvalue().strip().splitlines() or ["not valid"])[-1].split("error: ", 1)[-1]
+        raise loop_config.LoopConfigError(f"search.config / search.args: {message}") from None
+    except ValueError as err:
+        raise loop_config.LoopConfigError(f"search.config / search.args: {err}") from None
+
+
+def check_out(given: str, out: Path) -> None:
+    """`--out` is new, empty, or an earlier quickstart's (its steps.json, or the commands.sh a run writes before
+    its first step); another folder, a file or `--out ''` is refused before anything is written."""
+    from repo_train.output_guard import check_output_directory, require_path
+
+    require_path(given)
+    if not (out / "commands.sh").is_file():
+        check_output_directory(out, "steps.json", "a quickstart output directory")
 
 
 def tiny_loop(args: Namespace, out: Path) -> None:

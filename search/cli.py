@@ -32,7 +32,7 @@ from jsonargparse.typing import PositiveInt
 
 from repo_train.config_cli import ConfigParser, dispatch, dump_config
 from search.config import SearchConfig, add_search_options, config_from_options
-from search.prepare import decode_settings, load_search_model, task_parameters
+from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -93,8 +93,12 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, parser: ConfigParser) -> int:
-    output_paths(options.out)  # a bad --out fails before anything is loaded
+    check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
     config = config_from_options(parser, options)
+    if config.model.path is None:  # --model.dtype / attn_implementation would be ignored by the tiny default
+        from evaluation.models import check_tiny_default_options
+
+        check_tiny_default_options(config.model.dtype, config.model.attn_implementation, "--model.")
     if getattr(parser, "tiny_defaults", False):
         print(
             "no --model and no --config: the built-in tiny random model with configs/search/tiny.yaml", file=sys.stderr
@@ -152,6 +156,41 @@ def output_paths(out: str | Path) -> dict[str, Path]:
     }
 
 
+def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
+    """The files of the search writing `out`, refused (`repo_train.output_guard`) unless each is missing or this
+    search's own: with `--resume` and NAME.state.json every file is the search's; without a state file only
+    NAME.config.yaml of the same `--out` may be there (a search killed before its first generation). Reads only."""
+    from repo_train.output_guard import check_output_file, require_path
+
+    paths = output_paths(require_path(out))
+    if paths["state"].is_file():
+        if not resume:
+            raise ValueError(
+                f"{paths['state']} exists: pass --resume to continue that search, or delete it to start over"
+            )
+        return paths
+    advice = "pass another --out, or delete it if that earlier search is no longer needed"
+    for key in ("scale", "log", "curve", "fitness", "config"):
+        ours = key == "config" and _own_config(paths["config"], paths["scale"])
+        what = "an output" if key != "scale" else "the scale file"
+        check_output_file(paths[key], f"{what} of a search that can continue (no {paths['state'].name})",
+                          ours=ours, fix=advice)  # fmt: skip
+    return paths
+
+
+def _own_config(path: Path, scale: Path) -> bool:
+    """True if `path` is the NAME.config.yaml a search into `scale` wrote (its `out` names that file)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    if not isinstance(data, dict) or not {"ga", "task", "out"} <= set(data):
+        return False
+    return Path(str(data["out"])).resolve() == scale.resolve()
+
+
 def lock_path(out: str | Path) -> Path:
     """The lock file of the search writing `out` (NAME.json -> NAME.lock), held by rank 0 while it runs."""
     out = Path(out)
@@ -194,9 +233,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     from search.search_log import search_with_log
 
     rank, _ = rank_and_world()
-    paths = output_paths(out)
-    if paths["state"].exists() and not resume:
-        raise ValueError(f"{paths['state']} exists: pass --resume to continue that search, or delete it to start over")
+    paths = check_search_outputs(out, resume)  # also for a search started from Python
     if paths["state"].exists():
         from search.ga import SearchState
 
@@ -232,6 +269,10 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
             task.name, params, num_examples=held.num_examples, example_offset=held_offset, seed=held_seed
         )
     space = config.space.build(num_layers)
+    if resume and paths["state"].exists():  # a state the GA would refuse leaves NAME.config.yaml as it was
+        from search.ga import _resume
+
+        _resume(paths["state"], space, config.ga, getattr(fitness, "context", ""))
     if rank == 0 and config_text is not None:
         write_text_atomic(paths["config"], config_text)
     # Flushed: stdout to a file is block-buffered, and a log must show each generation when it ends.
@@ -273,7 +314,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     summary.update(scales=result.scales, evaluations=result.evaluations, paths={k: str(v) for k, v in paths.items()})
     if rank == 0:
         name = str(config.model.path) if config.model.path else model.name_or_path
-        model_record = {"name": name, **model_fingerprint(model)}
+        model_record = {"name": name, **model_fingerprint(model), **searched_model(config.model, model)}
         summary["wall_time_s"] = _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled)
         _print_summary(summary, time.perf_counter() - wall)
     return summary

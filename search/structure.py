@@ -201,21 +201,30 @@ def _search_set(config, model, tokenizer):
 
 def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> dict[str, Any]:
     """D and smoothness S of the searched scales and their variants; writes OUT/structure.json and .png."""
+    from evaluation.scale_file_model import model_mismatch
     from repo_train.atomic import write_json_atomic
     from repo_train.modeling.swapping import current_policies
+    from repo_train.output_guard import check_output_directory
     from search.diagnostics import smoothness
     from search.harness_fitness import model_fingerprint
     from search.plots import plot_structure
-    from search.prepare import load_search_model
+    from search.prepare import load_search_model, searched_model
     from search.scale_file import load_scale_file
 
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {str(out)!r} is a file; pass a directory for structure.json and .png")
+    # missing, empty, or an earlier diagnose's (its structure.json); a file or another program's folder is refused
+    out = check_output_directory(out, "structure.json", "a diagnose output directory")
     load_scale_file(scale_file)  # a broken file fails before the model is loaded
     model, tokenizer = load_search_model(config.model)
     num_layers = len(current_policies(model))
-    scales = load_scale_file(scale_file, expected_num_layers=num_layers).scales
+    loaded = load_scale_file(scale_file, expected_num_layers=num_layers)
+    this = searched_model(config.model, model)
+    differs = model_mismatch(loaded.model, {"config_sha256": this["identity_sha256"]}, this["weight_files"])
+    if differs:  # another model's scales say nothing about this one's structure
+        raise ValueError(
+            f"{scale_file} was searched for another model ({loaded.model.get('name')}; differs in "
+            f"{'; '.join(differs)}): pass --model the model it was searched for"
+        )
+    scales = loaded.scales
     variants = scaling_variants(scales, np.random.default_rng(seed))
     batches, task = _search_set(config, model, tokenizer)
     print(f"structure deviation: {num_layers} layers, {task['rows']} prompts, variants {', '.join(variants)}")

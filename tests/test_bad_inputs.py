@@ -1189,7 +1189,7 @@ BAD_INPUTS = [
         "repo_train",
         _export_to(_dir_with_file),
         EXIT_USAGE,
-        "is a non-empty directory that is not an earlier export",
+        "is a non-empty directory that this command did not write (notes.txt; has no export.json",
     ),
     # -- export: checkpoints that are not there or not whole
     BadInput(

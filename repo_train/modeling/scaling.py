@@ -8,7 +8,9 @@ the untouched layer bit for bit.
 One rule everywhere (PI, the `lpes` method, the LPES search): a scale
 multiplies the scale a layer already has. `pi:scale=2+lpes:...` thus gives
 layer l positions / (2 · s_l), and scaling an unscaled model (what the search
-does for each candidate) is the same as setting the scales.
+does for each candidate) is the same as setting the scales. A layer's scale
+must end up within [MIN_SCALE, MAX_SCALE] (`check_scale`), and scaling a model
+without any RoPE layer is refused (it would be a no-op reported as a result).
 """
 
 from __future__ import annotations
@@ -22,6 +24,22 @@ from repo_train.modeling.policy import NopePolicy, PositionPolicy, RopePolicy, R
 from repo_train.modeling.rope import RotaryEncoding
 from repo_train.modeling.swapping import current_policies
 
+#: The scales a layer may end up with: positions / s stays a position a RoPE model can read. Below 1/1000 a
+#: 4,096-token prompt would reach position 4 million; above 1000 a 100,000-token prompt would span 100 positions,
+#: and a scale of 1e300 puts every token at position 0. PI's and LPES's scales lie in [1, 32].
+MIN_SCALE, MAX_SCALE = 1e-3, 1e3
+
+
+def check_scale(scale: float, where: str = "a position scale") -> float:
+    """`scale` as a float if it is finite and within [MIN_SCALE, MAX_SCALE]; else a one-line ValueError."""
+    scale = float(scale)
+    if not (math.isfinite(scale) and MIN_SCALE <= scale <= MAX_SCALE):
+        raise ValueError(
+            f"{where} must be a finite number within [{MIN_SCALE:g}, {MAX_SCALE:g}] (positions are divided by it), "
+            f"got {scale!r}"
+        )
+    return scale
+
 
 class ScaledRopePolicy(RopePolicy):
     """Identical to `RopePolicy(encoding)` except that token i gets position i / scale."""
@@ -32,9 +50,7 @@ class ScaledRopePolicy(RopePolicy):
     def __init__(self, encoding: RotaryEncoding, scale: float):
         if encoding is None:
             raise ValueError("ScaledRopePolicy needs the model's encoding: RotaryEncoding.from_config(config)")
-        scale = float(scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"a position scale must be a finite number > 0, got {scale!r}")
+        scale = check_scale(scale)
         super().__init__(encoding)
         self.scale = scale
 
@@ -72,10 +88,15 @@ def scaled_policies(model: nn.Module, scales: Sequence[float], *, method: str = 
                 encoding = default_encoding
             if isinstance(policy, ScaledRopePolicy):
                 scale = policy.scale * scale
-            policies.append(ScaledRopePolicy(encoding, scale))
+            policies.append(ScaledRopePolicy(encoding, check_scale(scale, f"{method}: layer {index}'s scale")))
         else:
             raise ValueError(
                 f"{method} scales RoPE positions, but layer {index} uses the {policy.name!r} policy; "
                 f"apply {method} to RoPE (or RoPE/NoPE) models only"
             )
+    if all(isinstance(policy, NopePolicy) for policy in current):
+        raise ValueError(
+            f"{method} scales RoPE positions, but none of the model's {len(current)} layers uses RoPE (all NoPE): "
+            f"it would change nothing; evaluate a RoPE (or RoPE/NoPE) model, or leave {method} out"
+        )
     return policies

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from repo_train.checkpoints import newest_last_checkpoint
 from repo_train.training.launcher_watch import prctl_function, set_parent_death_signal
 
 #: Lines of a command's output shown when it fails with its output sent to a log file.
@@ -224,13 +224,6 @@ def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:
     }
     section.update(extra)
     return section
-
-
-def newest_last_checkpoint(run_dir: Path) -> Path | None:
-    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir;
-    None when there is none (or no such directory)."""
-    found = [p for p in Path(run_dir).rglob("last*.ckpt") if re.fullmatch(r"last(-v\d+)?\.ckpt", p.name)]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def last_checkpoint(run_dir: Path) -> Path:

@@ -247,6 +247,60 @@ def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> lis
     return problems
 
 
+def check_evaluations(config: LoopConfig) -> None:
+    """Every evaluation the loop will run, checked now as `python -m evaluation run` would check it (in a dry run
+    too): its options (`evaluate.args`), tasks and task parameters, and each method stack of `evaluate.methods`
+    (a method known only after the search, `{scale_file}` / `{mean_scale}`, by its name and parameter names).
+    The model and the data are the run's own and checked elsewhere (`machine_problems`): here the tiny default
+    and the packaged data stand in. A mistake is a `LoopConfigError` naming the key and the harness's message."""
+    import contextlib
+    import io
+
+    from evaluation.cli import COMMANDS
+    from evaluation.config import resolve
+    from evaluation.methods.base import METHODS, parse_method_spec, spec_fields, split_stack_spec
+    from repo_train.config_cli import ConfigParser
+
+    stand_in = dict.fromkeys(PLACEHOLDERS + AFTER_SEARCH, "1")
+    for name, specs in config.evaluate.methods.items():
+        key = f"evaluate.methods.{name}"
+        now = []
+        for spec in specs:
+            if not any(f"{{{placeholder}}}" in spec for placeholder in AFTER_SEARCH):
+                now.append(spec)
+                continue
+            for part in split_stack_spec(fill(spec, stand_in)):  # checked by name and keys: its values come later
+                method, params = _spec_parts(part, key, parse_method_spec)
+                if method not in METHODS:
+                    raise LoopConfigError(f"{key}: unknown method {method!r}; registered methods are {sorted(METHODS)}")
+                unknown = sorted(set(params) - {f.name for f in spec_fields(METHODS[method])})
+                if unknown:
+                    raise LoopConfigError(f"{key}: unknown parameter(s) {unknown} for method {method!r} in {spec!r}")
+        argv = [fill(arg, stand_in) for arg in config.evaluate.args]
+        argv += [flag for spec in now for flag in ("--method", spec)] + ["--out", "unused"]
+        help_text, add_options, _ = COMMANDS["run"]
+        parser = ConfigParser.for_command("python -m evaluation run", help_text)
+        add_options(parser)
+        errors = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(errors):
+                options, _ = parser.parse(argv)
+            options.model, options.data_dir = None, None  # stand-ins: checked by machine_problems
+            resolve(options)
+        except SystemExit:
+            message = errors.getvalue().strip().splitlines()[-1:] or ["not valid"]
+            raise LoopConfigError(f"evaluate.args / {key}: {message[0].split('error: ', 1)[-1]}") from None
+        except (ValueError, OSError) as err:
+            raise LoopConfigError(f"evaluate.args / {key}: {err}") from None
+
+
+def _spec_parts(spec: str, key: str, parse) -> tuple[str, dict]:
+    try:
+        return parse(spec)
+    except ValueError as err:
+        raise LoopConfigError(f"{key}: {err}") from None
+
+
 def fill(value: str, values: dict[str, str]) -> str:
     """Fill `{name}` placeholders (`load` has checked that every name used is one the caller provides)."""
     return value.format_map(values)

@@ -39,7 +39,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
 from repo_train.progress import is_terminal
 from repo_train.run_lock import locked_directory
@@ -181,6 +181,7 @@ class RePoCLI(LightningCLI):
         check_config_overrides(model.hparams.config_overrides)
         check_init_from(model.hparams.init_from)
         ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
+        check_no_earlier_run(str(trainer.default_root_dir), ckpt_path)
         check_resume(ckpt_path, trainer.world_size)
         continue_logger_version(trainer.loggers, ckpt_path)
         if trainer._accelerator_connector.use_distributed_sampler:
@@ -194,6 +195,19 @@ class RePoCLI(LightningCLI):
         config = model.model_config()  # unknown position method, bad init_from config: before any write
         self.datamodule.build_sources()  # missing, empty or damaged data files
         self.datamodule.check_model(config)
+
+    def before_validate(self) -> None:
+        """`validate` scores the validation data on a checkpoint; without either it would do nothing and exit 0."""
+        missing = []
+        if self.datamodule.hparams.get("val") is None:
+            missing.append("--data.val SOURCE (the data to validate on)")
+        if not self.config_init[self.subcommand].get("ckpt_path") and not self.model.hparams.init_from:
+            missing.append("--ckpt_path CKPT or --model.init_from DIR (the weights to validate)")
+        if missing:
+            raise ValueError(
+                f"validate needs {' and '.join(missing)}: without them it would validate nothing (or freshly "
+                "initialised weights) and report success"
+            )
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -227,6 +241,25 @@ class RePoCLI(LightningCLI):
             stack.enter_context(locked_directory(root, f"training root dir {root}"))
         except OSError as err:  # read-only, permission denied, a file on the way
             raise unwritable_root_dir(root, err) from err
+
+
+def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
+    """A `fit` without `--ckpt_path` into a root that holds an earlier run's checkpoint is refused.
+
+    Lightning would start again at step 0 in a new version_N beside the old
+    checkpoints, and `newest_last_checkpoint` would later pick either run's. The
+    message names the checkpoint (the newest last.ckpt, else the newest *.ckpt)
+    and the flag that resumes it. Remote roots are not searched.
+    """
+    if ckpt_path or "://" in root:
+        return
+    others = [p for p in Path(root).rglob("*.ckpt")] if Path(root).is_dir() else []  # e.g. step=N.ckpt alone
+    found = newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
+    if found is not None:
+        raise ValueError(
+            f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
+            "to resume it, or another --trainer.default_root_dir to start afresh"
+        )
 
 
 def parse_error_line(message: str, subcommand: str | None) -> str:

@@ -122,7 +122,7 @@ def _write(tmp_path, data) -> str:
         ({"format_version": 2, "num_layers": 1, "scales": [1.0]}, "format_version 2 is not supported"),
         ({"format_version": 1, "num_layers": 0, "scales": []}, "num_layers must be a positive integer"),
         ({"format_version": 1, "num_layers": 2, "scales": [1.0]}, "has 1 scales but num_layers = 2"),
-        ({"format_version": 1, "num_layers": 2, "scales": [1.0, -1]}, r"scales must be > 0 .* \[\(1, -1\)\]"),
+        ({"format_version": 1, "num_layers": 2, "scales": [1.0, -1]}, r"scales must lie within .* \[\(1, -1\)\]"),
         ({"format_version": 1, "num_layers": 1, "scales": ["x"]}, "scales must be a list of finite numbers"),
     ],
 )

@@ -59,7 +59,7 @@ CASES = [
     (lambda d: d.pop("fitness"), r"lacks \['fitness'\]"),
     (lambda d: d.update(num_layers=0), "num_layers must be a positive integer"),
     (lambda d: d.update(scales=d["scales"][:-1]), "has 7 scales but num_layers = 8"),
-    (lambda d: d["scales"].__setitem__(2, -1.0), r"scales must be > 0 .* \[\(2, -1.0\)\]"),
+    (lambda d: d["scales"].__setitem__(2, -1.0), r"scales must lie within .* \[\(2, -1.0\)\]"),
     (lambda d: d["scales"].__setitem__(2, "x"), "scales must be a list of finite numbers"),
     (lambda d: d["scales"].__setitem__(2, 1.9), "scales differ from the bezier curve"),
     (lambda d: d.update(curve={"type": "spline", "degree": 2}), "unknown curve type 'spline'"),

@@ -209,7 +209,7 @@ def test_cli_end_to_end(tmp_path, tiny_dir, capsys):
         (8, [], "has 8 layers, model has 4: run the search for this model"),
         (4, ["--model", "/no/such/model"], "model directory '/no/such/model' not found"),
         (None, [], "no scale file at"),
-        (4, ["--out-is-a-file"], "is a file; pass a directory"),
+        (4, ["--out-is-a-file"], "is a file, not a directory"),
     ],
 )
 def test_cli_mistakes_are_one_line_and_exit_2(tmp_path, tiny_dir, capsys, layers, extra, message):

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from evaluation.methods.lpes.curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
+from repo_train.modeling.scaling import MAX_SCALE, MIN_SCALE
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "num_layers", "curve", "control_points", "scales", "fitness", "model", "search")
@@ -112,9 +113,13 @@ def validate_scale_data(data: Any, source: str, *, complete: bool = True) -> Non
             f"has {len(scales)} scales but num_layers = {num_layers}",
             "one scale per layer is needed; " + REGENERATE,
         )
-    bad = [(i, s) for i, s in enumerate(scales) if s <= 0]
+    bad = [(i, s) for i, s in enumerate(scales) if not MIN_SCALE <= s <= MAX_SCALE]
     if bad:
-        fail(source, f"scales must be > 0 (positions are divided by them), got (layer, scale) {bad[:5]}")
+        fail(
+            source,
+            f"scales must lie within [{MIN_SCALE:g}, {MAX_SCALE:g}] (positions are divided by them), "
+            f"got (layer, scale) {bad[:5]}",
+        )
     if complete or "curve" in data or "control_points" in data:
         missing = [key for key in ("curve", "control_points") if key not in data]
         if missing:

@@ -1,0 +1,785 @@
+"""Issue 24 ("Robust II"): nothing silently mixed, nothing written over, no wrong artefact accepted.
+
+`ROWS` extends the bad-input table of tests/test_bad_inputs.py with the cases
+that were silently wrong or destructive: a run directory resumed with other
+weights, tokenizer or scale file, records without their run.json, outputs
+over files the project did not write, a scale file of another model or of
+absurd scales, `pi` on a model without RoPE, `report --seeds` over different
+setups, `fit` started afresh beside an earlier run's checkpoint. Each row
+checks the exit code, a phrase of the one stderr line, that every file that
+existed before is byte-identical afterwards and that nothing was added
+(`tree_bytes`), and, where it says so, more (`check`: e.g. that the records
+of an earlier run are still that run's alone).
+
+Below the table: what must still work (an older run.json resumes with a
+one-time note, a deliberate cross-model scale file, a search killed before its
+first generation resuming, a re-export over an export).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from test_bad_inputs import (
+    EVAL,
+    TINY_SEARCH,
+    VOCAB,
+    Context,
+    _scale_json,
+    _with_tokenizer,
+    address_space_cap,
+    lightning_like,
+    run_cli,
+)
+
+from evaluation.results import build_summary, write_json_atomic
+from repo_train.cli_errors import EXIT_USAGE
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
+from repo_train.run_lock import LOCK_FILE
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def tree_bytes(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` (relative) -> its bytes (None for a directory): a tree to compare before/after."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def tiny_model(tmp: Path, name: str, method: str = "rope", seed: int = 0) -> Path:
+    """A tiny OLMo-2 (4 layers) with `method` positions and the byte tokenizer, its weights drawn from `seed`."""
+    torch.manual_seed(seed)
+    model = RePoOlmo2ForCausalLM(tiny(vocab_size=VOCAB, pad_token_id=0, eos_token_id=1, position_method=method))
+    model.save_pretrained(tmp / name)
+    return _with_tokenizer(tmp / name)
+
+
+def records_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _eval_argv(ctx: Context, model: Path, *extra: str) -> list[str]:
+    return [*EVAL, *extra, "--model", str(model), "--out", str(ctx.tmp / "out")]
+
+
+def _stopped_run(edit: Callable[[Context], None], *extra: str, method: str = "rope"):
+    """An earlier run of the command stopped after one record, then `edit(ctx)` (replace a file), then the same
+    command: the rerun must not resume into those records."""
+
+    def setup(ctx: Context) -> list[str]:
+        argv = _eval_argv(ctx, tiny_model(ctx.tmp, "model", method), *extra)
+        assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+        ctx.first_records = records_of(ctx.tmp / "out")
+        edit(ctx)
+        return argv
+
+    return setup
+
+
+def _stopped_lpes_run(ctx: Context) -> list[str]:
+    """An earlier lpes run stopped after one record, then its scale file replaced at the same path."""
+    spec = f"lpes:scale_file={_scale_file_at(ctx, [1.2] * 4)}"
+    return _stopped_run(_replace_scale_file, "--method", spec)(ctx)
+
+
+def _kv_file(ctx: Context, value: str) -> Path:
+    """ctx.tmp/data/kv-retrieval-2_keys.jsonl in the release's format: 4 examples of 2 pairs, values `value`-i-k."""
+    data = ctx.tmp / "data"
+    data.mkdir(exist_ok=True)
+    lines = []
+    for index in range(4):
+        pairs = [[f"key-{index}-{k}", f"{value}-{index}-{k}"] for k in range(2)]
+        lines.append(json.dumps({"ordered_kv_records": pairs, "key": pairs[1][0], "value": pairs[1][1]}))
+    (data / "kv-retrieval-2_keys.jsonl").write_text("\n".join(lines) + "\n")
+    return data
+
+
+def _stopped_data_run(ctx: Context) -> list[str]:
+    """An earlier run on a release file stopped after one record, then the file replaced at the same path."""
+    import evaluation.runner
+
+    def replace(ctx: Context) -> None:
+        _kv_file(ctx, "other")
+        evaluation.runner._DATASETS.clear()  # a new process builds the task again; this one has it in memory
+        evaluation.runner._TOKENS_CACHE.clear()
+
+    return _stopped_run(replace, "--data-dir", str(_kv_file(ctx, "value")))(ctx)
+
+
+def _only_the_first_run(ctx: Context) -> None:
+    """The records are those the first run wrote (one), none of the rerun's."""
+    assert records_of(ctx.tmp / "out") == ctx.first_records and len(ctx.first_records) == 1
+
+
+def _other_weights(ctx: Context) -> None:
+    """model.safetensors replaced at the same path by the same shape drawn from another seed."""
+    other = tiny_model(ctx.tmp, "other", seed=1)
+    shutil.copyfile(other / "model.safetensors", ctx.tmp / "model" / "model.safetensors")
+    shutil.rmtree(other)
+
+
+def _lowercasing_tokenizer(ctx: Context) -> None:
+    """tokenizer.json replaced by one that lowercases first (same vocabulary, other tokens)."""
+    path = ctx.tmp / "model" / "tokenizer.json"
+    data = json.loads(path.read_text())
+    data["normalizer"] = {"type": "Lowercase"}
+    path.write_text(json.dumps(data))
+
+
+def _scale_file_at(ctx: Context, scales: list[float], **model) -> Path:
+    path = ctx.tmp / "scales.json"
+    record = {"name": "tiny", "config_sha256": "0" * 64, **model}
+    data = _scale_json(curve={"type": "none", "degree": None}, control_points=[], scales=scales, model=record)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _lpes_run(scales: list[float], **model) -> Callable[[Context], list[str]]:
+    def setup(ctx: Context) -> list[str]:
+        path = _scale_file_at(ctx, scales, **model)
+        return _eval_argv(
+            ctx, tiny_model(ctx.tmp, "model"), "--method", "baseline", "--method", f"lpes:scale_file={path}"
+        )
+
+    return setup
+
+
+def _replace_scale_file(ctx: Context) -> None:
+    _scale_file_at(ctx, [1.5] * 4)
+
+
+def _user_folder(ctx: Context) -> Path:
+    folder = ctx.tmp / "out"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("my: own settings\n")
+    (folder / "report.md").write_text("# my notes\n")
+    return folder
+
+
+def _summarized_run(ctx: Context, name: str = "out", num_keys: int = 2, model: str = "tiny") -> Path:
+    """A run directory with records.jsonl and the summary.json built from them (no model run needed)."""
+    out = ctx.tmp / name
+    out.mkdir()
+    records = [
+        {"id": f"q{q}-p{p}", "example_id": f"q{q}", "task": "kv", "method": "baseline", "gold_position": p,
+         "num_positions": 2, "prediction": "x", "answers": ["x"], "score": float((q + p) % 2), "prompt_tokens": 9,
+         "truncated": False}
+        for q in range(4) for p in range(2)
+    ]  # fmt: skip
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tasks = {"kv": {"params": {"num_keys": num_keys, "seed": 0}, "metric": "kv_containment"}}
+    summary = build_summary(records, {"name": model, "class": "X", "config_sha256": "c"}, tasks, ["baseline"])
+    write_json_atomic(out / "summary.json", {**summary, "decode": {"batch_size": 8}})
+    return out
+
+
+def _tiny_search(ctx: Context) -> Path:
+    """The outputs of a finished `search run` of configs/search/tiny.yaml, in ctx.tmp/scales (run once, copied)."""
+    if not SEARCH_CACHE:
+        cache = ctx.tmp.parent / "tiny-search-cache"
+        argv = ["run", "--config", TINY_SEARCH, "--out", str(cache / "s.json"), "--no-progress"]
+        assert run_cli("search", argv) == 0
+        SEARCH_CACHE.append(cache)
+    shutil.copytree(SEARCH_CACHE[0], ctx.tmp / "scales")
+    config = ctx.tmp / "scales" / "s.config.yaml"  # the config names its --out: this copy's
+    config.write_text(config.read_text().replace(str(SEARCH_CACHE[0]), str(ctx.tmp / "scales")))
+    return ctx.tmp / "scales" / "s.json"
+
+
+SEARCH_CACHE: list[Path] = []
+FULL_SCALE = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart" / "olmo2-1b.yaml")
+
+
+def _search_argv(ctx: Context, *extra: str) -> list[str]:
+    return ["run", "--config", TINY_SEARCH, "--out", str(ctx.tmp / "scales" / "s.json"), "--no-progress", *extra]
+
+
+def _in_scales(name: str, text: str) -> Callable[[Context], list[str]]:
+    def setup(ctx: Context) -> list[str]:
+        (ctx.tmp / "scales").mkdir()
+        (ctx.tmp / "scales" / name).write_text(text)
+        return _search_argv(ctx)
+
+    return setup
+
+
+def _hf_directory(ctx: Context) -> Path:
+    """Another model's HF directory: weights, config, tokenizer, a README and notes."""
+    path = tiny_model(ctx.tmp, "hf")
+    (path / "README.md").write_text("# a model card\n")
+    (path / "notes.txt").write_text("how I trained it\n")
+    return path
+
+
+def _export_argv(ctx: Context, out: str) -> list[str]:
+    return ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt")), "--out", out, "--no-tokenizer"]
+
+
+def _earlier_fit_root(name: str) -> Callable[[Context], list[str]]:
+    """A training root whose version_0 holds the checkpoint `name` of an earlier run."""
+
+    def setup(ctx: Context) -> list[str]:
+        checkpoints = ctx.tmp / "run" / "lightning_logs" / "version_0" / "checkpoints"
+        checkpoints.mkdir(parents=True)
+        (checkpoints / name).write_bytes(b"an earlier run's checkpoint")
+        return ["fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(ctx.tmp / "run")]
+
+    return setup
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    cli: str
+    setup: Callable[[Context], list[str]]
+    code: int
+    phrase: str
+    check: Callable[[Context], None] | None = None
+    """More to check afterwards (e.g. the records are the earlier run's alone)."""
+
+
+ROWS = [
+    # -- a run directory pins what its records depend on
+    Row(
+        "eval-resume-weights-replaced",
+        "evaluation",
+        _stopped_run(_other_weights),
+        EXIT_USAGE,
+        "other settings (differs in weights.model.safetensors)",
+        _only_the_first_run,
+    ),
+    Row(
+        "eval-resume-tokenizer-replaced",
+        "evaluation",
+        _stopped_run(_lowercasing_tokenizer),
+        EXIT_USAGE,
+        "other settings (differs in tokenizer)",
+        _only_the_first_run,
+    ),
+    Row(
+        "eval-resume-scale-file-replaced",
+        "evaluation",
+        _stopped_lpes_run,
+        EXIT_USAGE,
+        "other settings (differs in methods.lpes:scale_file=",
+        _only_the_first_run,
+    ),
+    Row(
+        "eval-resume-data-file-replaced",
+        "evaluation",
+        _stopped_data_run,
+        EXIT_USAGE,
+        "other settings (differs in tasks.kv.prompts_sha256: the same task settings give other prompts",
+        _only_the_first_run,
+    ),
+    Row(
+        "eval-records-without-run-json",
+        "evaluation",
+        _stopped_run(lambda ctx: (ctx.tmp / "out" / "run.json").unlink()),
+        EXIT_USAGE,
+        "holds records (records.jsonl) but no run.json",
+        _only_the_first_run,
+    ),
+    Row(
+        "eval-rank-records-without-run-json",
+        "evaluation",
+        _stopped_run(
+            lambda ctx: [
+                (ctx.tmp / "out" / "records.jsonl").rename(ctx.tmp / "out" / "records.rank1.jsonl"),
+                (ctx.tmp / "out" / "run.json").unlink(),
+            ]
+        ),
+        EXIT_USAGE,
+        "holds records (records.rank1.jsonl) but no run.json",
+    ),
+    # -- outputs never written over files the project did not write
+    Row(
+        "eval-out-user-folder",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", str(tiny_model(ctx.tmp, "model")), "--out", str(_user_folder(ctx))],
+        EXIT_USAGE,
+        "is a non-empty directory that this command did not write (config.yaml, report.md; has no run.json",
+    ),
+    Row(
+        "eval-out-empty",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", str(tiny_model(ctx.tmp, "model")), "--out", ""],
+        EXIT_USAGE,
+        "--out is empty",
+    ),
+    Row(
+        "eval-out-dangling-link",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", str(tiny_model(ctx.tmp, "model")), "--out", str(_dangling(ctx))],
+        EXIT_USAGE,
+        "is a symbolic link",
+    ),
+    Row(
+        "search-out-unrelated-json",
+        "search",
+        _in_scales("s.json", '{"my": "data"}\n'),
+        EXIT_USAGE,
+        "s.json exists and is not the scale file of a search that can continue (no s.state.json)",
+    ),
+    Row(
+        "search-out-log-without-state",
+        "search",
+        _in_scales("s.log.jsonl", '{"generation": 0}\n'),
+        EXIT_USAGE,
+        "s.log.jsonl exists and is not an output of a search that can continue",
+    ),
+    Row(
+        "search-out-other-config",
+        "search",
+        _in_scales("s.config.yaml", "my: own notes\n"),
+        EXIT_USAGE,
+        "s.config.yaml exists and is not an output of a search",
+    ),
+    Row(
+        "search-out-resume-without-state",
+        "search",
+        lambda ctx: [*_in_scales("s.json", '{"my": "data"}\n')(ctx), "--resume"],
+        EXIT_USAGE,
+        "s.json exists and is not the scale file",
+    ),
+    Row(
+        "search-out-is-a-directory",
+        "search",
+        lambda ctx: (ctx.tmp / "scales" / "s.json").mkdir(parents=True) or _search_argv(ctx),
+        EXIT_USAGE,
+        "s.json is a directory, not a file",
+    ),
+    Row(
+        "search-out-empty",
+        "search",
+        lambda ctx: ["run", "--config", TINY_SEARCH, "--out", ""],
+        EXIT_USAGE,
+        "--out is empty",
+    ),
+    Row(
+        "diagnose-out-user-folder",
+        "search",
+        lambda ctx: [
+            "diagnose",
+            "--config",
+            TINY_SEARCH,
+            "--scale_file",
+            str(_scale_file_at(ctx, [1.0] * 4)),
+            "--out",
+            str(_user_folder(ctx)),
+        ],
+        EXIT_USAGE,
+        "has no structure.json",
+    ),
+    Row(
+        "export-over-another-hf-directory",
+        "repo_train",
+        lambda ctx: _export_argv(ctx, str(_hf_directory(ctx))),
+        EXIT_USAGE,
+        "is a non-empty directory that this command did not write (README.md, config.json",
+    ),
+    Row(
+        "export-over-a-forged-manifest",
+        "repo_train",
+        lambda ctx: _export_argv(ctx, str(_forged_export(ctx))),
+        EXIT_USAGE,
+        "its export.json is not an earlier export's",
+    ),
+    Row("export-out-empty", "repo_train", lambda ctx: _export_argv(ctx, ""), EXIT_USAGE, "--out is empty"),
+    Row("summarize-out-empty", "evaluation", lambda ctx: ["summarize", "--out", ""], EXIT_USAGE, "--out is empty"),
+    Row(
+        "report-compare-empty",
+        "evaluation",
+        lambda ctx: ["report", "--out", str(_summarized_run(ctx)), "--compare", ""],
+        EXIT_USAGE,
+        "--compare is empty",
+    ),
+    Row(
+        "diagnose-out-empty",
+        "search",
+        lambda ctx: [
+            "diagnose",
+            "--config",
+            TINY_SEARCH,
+            "--scale_file",
+            str(_scale_file_at(ctx, [1.0] * 4)),
+            "--out",
+            "",
+        ],
+        EXIT_USAGE,
+        "--out is empty",
+    ),
+    Row(
+        "real-model-out-other-folder",
+        "repo_train",
+        lambda ctx: ["real-model", "--out", str(_user_folder(ctx))],
+        EXIT_USAGE,
+        "has no provenance.json",
+    ),
+    Row(
+        "summarize-empty-records",
+        "evaluation",
+        lambda ctx: ["summarize", "--out", str(_emptied(_summarized_run(ctx))), "--no-report"],
+        EXIT_USAGE,
+        "holds no records of the tasks and methods in",
+    ),
+    Row(
+        "summarize-under-a-running-run",
+        "evaluation",
+        lambda ctx: ["summarize", "--out", str(_held(ctx, _summarized_run(ctx))), "--no-report"],
+        EXIT_USAGE,
+        "is in use by pid",
+    ),
+    # -- wrong artefacts
+    Row(
+        "eval-lpes-other-model-config",
+        "evaluation",
+        _lpes_run([1.5] * 4, identity_sha256="0123456789abcdef"),
+        EXIT_USAGE,
+        "was searched for another model (tiny; differs in config (sha256 0123456789abcdef in the file",
+    ),
+    Row(
+        "eval-lpes-other-model-weights",
+        "evaluation",
+        _lpes_run([1.5] * 4, weight_files={"model.safetensors": {"size": 1, "sha256": "f" * 32}}),
+        EXIT_USAGE,
+        "pass --allow-other-model-scales to apply it deliberately",
+    ),
+    Row(
+        "eval-lpes-tiny-default-scales-on-a-model",
+        "evaluation",
+        _lpes_run([1.5] * 4, weight_files={"tiny_default_seed": 0}),
+        EXIT_USAGE,
+        "weights (the tiny default of seed 0 in the file",
+    ),
+    Row(
+        "eval-lpes-scales-1e300",
+        "evaluation",
+        _lpes_run([1e300] * 4),
+        EXIT_USAGE,
+        "scales must lie within [0.001, 1000]",
+    ),
+    Row("eval-lpes-scales-tiny", "evaluation", _lpes_run([1e-9] * 4), EXIT_USAGE, "got (layer, scale) [(0, 1e-09)"),
+    Row(
+        "eval-pi-scale-1e300",
+        "evaluation",
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", "pi:scale=1e300"),
+        EXIT_USAGE,
+        "pi: layer 0's scale must be a finite number within [0.001, 1000]",
+    ),
+    Row(
+        "eval-pi-stacked-beyond-range",
+        "evaluation",
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", "pi:scale=100+pi:scale=100"),
+        EXIT_USAGE,
+        "got 10000.0",
+    ),
+    Row(
+        "eval-pi-on-nope-model",
+        "evaluation",
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model", "nope"), "--method", "pi:scale=2"),
+        EXIT_USAGE,
+        "pi scales RoPE positions, but none of the model's 4 layers uses RoPE",
+    ),
+    Row(
+        "eval-lpes-on-nope-model",
+        "evaluation",
+        lambda ctx: _eval_argv(
+            ctx, tiny_model(ctx.tmp, "model", "nope"), "--method", f"lpes:scale_file={_scale_file_at(ctx, [2.0] * 4)}"
+        ),
+        EXIT_USAGE,
+        "lpes scales RoPE positions, but none of the model's 4 layers uses RoPE",
+    ),
+    Row(
+        "report-seeds-other-task-settings",
+        "evaluation",
+        lambda ctx: [
+            "report",
+            "--out",
+            str(_summarized_run(ctx, "a")),
+            "--compare",
+            str(_summarized_run(ctx, "b", num_keys=3)),
+            "--seeds",
+        ],
+        EXIT_USAGE,
+        "is not a seed of the setup of",
+    ),
+    Row(
+        "report-seeds-other-model",
+        "evaluation",
+        lambda ctx: [
+            "report",
+            "--out",
+            str(_summarized_run(ctx, "a")),
+            "--compare",
+            str(_summarized_run(ctx, "b", model="other")),
+            "--seeds",
+        ],
+        EXIT_USAGE,
+        "(differs in model.name)",
+    ),
+    # -- with a real search's outputs (configs/search/tiny.yaml, run once for the module)
+    Row(
+        "search-resume-other-settings-keeps-config",
+        "search",
+        lambda ctx: _tiny_search(ctx) and _search_argv(ctx, "--resume", "--ga.seed", "5"),
+        EXIT_USAGE,
+        "used other GA settings ['seed']",
+    ),
+    Row(
+        "search-rerun-after-state-deleted",
+        "search",
+        lambda ctx: _without_state(_tiny_search(ctx)) and _search_argv(ctx),
+        EXIT_USAGE,
+        "s.json exists and is not the scale file of a search that can continue (no s.state.json)",
+    ),
+    Row(
+        "eval-searched-scales-on-another-model",
+        "evaluation",
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", f"lpes:scale_file={_tiny_search(ctx)}"),
+        EXIT_USAGE,
+        "weights (the tiny default of seed 0 in the file",
+    ),
+    Row(
+        "diagnose-scales-of-another-model",
+        "search",
+        lambda ctx: [
+            "diagnose",
+            "--config",
+            TINY_SEARCH,
+            "--model",
+            str(tiny_model(ctx.tmp, "model")),
+            "--scale_file",
+            str(_tiny_search(ctx)),
+            "--out",
+            str(ctx.tmp / "diag"),
+        ],
+        EXIT_USAGE,
+        "was searched for another model (tiny-default(seed=0); differs in config (sha256",
+    ),
+    # -- options the tiny default would ignore (and a config record as used)
+    Row(
+        "search-dtype-without-model",
+        "search",
+        lambda ctx: _search_argv(ctx, "--model.dtype", "int8"),
+        EXIT_USAGE,
+        "--model.dtype int8 applies to a model loaded from a directory, and none is given",
+    ),
+    Row(
+        "search-attention-without-model",
+        "search",
+        lambda ctx: _search_argv(ctx, "--model.attn_implementation", "eager"),
+        EXIT_USAGE,
+        "--model.attn_implementation eager applies to a model loaded from a directory",
+    ),
+    Row(
+        "eval-dtype-without-model",
+        "evaluation",
+        lambda ctx: [*EVAL, "--dtype", "bfloat16", "--out", str(ctx.tmp / "out")],
+        EXIT_USAGE,
+        "--dtype bfloat16 applies to a model loaded from a directory",
+    ),
+    Row(
+        "validate-without-checkpoint-or-data",
+        "repo_train",
+        lambda ctx: ["validate", "--trainer.default_root_dir", str(ctx.tmp / "run")],
+        EXIT_USAGE,
+        "validate needs --data.val SOURCE (the data to validate on) and --ckpt_path CKPT or --model.init_from DIR",
+    ),
+    # -- training restarted silently
+    Row(
+        "fit-afresh-beside-last-ckpt",
+        "repo_train",
+        _earlier_fit_root("last.ckpt"),
+        EXIT_USAGE,
+        "holds an earlier run's checkpoint",
+    ),
+    Row(
+        "fit-afresh-beside-a-step-checkpoint",
+        "repo_train",
+        _earlier_fit_root("step=3.ckpt"),
+        EXIT_USAGE,
+        "version_0/checkpoints/step=3.ckpt: pass --ckpt_path",
+    ),
+]
+
+
+def _without_state(scale_file: Path) -> Path:
+    """A finished search whose state file (and its timing) is gone: nothing left to continue."""
+    for suffix in (".state.json", ".state.json.timing.json"):
+        scale_file.with_name(scale_file.stem + suffix).unlink(missing_ok=True)
+    return scale_file
+
+
+def _dangling(ctx: Context) -> Path:
+    (ctx.tmp / "link").symlink_to(ctx.tmp / "nowhere")
+    return ctx.tmp / "link"
+
+
+def _forged_export(ctx: Context) -> Path:
+    path = _hf_directory(ctx)
+    (path / "export.json").write_text('{"written_by": "someone else"}\n')
+    return path
+
+
+def _emptied(out: Path) -> Path:
+    (out / "records.jsonl").write_text("")
+    return out
+
+
+def _held(ctx: Context, out: Path) -> Path:
+    ctx.hold(out / LOCK_FILE)
+    return out
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    context = Context(tmp_path / "row")
+    context.tmp.mkdir()
+    yield context
+    context.release_all()
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_refused_before_any_write(row: Row, ctx, capsys, monkeypatch, one_thread):
+    argv = row.setup(ctx)
+    before = tree_bytes(ctx.tmp)
+    monkeypatch.setattr(sys, "argv", [f"python -m {row.cli}"])
+    capsys.readouterr()
+    with address_space_cap():
+        code = run_cli(row.cli, argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == row.code, err
+    assert len(lines) == 1 and "error:" in lines[0], err
+    assert row.phrase in lines[0], lines[0]
+    after = tree_bytes(ctx.tmp)
+    assert {k: v for k, v in after.items() if k in before} == before, "a file that was there changed"
+    assert set(after) == set(before), f"files were added or removed: {set(after) ^ set(before)}"
+    if row.check is not None:
+        row.check(ctx)
+
+
+# ----------------------------------------------------------------------------- what must still work
+
+
+def test_an_older_run_json_resumes_once_with_a_note_and_gives_a_clean_runs_records(tmp_path, capsys, one_thread):
+    """run.json without the pinned keys (an older version's): resumed, said once, then pinned; the records equal
+    an uninterrupted run's byte for byte."""
+    model = tiny_model(tmp_path, "model")
+    clean, resumed = tmp_path / "clean", tmp_path / "resumed"
+    assert run_cli("evaluation", [*EVAL, "--model", str(model), "--out", str(clean)]) == 0
+    argv = [*EVAL, "--model", str(model), "--out", str(resumed)]
+    assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+    manifest = json.loads((resumed / "run.json").read_text())
+    for key in ("weights", "tokenizer", "methods"):
+        del manifest[key]
+    (resumed / "run.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert run_cli("evaluation", argv) == 0
+    assert capsys.readouterr().err.count("did not pin weights, tokenizer, methods (the weights were not pinned)") == 1
+    assert json.loads((resumed / "run.json").read_text())["weights"]["model.safetensors"]["size"] > 0
+    assert run_cli("evaluation", argv) == 0  # pinned now: no note
+    assert "did not pin" not in capsys.readouterr().err
+    assert (resumed / "records.jsonl").read_bytes() == (clean / "records.jsonl").read_bytes()
+
+
+def test_a_scale_file_of_another_model_applies_when_asked(tmp_path, capsys, one_thread):
+    ctx = Context(tmp_path)
+    argv = _lpes_run([1.5] * 4, identity_sha256="0123456789abcdef")(ctx)
+    capsys.readouterr()
+    assert run_cli("evaluation", [*argv, "--allow-other-model-scales"]) == 0
+    err = capsys.readouterr().err
+    assert "was searched for another model" in err and "applied anyway (--allow-other-model-scales)" in err
+    assert {r["method"] for r in records_of(tmp_path / "out")} == {
+        "baseline",
+        f"lpes:scale_file={tmp_path}/scales.json",
+    }
+
+
+def test_a_search_killed_before_its_first_generation_may_continue(tmp_path):
+    """Only its own NAME.config.yaml (whose `out` is this scale file) may be there without a state file."""
+    from search.cli import check_search_outputs
+
+    scales = tmp_path / "scales"
+    scales.mkdir()
+    config = scales / "s.config.yaml"
+    config.write_text(f"ga: {{}}\ntask: {{}}\nout: {scales / 's.json'}\n")
+    assert check_search_outputs(scales / "s.json", resume=True)["config"] == config
+    assert check_search_outputs(scales / "s.json", resume=False)["config"] == config
+    config.write_text(f"ga: {{}}\ntask: {{}}\nout: {scales / 'other.json'}\n")  # another search's config
+    with pytest.raises(ValueError, match="s.config.yaml exists and is not an output of a search"):
+        check_search_outputs(scales / "s.json", resume=True)
+
+
+def test_an_export_replaces_its_own_earlier_export(tmp_path):
+    from repo_train.export import export_checkpoint
+
+    checkpoint = lightning_like(tmp_path / "run.ckpt")
+    export_checkpoint(checkpoint, tmp_path / "hf", with_tokenizer=False)
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"stale")
+    export_checkpoint(checkpoint, tmp_path / "hf", with_tokenizer=False)
+    manifest = json.loads((tmp_path / "hf" / "export.json").read_text())
+    assert manifest["written_by"] == "python -m repo_train export" and manifest["checkpoint"] == str(checkpoint)
+    assert (tmp_path / "hf" / "model.safetensors").read_bytes() != b"stale"
+
+
+def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkeypatch):
+    """A folder of other files, a file, or `--out ''` is refused before anything is written; an earlier
+    quickstart's (steps.json, or only the commands.sh of a run killed before its first step) is taken."""
+    from script_loader import load_script
+
+    qs = load_script("quickstart")
+    folder = _user_folder(Context(tmp_path))
+    before = tree_bytes(tmp_path)
+    for given in (str(folder), str(folder / "report.md"), ""):
+        monkeypatch.setattr(sys, "argv", ["quickstart.py", "--config", FULL_SCALE, "--dry-run", "--out", given])
+        with pytest.raises(SystemExit) as stop:
+            qs.main()
+        assert str(stop.value).startswith("scripts/quickstart.py: --out"), stop.value
+    assert tree_bytes(tmp_path) == before
+    for manifest in ("steps.json", "commands.sh"):
+        earlier = tmp_path / manifest.replace(".", "-")
+        earlier.mkdir()
+        (earlier / manifest).write_text("{}\n")
+        (earlier / "report.md").write_text("# the quickstart's report\n")
+        qs.check_out(str(earlier), earlier)  # taken: no exception
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "phrase"),
+    [
+        ('"caliope:calibrator=hourglass", fim,', '"caliope:calibrator=hourglass", fimm,', "unknown method 'fimm'"),
+        ('"lpes:scale_file={scale_file}"', '"lpes:scale_fil={scale_file}"', "unknown parameter(s) ['scale_fil']"),
+        ('--num-keys, "50"', '--num-keyz, "50"', "unrecognized arguments: --num-keyz 50"),
+        ('"mdqa,kv"', '"mdqa,kvv"', "kvv"),
+        ("args: [--task, mdqa,", "args: [--task, mdqq,", "search.args: option --task.name: expected one of"),
+        ("args: [--task, mdqa,", "args: [--task, mdqa, --ga.populaton, '8',", "--ga.populaton"),
+    ],
+)
+def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, monkeypatch, before, after, phrase):
+    """A typo in a method, its parameters or the harness options fails the dry run, not the GPU run hours later."""
+    from script_loader import load_script
+
+    loop = Path(FULL_SCALE).read_text()
+    assert before in loop
+    (tmp_path / "loop.yaml").write_text(loop.replace(before, after))
+    qs = load_script("quickstart")
+    argv = ["quickstart.py", "--config", str(tmp_path / "loop.yaml"), "--dry-run", "--out", str(tmp_path / "qs")]
+    monkeypatch.setattr(sys, "argv", argv)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        qs.main()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == EXIT_USAGE and len(lines) == 1 and phrase in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.yaml"]  # nothing written
