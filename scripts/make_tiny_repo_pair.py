@@ -105,7 +105,7 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
         return model
     config_path = quickstart.training_config(work, method, data, settings)
     config = yaml.safe_load(config_path.read_text())
-    config["trainer"]["log_every_n_steps"] = 10
+    config["trainer"]["log_every_n_steps"] = max(1, min(10, args.steps // 3))  # a loss to report in short runs too
     if method == "repo":
         config["model"]["repo_curriculum_start"] = 1.0 if args.curriculum_steps else 0.0
         config["model"]["repo_curriculum_steps"] = args.curriculum_steps
@@ -157,7 +157,7 @@ def readme(args, measured: dict) -> str:
         "",
         "## Measured",
         "",
-        "Last logged training losses (every 10 steps):",
+        "Last logged training losses:",
         "",
         *(f"- {m}: " + ", ".join(f"{x:.3f}" for x in measured["losses"][m]) for m in METHODS),
         "",
