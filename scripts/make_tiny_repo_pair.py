@@ -45,6 +45,7 @@ import quickstart
 from evaluation.results import load_summary
 from repo_train.atomic import atomic_directory, write_json_atomic
 from repo_train.config_cli import ConfigParser, parse_script
+from repo_train.export import EXPORT_MANIFEST
 from repo_train.scripting.commands import CommandRunner, last_checkpoint, logged_train_losses
 
 OUT = ROOT / "assets" / "tiny-kv-dip-continued"
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for method, model in models.items():
             (staging / method).mkdir()
             for file in model.iterdir():
-                if file.is_file():
+                if file.is_file() and file.name != EXPORT_MANIFEST:  # the export's bookkeeping (a work-dir path)
                     (staging / method / file.name).write_bytes(file.read_bytes())
         write_json_atomic(staging / "pair.json", measured, indent=1)
         (staging / "README.md").write_text(readme(args, measured))
