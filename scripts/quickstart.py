@@ -8,10 +8,13 @@ Without a loop file, on the CPU, on the built-in base assets/tiny-kv-dip (a
 4-layer RoPE OLMo-2 that retrieves at the edges of a 64-pair context and loses
 the middle; scripts/make_tiny_dip_base.py):
 
-1. continues the base twice, with RoPE and with REPO (same data and steps:
-   the position-bias recipe's edge-gold KV streams), with the real Lightning
-   path, and exports both as HF directories. REPO starts from the base's RoPE
-   positions and hands over to its learned positions along a curriculum;
+1. continues the shipped pair assets/tiny-kv-dip-continued (the base
+   continued for 600 steps with RoPE and with REPO on the same data:
+   scripts/make_tiny_repo_pair.py; REPO's positions need hundreds of steps to
+   spread, more than a CPU budget) for --steps more steps each on fresh KV
+   streams, with the real Lightning path, and exports both as HF directories.
+   With another --base (or --pair none) both start from the base instead, REPO
+   from fresh predictors along a curriculum from the base's RoPE positions;
 2. runs an LPES search on the base and writes a scale file;
 3. evaluates on the base, with held-out prompts and the gold pair at 8
    positions: baseline, LPES, PI at the mean scale, CALIOPE with context-sized
@@ -60,6 +63,11 @@ import reproduce_position_bias as recipe
 
 #: The built-in base: a tiny RoPE OLMo-2 that retrieves at the edges of a 64-pair context and loses the middle.
 BASE = ROOT / "assets" / "tiny-kv-dip"
+#: The base continued with RoPE (rope/) and REPO (repo/) on the same data for the same steps (pair.json says how
+#: many): the built-in loop continues these, so that its REPO model has learned positions (make_tiny_repo_pair.py).
+PAIR = ROOT / "assets" / "tiny-kv-dip-continued"
+#: Seed of the KV streams the built-in loop trains on: the pair was made on seed 0, so continuing it uses others.
+CONTINUE_DATA_SEED = 1
 #: The methods the tiny loop evaluates on the base; {scale_file}, {mean_scale} are filled after the search.
 #: CALIOPE's published gaps add thousands of positions to a ~200-token context; "context-sized" gaps keep the
 #: calibrated positions within the lengths the model was trained on (docs/methods/caliope.md).
@@ -78,7 +86,7 @@ FIM_METHODS = ("baseline", "fim:dummy=blank")
 
 
 #: Options of the built-in tiny loop; a loop file (train/search/evaluate sections) sets the run, so they are refused.
-TINY_OPTIONS = ("steps", "lr", "eval_examples", "fim_examples", "generations", "population")
+TINY_OPTIONS = ("steps", "lr", "eval_examples", "fim_examples", "generations", "population", "pair")
 PROG = "scripts/quickstart.py"
 #: The output directory's lock: one quickstart writes it at a time.
 LOCK_NAME = "quickstart.lock"
@@ -104,6 +112,12 @@ def build_parser() -> ConfigParser:
     tiny = "built-in tiny loop only"
     parser.add_argument("--steps", type=PositiveInt, default=10, help=f"continual-training steps per model ({tiny})")
     parser.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate ({tiny})")
+    parser.add_argument(
+        "--pair",
+        type=str | None,
+        help=f"the RoPE/REPO pair to continue, DIR/rope and DIR/repo, or none: both start from --base, REPO's "
+        f"predictors fresh (default: {PAIR.relative_to(ROOT)} with the built-in base, else none; {tiny})",
+    )
     parser.add_argument(
         "--eval_examples", "--eval-examples", type=PositiveInt, default=50, help=f"questions per position ({tiny})"
     )
@@ -141,8 +155,13 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         given = [f"--{name}" for name in ("gpus", "data_dir") if args[name] is not None]
         if given:
             parser.fail(f"{', '.join(given)}: loop file only (--config FILE); the built-in loop runs on the CPU")
+        builtin_base = args.base is None or Path(args.base).resolve() == BASE
         args.base = args.base or str(BASE)
         args.out = "outputs/quickstart" if args.out is None else args.out  # `--out ''` is refused by main
+        if args.pair is None:
+            args.pair = str(PAIR) if builtin_base else "none"
+        if args.pair != "none" and not all((Path(args.pair) / m / "config.json").is_file() for m in ("rope", "repo")):
+            parser.fail(f"--pair {args.pair}: needs rope/ and repo/ HF directories (scripts/make_tiny_repo_pair.py)")
     else:
         name = (
             (Path(files[-1]).relative_to(ROOT) if Path(files[-1]).is_relative_to(ROOT) else files[-1])
@@ -194,15 +213,20 @@ def tiny_settings(args: Namespace) -> argparse.Namespace:
     )  # fmt: skip
 
 
-def training_config(out: Path, method: str, data: Path, settings: argparse.Namespace) -> Path:
-    """LightningCLI config continuing the base with `method` on the edge-gold KV data (REPO: from RoPE positions)."""
+def training_config(
+    out: Path, method: str, data: Path, settings: argparse.Namespace, init_from: Path | None = None
+) -> Path:
+    """LightningCLI config continuing `init_from` (default: the base) with `method` on the edge-gold KV data.
+    REPO from the base: fresh predictors, handed over from RoPE positions along a curriculum over half the steps;
+    REPO from a REPO model (the shipped pair): its learned predictors, no curriculum."""
     steps = settings.steps
-    curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": steps // 2} if method == "repo" else {}
+    fresh_repo = method == "repo" and init_from is None
+    curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": steps // 2} if fresh_repo else {}
     config = {
         "seed_everything": 42,
         "trainer": cpu_trainer_section(steps, out / "runs" / method, log_every_n_steps=max(1, steps // 4)),
         "model": {
-            "init_from": str(settings.base),
+            "init_from": str(init_from or settings.base),
             "position_method": method,
             "lr": settings.lr,
             "warmup_steps": min(20, steps // 10),
@@ -243,7 +267,8 @@ def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace
     start = model.config.repo_start_layer
     learned = {layer: p for layer, p in enumerate(recorder.positions) if p is not None and layer >= start}
     path = out / "repo_positions_last_layer.png"
-    plot_head_positions(learned[max(learned)], title="REPO positions per head, last layer, one KV prompt", path=path)
+    plot_head_positions(learned[max(learned)], title="REPO positions per head, last layer, one KV prompt", path=path,
+                        detail_tokens=30)  # fmt: skip
     spans = {
         layer: [float(head.max() - head.min()) for head in positions.reshape(-1, positions.shape[-1])]
         for layer, positions in learned.items()
@@ -261,18 +286,19 @@ def repo_positions_sentence(positions: dict, steps: int) -> str:
             f"{widest:.2f} (RoPE's span {tokens - 1}), so those layers see almost no order (NoPE-like) and the "
             '`repo` row measures that, not REPO (why: docs/training.md, "Why REPO\'s positions start near 0").'
         )
+    narrowest = min(min(spans) for spans in positions["spans"].values())
     return (
-        f"REPO's positions moved in {steps} steps: {where}, per-head spans reach {widest:.1f} (RoPE's span "
-        f"{tokens - 1}; `repo_positions_last_layer.png`); whether they carry order the `repo` row shows."
+        f"**REPO's positions learned in {steps} steps**: {where}, per-head spans run from {narrowest:.1f} to "
+        f"{widest:.1f} (RoPE's span {tokens - 1}; `repo_positions_last_layer.png`); whether they carry the order "
+        "the task needs, the `repo` row and its Δ against the base show."
     )
 
 
-def continued_against_base(eval_dirs: dict[str, Path]) -> list[str]:
-    """The continued models' baselines against the base's, paired by prompt (same questions and positions):
-    Δ overall and in the middle, 95% CI by question, sign-flip p with Holm over the two models, verdict."""
-    from evaluation.report import delta_cell, p_cell
+def continued_comparisons(eval_dirs: dict[str, Path]) -> dict[str, list[dict]]:
+    """The continued models' baselines against the base's, paired by prompt (same questions and positions): per
+    model, [overall, middle] comparisons (Δ, 95% CI by question, sign-flip p) with Holm over the two models."""
     from evaluation.results import compare_with_baseline, read_records
-    from evaluation.statistics import holm_adjust, verdict
+    from evaluation.statistics import holm_adjust
 
     def baseline_records(name: str) -> list[dict]:
         return [r for r in read_records(eval_dirs[name] / "records.jsonl") if r["method"] == "baseline"]
@@ -283,23 +309,44 @@ def continued_against_base(eval_dirs: dict[str, Path]) -> list[str]:
     for name in ("rope", "repo"):
         records = baseline_records(name)
         middle = [r for r in records if r["gold_position"] not in edges]
-        rows[name] = (compare_with_baseline(records, base), compare_with_baseline(middle, base))
+        rows[name] = [compare_with_baseline(records, base), compare_with_baseline(middle, base)]
+    for i in (0, 1):
+        holm = holm_adjust({name: row[i]["p_value"] for name, row in rows.items()})
+        for name, row in rows.items():
+            row[i] = {**row[i], "p_holm": holm[name]}
+    return rows
+
+
+def continued_against_base(comparisons: dict[str, list[dict]]) -> list[str]:
+    """The table of `continued_comparisons`: Δ overall and in the middle, CI, Holm p, verdict."""
+    from evaluation.report import delta_cell, p_cell
+
     lines = [
         "| model | Δ vs the base [95% CI] | p (Holm) | verdict | Δ middle vs the base [95% CI] | p (Holm) | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    holm = [holm_adjust({name: row[i]["p_value"] for name, row in rows.items()}) for i in (0, 1)]
-    for name, comparisons in rows.items():
-        cells = []
-        for i, vs in enumerate(comparisons):
-            p = holm[i][name]
-            cells += [
-                delta_cell(vs),
-                p_cell({**vs, "p_holm": p}, "p_holm"),
-                verdict(vs["low"], vs["high"], p, vs["identical"]),
-            ]
+    for name, parts in comparisons.items():
+        cells = [cell for vs in parts for cell in (delta_cell(vs), p_cell(vs, "p_holm"), _verdict(vs))]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _verdict(vs: dict) -> str:
+    from evaluation.statistics import verdict
+
+    return verdict(vs["low"], vs["high"], vs["p_holm"], vs["identical"])
+
+
+METHOD_NAMES = {"rope": "RoPE", "repo": "REPO"}
+
+
+def continued_sentence(comparisons: dict[str, list[dict]]) -> str:
+    """One bold line: what continuing did to each model against the base (Δ overall, CI, verdict)."""
+    parts = [
+        f"{METHOD_NAMES[name]} {vs['mean_diff']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}], {_verdict(vs)}"
+        for name, (vs, _) in comparisons.items()
+    ]
+    return "**Against the base they came from, accuracy changed by " + "; ".join(parts) + ".**"
 
 
 def training_resume(run_dir: Path) -> list[str] | None:
@@ -395,15 +442,18 @@ def tiny_loop(args: Namespace, out: Path) -> None:
     settings = tiny_settings(args)
     settings.fim_examples = args.fim_examples
     data = out / "data" / "kv-train.jsonl"
-    counts = recipe.write_training_data(data, 0, settings)
+    pair = None if args.pair == "none" else Path(args.pair)
+    counts = recipe.write_training_data(data, CONTINUE_DATA_SEED if pair else 0, settings)
     print(f"training data: {counts['examples']} KV streams, the gold pair in the first or last 4 of 64", flush=True)
     models = {}
     for method in ("rope", "repo"):
-        config = training_config(out, method, data, settings)
+        start = pair / method if pair else None
+        config = training_config(out, method, data, settings, init_from=start)
         run_dir = out / "runs" / method
         steps.step(f"train-{method}", f"train tiny OLMo-2 with {method.upper()}",
-                   ["repo_train", "fit", "--config", str(config)], module=True, inputs=[config, args.base, data],
-                   outputs=[run_dir], resume=lambda d=run_dir: training_resume(d))  # fmt: skip
+                   ["repo_train", "fit", "--config", str(config)], module=True,
+                   inputs=[config, start or args.base, data], outputs=[run_dir],
+                   resume=lambda d=run_dir: training_resume(d))  # fmt: skip
         checkpoint = last_checkpoint(run_dir)
         models[method] = out / "models" / method
         steps.step(f"export-{method}", f"export the {method.upper()} checkpoint",
@@ -438,8 +488,9 @@ def tiny_loop(args: Namespace, out: Path) -> None:
         str(eval_dirs["base"]), *(arg for name in ("base-fim", "rope", "repo") for arg in ("--compare",
         str(eval_dirs[name]))))  # fmt: skip
     positions_plot, positions = plot_repo_positions(out, models["repo"], settings)
+    history = pair_history(pair)
     write_report(out, run, eval_dirs, time.perf_counter() - started, *tiny_report_parts(out, settings, eval_dirs,
-                 scale_file, positions_plot, positions))  # fmt: skip
+                 scale_file, positions_plot, positions, history))  # fmt: skip
     print(f"\nreport: {out / 'README.md'}")
 
 
@@ -633,36 +684,65 @@ def results_table(eval_dirs: dict[str, Path]) -> list[str]:
     return lines
 
 
+def pair_history(pair: Path | None) -> dict | None:
+    """What the shipped pair's pair.json says about how it was made (None: no pair, both start from the base)."""
+    if pair is None:
+        return None
+    path = pair / "pair.json"
+    try:
+        made = json.loads(path.read_text())
+        return {"name": pair.name, "steps": int(made["steps"]), "curriculum_steps": int(made["curriculum_steps"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SystemExit(f"{path}: not the pair.json of scripts/make_tiny_repo_pair.py; remake the pair") from None
+
+
 def tiny_report_parts(
-    out, args, eval_dirs, scale_file, positions_plot, repo_positions
+    out, args, eval_dirs, scale_file, positions_plot, repo_positions, history: dict | None = None
 ) -> tuple[str, list[str], list[str]]:
     """Intro, outputs and closing of the built-in loop's report: what the tiny models are and are not evidence of."""
     stem = scale_file.with_suffix("")
     positions = ", ".join(map(str, recipe.eval_positions(args)))
+    comparisons = continued_comparisons(eval_dirs)
+    data = (
+        f"KV streams of {args.pairs} pairs from {args.distinct_keys} keys, the gold pair in the first or last "
+        f"{args.edge_width}"
+    )
+    total = args.steps + (history["steps"] if history else 0)
+    if history:
+        continued = (
+            f"It was also continued with RoPE and with REPO on the same data ({data}): the shipped pair "
+            f"`{history['name']}` (scripts/make_tiny_repo_pair.py: {history['steps']} steps each, REPO's predictors "
+            f"from the paper's initialisation, handed over from RoPE positions over the first "
+            f"{history['curriculum_steps']}), then {args.steps} more steps here on fresh streams: `rope` and `repo`, "
+            f"{total} steps each, still far from the paper's continual pre-training (50B tokens)."
+        )
+    else:
+        continued = (
+            f"It was also continued for {args.steps} steps with RoPE and with REPO on the same data ({data}): `rope` "
+            f"and `repo`; REPO's predictors start fresh, and {args.steps} steps are far from the paper's continual "
+            "pre-training."
+        )
     intro = (
         f"The tiny base `{Path(args.base).name}` is a 4-layer RoPE OLMo-2 (byte tokenizer) that retrieves a key's "
         f"value at the edges of a {args.pairs}-pair context and loses the middle (scripts/make_tiny_dip_base.py). "
         "The training-free methods act on it: LPES searched on it, then every method evaluated on held-out prompts "
         f"(seed {recipe.EVAL_SEED}) with the gold pair at positions {positions}, {args.eval_examples} questions each "
         f"(Found in the Middle, which calibrates with one extra prefill per pair, on {args.fim_examples} with their "
-        f"own baseline: `base-fim`). It was also continued for {args.steps} steps with RoPE and with REPO on the same "
-        f"data (KV streams of {args.pairs} pairs from {args.distinct_keys} keys, the gold pair in the first or last "
-        f"{args.edge_width}): `rope` and `repo`; REPO's predictors start fresh, and {args.steps} steps are far from "
-        "the paper's continual pre-training. Middle: the positions between the first and the last; Δ: paired "
+        f"own baseline: `base-fim`). {continued} Middle: the positions between the first and the last; Δ: paired "
         "difference with the same model's baseline, 95% CI by question, two-sided sign-flip p with Holm's adjustment "
         "over the methods (docs/evaluation.md#statistics); a verdict needs both. A tiny model on a short context: it "
         "shows what each method does to a measured dip, not how it does on an LLM (docs/reproductions.md)."
-        f"\n\n{repo_positions_sentence(repo_positions, args.steps)}"
+        f"\n\n{repo_positions_sentence(repo_positions, total)} {continued_sentence(comparisons)}"
     )
     outputs = [
-        f"## The continued models against the base they came from ({args.steps} steps each, same data)",
+        f"## The continued models against the base they came from ({total} steps each, same data)",
         "",
         (
             "Their baselines paired with the base's baseline on the same prompts (Δ, 95% CI by question, "
             "sign-flip p, Holm over the two models):"
         ),
         "",
-        *continued_against_base(eval_dirs),
+        *continued_against_base(comparisons),
         "",
         f"- Base model, every method: [report]({(eval_dirs['base'] / 'report.md').relative_to(out)})",
         f"- Base model, Found in the Middle: [report]({(eval_dirs['base-fim'] / 'report.md').relative_to(out)})",

@@ -46,7 +46,11 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert base["middle_accuracy_ci"][1] < base["edges_accuracy_ci"][0]
     assert (out / "repo_positions_last_layer.png").is_file()
     # REPO's learned positions in a sentence a reader cannot miss, and both continued models against the base
-    assert "REPO's positions did not learn in 4 steps**" in report or "REPO's positions moved in 4 steps" in report
+    # the shipped pair (600 steps each) continued for 4 more: REPO's positions have spread (assets' pair.json)
+    assert (
+        "**REPO's positions learned in 604 steps**" in report and "the shipped pair `tiny-kv-dip-continued`" in report
+    )
+    assert "**Against the base they came from, accuracy changed by RoPE " in report
     table = report[report.index("## The continued models against the base they came from") :]
     assert "| rope | " in table and "| repo | " in table and "Δ middle vs the base" in table
     assert (out / "eval" / "base" / "accuracy_by_position_kv.png").is_file()
@@ -58,8 +62,10 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert (out / "models" / "repo" / "tokenizer.json").is_file()
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
-    config = (out / "configs" / "train-repo.yaml").read_text()
-    assert "init_from:" in config and "tiny-kv-dip" in config and "repo_train.data.PromptCompletionData" in config
+    config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
+    assert config["model"]["init_from"].endswith("assets/tiny-kv-dip-continued/repo")
+    assert "repo_curriculum_steps" not in config["model"]  # learned predictors: no hand-over from RoPE again
+    assert config["data"]["train"]["class_path"] == "repo_train.data.PromptCompletionData"
 
 
 def _steps(out: Path) -> dict:
@@ -367,10 +373,16 @@ def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
     assert "NPROC_PER_NODE=8 scripts/launch_train.sh" in commands  # training keeps the whole node
 
 
-def test_options_parse_in_process(capsys):
+def test_options_parse_in_process(capsys, tmp_path):
     """The quickstart's check in the fast suite (the tests above run the script in subprocesses: slow suite)."""
     qs = load_script("quickstart")
     assert qs.parse_args([]).out == "outputs/quickstart"
+    assert qs.parse_args([]).pair == str(qs.PAIR)  # the built-in base continues the shipped pair ...
+    assert qs.parse_args(["--base", str(ROOT / "assets" / "tiny-kv-base")]).pair == "none"  # ... another starts fresh
+    assert qs.pair_history(qs.PAIR)["steps"] >= 100
+    with pytest.raises(SystemExit):
+        qs.parse_args(["--pair", str(tmp_path)])
+    assert "needs rope/ and repo/ HF directories" in capsys.readouterr().err
     assert qs.parse_args(["--config", FULL_SCALE]).out == "outputs/quickstart-olmo2-1b"
     with pytest.raises(SystemExit):
         qs.parse_args(["--config", FULL_SCALE, "--steps", "10"])
