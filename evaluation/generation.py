@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from evaluation.methods.base import GenerationBatch, GenerationState, MethodStack
+from evaluation.methods.row_groups import RowGroups
 from repo_train.modeling.cache_keyword import cache_argument
 
 TRUNCATION_POLICIES = ("left", "middle")
@@ -400,6 +402,7 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     mask = batch.attention_mask
     drop_mask = bool((mask == 1).all())  # as `generate` does: an all-ones mask adds nothing
     rows = batch.input_ids.shape[0]
+    groups = RowGroups.of(methods, model, rows)  # copies of the batch some method decodes in this forward
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     next_pos = _next_positions(positions, mask)
     inputs, step_positions = batch.input_ids, positions
@@ -407,17 +410,7 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     lengths, reasons = [settings.max_new_tokens] * rows, ["length"] * rows
     generated: list[torch.Tensor] = []
     for step in range(settings.max_new_tokens):
-        out = model(
-            input_ids=inputs,
-            attention_mask=None if drop_mask else mask,
-            position_ids=step_positions,
-            **cache_argument(cache),
-            use_cache=True,
-            logits_to_keep=1,
-            return_dict=True,
-        )
-        logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-        del out
+        logits, state.group_logits = _forward(model, groups, inputs, None if drop_mask else mask, step_positions, cache)
         state.observe(step, inputs, step_positions, mask, cache, ~unfinished)
         logits = methods.process_logits(step, logits, state)
         tokens = torch.where(unfinished, logits.argmax(dim=-1), pad_id)
@@ -438,6 +431,26 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
         step_positions = (next_pos + step)[:, None]
         mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
     return lengths, reasons
+
+
+def _forward(model, groups: RowGroups | None, inputs, mask, positions, cache):
+    """One step's forward: the float32 last-token logits `[B, V]` and those of each method's row groups."""
+    if groups is not None:
+        inputs, positions = groups.expand(inputs), groups.expand(positions)
+        mask = None if mask is None else groups.expand(mask)
+    with groups.installed(model) if groups is not None else nullcontext():
+        out = model(
+            input_ids=inputs,
+            attention_mask=mask,
+            position_ids=positions,
+            **cache_argument(cache),
+            use_cache=True,
+            logits_to_keep=1,
+            return_dict=True,
+        )
+    logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+    del out
+    return (logits, {}) if groups is None else groups.split(logits)
 
 
 def generate(

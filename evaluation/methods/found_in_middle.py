@@ -193,6 +193,17 @@ def dummy_variants(prompt: TokenizedPrompt, dummy_ids: Sequence[Sequence[int]]) 
     return variants
 
 
+def _row_group_edit(index: torch.Tensor, alpha: torch.Tensor, target: str):
+    """The probe's edit for a batch: `redistribute` with the batch's α, also on rows that repeat the batch
+    (a stacked method's row groups, `evaluation.methods.row_groups`: the same prompts under other policies)."""
+
+    def edit(layer: int, weights: torch.Tensor) -> torch.Tensor:
+        copies = weights.shape[0] // index.shape[0]
+        return redistribute(weights, index.repeat(copies, 1), alpha.repeat(copies, 1), target)
+
+    return edit
+
+
 @dataclass
 class Calibration:
     """Per prompt and document `[B, D]`: Attn(x_k, k), Attn(x_dum, k), rel, validity (non-empty), and α once set."""
@@ -361,8 +372,7 @@ class FoundInTheMiddle(Method):
             device = batch.input_ids.device
             index = document_index(batch.item_token_spans, batch.input_ids.shape[1]).to(device)
             alpha = calibration.alpha.to(device)
-            target = self.target
-            probe.request(edit=lambda layer, w: redistribute(w, index, alpha, target), edit_layers=edit_layers)
+            probe.request(edit=_row_group_edit(index, alpha, self.target), edit_layers=edit_layers)
 
     def finish(self, state: GenerationState) -> None:
         probe = self._state.get("probe")
