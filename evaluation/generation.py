@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,7 +409,9 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     lengths, reasons = [settings.max_new_tokens] * rows, ["length"] * rows
     generated: list[torch.Tensor] = []
     for step in range(settings.max_new_tokens):
-        logits, state.group_logits = _forward(model, groups, inputs, None if drop_mask else mask, step_positions, cache)
+        logits, state.group_logits = _forward(
+            model, groups, inputs, None if drop_mask else mask, step_positions, cache, step
+        )
         state.observe(step, inputs, step_positions, mask, cache, ~unfinished)
         logits = methods.process_logits(step, logits, state)
         tokens = torch.where(unfinished, logits.argmax(dim=-1), pad_id)
@@ -433,12 +434,11 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     return lengths, reasons
 
 
-def _forward(model, groups: RowGroups | None, inputs, mask, positions, cache):
-    """One step's forward: the float32 last-token logits `[B, V]` and those of each method's row groups."""
-    if groups is not None:
-        inputs, positions = groups.expand(inputs), groups.expand(positions)
-        mask = None if mask is None else groups.expand(mask)
-    with groups.installed(model) if groups is not None else nullcontext():
+def _forward(model, groups: RowGroups | None, inputs, mask, positions, cache, step: int):
+    """One step's forward: the float32 last-token logits `[B, V]` and those of each method's row groups
+    (their prefill group by group, their decoding steps as rows of one forward: `RowGroups`)."""
+
+    def last_logits(inputs, mask, positions, cache) -> torch.Tensor:
         out = model(
             input_ids=inputs,
             attention_mask=mask,
@@ -448,9 +448,15 @@ def _forward(model, groups: RowGroups | None, inputs, mask, positions, cache):
             logits_to_keep=1,
             return_dict=True,
         )
-    logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-    del out
-    return (logits, {}) if groups is None else groups.split(logits)
+        return out.logits[:, -1].to(copy=True, dtype=torch.float32)
+
+    if groups is None:
+        return last_logits(inputs, mask, positions, cache), {}
+    if step == 0:
+        return groups.split(groups.prefill(model, lambda part: last_logits(inputs, mask, positions, part), cache))
+    mask = None if mask is None else groups.expand(mask)
+    with groups.installed(model):
+        return groups.split(last_logits(groups.expand(inputs), mask, groups.expand(positions), cache))
 
 
 def generate(

@@ -17,8 +17,8 @@ the batch under the over-rotated encoding: by default (`passes=batched`) as
 extra rows of the harness's own forward (`evaluation.methods.row_groups`: one
 forward per step, the weights read once for both), `passes=sequential` as a
 second forward through its own KV cache (`SideDecoder`, kept in the batch's
-scratch). Both give the same logits; K/V memory is 2× the baseline's either
-way, and the batched prefill holds 2× the activations. β = 0 skips L*
+scratch). Both give the same logits and hold 2× the baseline's K/V; the
+prefill runs the two encodings one after the other in both. β = 0 skips L*
 (exactly greedy).
 `salience_score` is the paper's S(L) (Eq. 1); `pcd_salience` reports it with and without PCD.
 """

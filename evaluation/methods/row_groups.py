@@ -9,11 +9,18 @@ more than the baseline's. The rows are independent in every layer (attention
 never mixes rows), so the results are the sequential ones.
 
 A method asks for copies with `Method.row_groups()` (one policy list per
-copy). `RowGroups` then lays the forward out as group 0 (the harness's batch,
-under the installed policies) followed by each copy, B rows each, with one KV
-cache for all; every copy has the harness's padding, mask and positions. Each
-layer gets a `GroupedPolicy` for the forward: RoPE layers rotate all rows in
-one call, each row with its group's frequencies and position scale.
+copy). `RowGroups` then lays the decoding steps out as group 0 (the harness's
+batch, under the installed policies) followed by each copy, B rows each, with
+one KV cache for all; every copy has the harness's padding, mask and
+positions. Each layer gets a `GroupedPolicy` for those forwards: RoPE layers
+rotate all rows in one call, each row with its group's frequencies and
+position scale.
+
+The prefill runs group by group (B rows each, under the group's policies, into
+its own cache; the caches are then stacked into the shared one, layer by
+layer): a prefill is bound by arithmetic, not by reading weights, so stacking
+would save no time there, and it would hold G times the activations (the
+attention scores of the whole prompt among them) at once.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, RotaryEncoding, Rotation
 from repo_train.modeling.policy import linear_positions
@@ -96,6 +104,8 @@ class RowGroups:
 
     owners: list[object]
     """The method of each extra group, in row order (group 0, the harness's rows, has none)."""
+    group_policies: list[list[PositionPolicy]]
+    """Per group (the harness's first), the policy of each layer."""
     layer_policies: list[GroupedPolicy]
     rows: int
     """B, the rows of the harness's batch (and of every group)."""
@@ -115,7 +125,7 @@ class RowGroups:
             if len(policies) != len(current):
                 raise ValueError(f"a row group has {len(policies)} policies for a model with {len(current)} layers")
         per_layer = [GroupedPolicy([own, *(g[i] for g in groups)], rows) for i, own in enumerate(current)]
-        return cls(owners, per_layer, rows)
+        return cls(owners, [current, *groups], per_layer, rows)
 
     @property
     def copies(self) -> int:
@@ -125,6 +135,24 @@ class RowGroups:
     def expand(self, tensor: torch.Tensor) -> torch.Tensor:
         """`[B, ...]` -> `[G·B, ...]`: the same rows once per group."""
         return tensor.repeat(self.copies, *([1] * (tensor.dim() - 1)))
+
+    def prefill(self, model, forward, cache) -> torch.Tensor:
+        """Each group's prefill in turn, `forward(cache_of_group)` -> `[B, ...]` logits under the group's policies;
+        their caches end up stacked, group after group, in `cache`. Returns the logits `[G·B, ...]` in row order."""
+        parts, logits = [], []
+        for policies in self.group_policies:
+            part = DynamicCache(config=model.config.get_text_config(decoder=True))
+            with swapped_policies(model, policies):
+                logits.append(forward(part))
+            parts.append(part)
+        for layer in range(len(parts[0].layers)):
+            layers = [part.layers[layer] for part in parts]
+            keys, values = torch.cat([x.keys for x in layers]), torch.cat([x.values for x in layers])
+            for x in layers:  # each group's copy goes as soon as it is stacked: one layer's extra memory at most
+                x.keys = x.values = None
+            cache.update(keys, values, layer)
+            del keys, values
+        return torch.cat(logits)
 
     @contextmanager
     def installed(self, model) -> Iterator[None]:
