@@ -60,8 +60,7 @@ def build_parser() -> ConfigParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    method = build_method(args.method)
-    if not isinstance(method, FoundInTheMiddle):
+    if build_method(args.method).name != FoundInTheMiddle.name:
         raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {args.method!r}")
     if not args.out.endswith(".json"):
         raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
