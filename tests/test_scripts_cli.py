@@ -78,7 +78,15 @@ CASES = [
     ),
     Case(
         "benchmark_calibrators",
-        {"prompts": 8, "docs": 10, "doc_words": 12, "new_tokens": 16, "batch_size": 4, "rounds": 3},
+        {
+            "prompts": 8,
+            "docs": 10,
+            "doc_words": 12,
+            "short_doc_words": 3,
+            "new_tokens": 16,
+            "batch_size": 4,
+            "rounds": 5,
+        },
         ["--methods", "pcd", "pi:scale=2", "--doc-words", "5", "--batch-size", "2"],
         {"methods": ["pcd", "pi:scale=2"], "doc_words": 5, "batch_size": 2},
         ["--methods", "pcd", "nope"],
