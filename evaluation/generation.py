@@ -6,7 +6,9 @@ second forward with its own cache), which `generate` hides. The loop below
 makes the same calls `generate(do_sample=False)` makes (left padding,
 positions = cumsum(mask) - 1, a `DynamicCache`, one token a step, finished rows
 fed the pad token, an all-ones mask dropped), so on the baseline it gives the
-same tokens; the tests check that token for token.
+same tokens; the tests check that token for token. Methods that decode copies
+of the batch under other position policies (Attention Buckets, PCD) get them
+as extra rows of this loop's forward (`evaluation.methods.row_groups`).
 
 Pipeline: `tokenize_prompts` (token ids + each item's token span, from the
 tokenizer's offset mapping) -> `fit_to_length` (length check, or an explicit
