@@ -334,7 +334,12 @@ def main(argv: list[str] | None = None) -> None:
                 peak = None if args.skip_memory else peak_growth(args, resolved, words)
                 memory = peak / base_peak if peak is not None and base_peak else None
                 results[spec].append(Cell(decode, total, memory))
-                print(f"  {words} words/document: {spec} done", flush=True)
+                shown = f"{memory:.2f}" if memory is not None else "n/a"
+                print(
+                    f"  {words} words/document, {spec}: decode {spread(decode)}, total {spread(total)}, "
+                    f"peak memory {shown}",
+                    flush=True,
+                )
     print(
         f"\nd={args.hidden}, {args.layers} layers, {args.heads} heads; {args.prompts} prompts of {args.docs} documents "
         f"at {' and '.join(token_lengths)}, {args.new_tokens} new tokens, batch {args.batch_size}, {args.threads} "
