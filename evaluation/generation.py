@@ -6,7 +6,9 @@ second forward with its own cache), which `generate` hides. The loop below
 makes the same calls `generate(do_sample=False)` makes (left padding,
 positions = cumsum(mask) - 1, a `DynamicCache`, one token a step, finished rows
 fed the pad token, an all-ones mask dropped), so on the baseline it gives the
-same tokens; the tests check that token for token.
+same tokens; the tests check that token for token. Methods that decode copies
+of the batch under other position policies (Attention Buckets, PCD) get them
+as extra rows of this loop's forward (`evaluation.methods.row_groups`).
 
 Pipeline: `tokenize_prompts` (token ids + each item's token span, from the
 tokenizer's offset mapping) -> `fit_to_length` (length check, or an explicit
@@ -30,6 +32,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from evaluation.methods.base import GenerationBatch, GenerationState, MethodStack
+from evaluation.methods.row_groups import RowGroups
 from repo_train.modeling.cache_keyword import cache_argument
 
 TRUNCATION_POLICIES = ("left", "middle")
@@ -400,6 +403,7 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     mask = batch.attention_mask
     drop_mask = bool((mask == 1).all())  # as `generate` does: an all-ones mask adds nothing
     rows = batch.input_ids.shape[0]
+    groups = RowGroups.of(methods, model, rows)  # copies of the batch some method decodes in this forward
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     next_pos = _next_positions(positions, mask)
     inputs, step_positions = batch.input_ids, positions
@@ -407,17 +411,9 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     lengths, reasons = [settings.max_new_tokens] * rows, ["length"] * rows
     generated: list[torch.Tensor] = []
     for step in range(settings.max_new_tokens):
-        out = model(
-            input_ids=inputs,
-            attention_mask=None if drop_mask else mask,
-            position_ids=step_positions,
-            **cache_argument(cache),
-            use_cache=True,
-            logits_to_keep=1,
-            return_dict=True,
+        logits, state.group_logits = _forward(
+            model, groups, inputs, None if drop_mask else mask, step_positions, cache, step
         )
-        logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-        del out
         state.observe(step, inputs, step_positions, mask, cache, ~unfinished)
         logits = methods.process_logits(step, logits, state)
         tokens = torch.where(unfinished, logits.argmax(dim=-1), pad_id)
@@ -438,6 +434,31 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
         step_positions = (next_pos + step)[:, None]
         mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
     return lengths, reasons
+
+
+def _forward(model, groups: RowGroups | None, inputs, mask, positions, cache, step: int):
+    """One step's forward: the float32 last-token logits `[B, V]` and those of each method's row groups
+    (their prefill group by group, their decoding steps as rows of one forward: `RowGroups`)."""
+
+    def last_logits(inputs, mask, positions, cache) -> torch.Tensor:
+        out = model(
+            input_ids=inputs,
+            attention_mask=mask,
+            position_ids=positions,
+            **cache_argument(cache),
+            use_cache=True,
+            logits_to_keep=1,
+            return_dict=True,
+        )
+        return out.logits[:, -1].to(copy=True, dtype=torch.float32)
+
+    if groups is None:
+        return last_logits(inputs, mask, positions, cache), {}
+    if step == 0:
+        return groups.split(groups.prefill(model, lambda part: last_logits(inputs, mask, positions, part), cache))
+    mask = None if mask is None else groups.expand(mask)
+    with groups.installed(model):
+        return groups.split(last_logits(groups.expand(inputs), mask, groups.expand(positions), cache))
 
 
 def generate(

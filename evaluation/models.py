@@ -238,6 +238,21 @@ def weights_identity(directory: str | os.PathLike) -> dict[str, dict[str, object
     return {p.name: file_identity(p) for p in files}
 
 
+#: Values per tensor that `weights_fingerprint` hashes.
+WEIGHT_SAMPLES = 1024
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A hash of every tensor's name, shape, dtype and 1,024 evenly strided values: cheap, device-independent."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // WEIGHT_SAMPLES)][:WEIGHT_SAMPLES].contiguous().cpu()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(sample.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def model_identity(model: PreTrainedModel) -> dict[str, str]:
     """Name/path of a model and a hash of its config: what the results say they were measured on."""
     config = model.config.to_dict()

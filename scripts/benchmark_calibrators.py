@@ -1,40 +1,42 @@
 #!/usr/bin/env python
-"""Cost of each training-free method against the baseline, side by side in one run.
+"""Cost of each training-free method against the baseline, side by side in one run: one table.
 
-Builds a random OLMo-2 (byte tokenizer, RoPE base 10,000) and MDQA-style
-prompts with document spans, then per round times the baseline and each method
-back to back on the same batches (baseline, method, baseline, method, ...), so
-both see the same machine state. Prints two time ratios per method: the median
-of the per-round ratios (with their range) and the ratio of the best (minimum)
-times, which is the one least disturbed by other jobs on a shared machine and
-the one PCD is held to its 2.1x target with.
+Builds a random OLMo-2 (byte tokenizer, RoPE base 10,000) and MDQA-style prompts with document spans at two
+prompt lengths (`--short_doc_words` and `--doc_words` words per document), then per round times the baseline
+and each method back to back on the same batches (baseline, method, baseline, method, ...; `--rounds` timed
+rounds after one warm-up), so both see the same machine state. Per method and length it reports:
 
-Memory, two measures:
-- K/V bytes: exact bytes of every KV cache a method holds at the end of a
-  batch (the harness's and any side caches), summed over batches;
-- peak RSS growth: in a fresh subprocess per method (glibc told to return
-  large blocks, `MALLOC_MMAP_THRESHOLD_`), the process's peak resident memory
-  during generation minus its resident memory just before (Linux VmHWM, reset
-  through /proc/self/clear_refs). tracemalloc is not used: torch's CPU tensors
-  are not allocated through Python's allocator, so it would not see them, and
-  torch keeps no allocator statistics on CPU.
+- decode time: from the end of step 0 (the prefill and every method's step-0 work) to the end of the batch,
+  summed over batches; the ratio to the baseline's per round, median and range over the rounds;
+- total time: the whole generation of every batch (cost per prompt), the same way;
+- peak memory: in a fresh subprocess per method and length (glibc told to return large blocks,
+  `MALLOC_MMAP_THRESHOLD_`), the peak resident memory during generation minus the resident memory just
+  before (Linux VmHWM, reset through /proc/self/clear_refs): one run each, so no range. tracemalloc is not
+  used: torch's CPU tensors are not allocated through Python's allocator, so it would not see them.
 
-    python scripts/benchmark_calibrators.py --prompts 8 --docs 10 --new-tokens 16 --rounds 3
+Amortised Found in the Middle reads a bias file this script estimates first, on calibration prompts of the
+same template and lengths (other seeds): the one-off cost, printed on its own and not in the ratios.
+The table puts the papers' figures beside ours and checks the targets (`TARGETS`). Run it with
+`OMP_NUM_THREADS=1 ... --threads 1` on a quiet machine.
+
+    OMP_NUM_THREADS=1 python scripts/benchmark_calibrators.py --threads 1 --rounds 5
 """
 
-# No `from __future__ import annotations`: with string annotations, making the `CacheBytes` dataclass needs
+# No `from __future__ import annotations`: with string annotations, making the `StepClock` dataclass needs
 # this module in sys.modules, which a file loaded by path (tests/script_loader.py) is not.
 import argparse
 import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 from jsonargparse.typing import PositiveInt
@@ -43,49 +45,79 @@ from jsonargparse.typing import PositiveInt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
-from evaluation.methods import Method, MethodStack
+from evaluation.methods import Method, MethodStack, build_method
+from evaluation.methods.fim_bias import write_bias_file
+from evaluation.methods.found_in_middle import estimate_bias
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_train.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.scripting.benchmarking import alternate
 
+#: Where the amortised FiM spec takes the bias file this script makes.
+BIAS_FILE = "{bias_file}"
+AMORTISED_FIM = f"fim:calibration=amortised,bias_file={BIAS_FILE}"
 DEFAULT_METHODS = [
     "caliope:calibrator=hourglass",
     "caliope:calibrator=moses",
     "caliope:calibrator=decay",
-    "pcd",
-    "ms_poe",
-    "attention_buckets",
     "pi:scale=2",
+    "ms_poe",
+    "pcd",
+    "pcd:passes=sequential",
+    "attention_buckets",
+    "attention_buckets:passes=sequential",
+    "fim",
+    AMORTISED_FIM,
 ]
-PCD_TARGET = 2.1
 WORDS = ("the", "of", "and", "river", "city", "year", "king", "war", "music", "film", "north", "old", "new", "great")
 
 
-@dataclass
-class CacheBytes(Method):
-    """Adds up, at the end of each batch, the bytes of every KV cache in the generation state."""
+class Target(NamedTuple):
+    """A cost a method must stay within: `measure` ('decode' or 'total') ratio <= `limit` at every length."""
 
-    name: ClassVar[str] = "cache_bytes"
-    total: int = field(default=0, init=False)
+    measure: str
+    limit: float
+
+
+#: The papers' own statements of each method's cost, by method name (the spec's part before ':').
+PAPER_COST = {
+    "attention_buckets": "4.8× (LPES, Table 4)",
+    "pcd": "2 forwards a step",
+    "fim": "K extra prefills a prompt",
+    "ms_poe": "–",
+    "caliope": "–",
+    "pi": "none (positions only)",
+}
+#: The targets of issue 25, by spec (the default specs of each method).
+TARGETS = {
+    "attention_buckets": Target("decode", 3.0),
+    "pcd": Target("decode", 1.5),
+    AMORTISED_FIM: Target("total", 1.3),
+}
+
+
+@dataclass
+class StepClock(Method):
+    """Adds up, per batch, the seconds from the end of step 0 (after every method before it) to the batch's end."""
+
+    name: ClassVar[str] = "step_clock"
+    decode: float = field(default=0.0, init=False)
+    started: float | None = field(default=None, init=False)
+
+    def process_logits(self, step, logits, state):
+        if step == 0:
+            self.started = time.perf_counter()
+        return logits
 
     def finish(self, state):
-        caches = [state.past_key_values]
-        for scratch in state.scratch.values():
-            for value in scratch.values():
-                for item in value if isinstance(value, list) else [value]:
-                    caches.append(getattr(item, "cache", None))
-        for cache in caches:
-            for layer in getattr(cache, "layers", None) or []:
-                for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                    if isinstance(tensor, torch.Tensor):
-                        self.total += tensor.numel() * tensor.element_size()
+        if self.started is not None:
+            self.decode += time.perf_counter() - self.started
+            self.started = None
 
 
-def build(args):
-    """Model, tokenizer and the collated batches every method runs on (seeded: the same in every process)."""
+def build_model(args):
+    """The random model and its tokenizer (seeded: the same in every process)."""
     torch.manual_seed(0)
     tokenizer = byte_tokenizer()
     shape = dict(
@@ -97,35 +129,57 @@ def build(args):
     )
     config = tiny(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, max_position_embeddings=8192, **shape)
     model = RePoOlmo2ForCausalLM(config).eval()
-    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 1
-    rng = random.Random(0)
+    # No EOS (an id that never occurs): every method generates exactly new_tokens per row.
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, -1
+    return model, tokenizer
+
+
+def build_prompts(tokenizer, args, doc_words: int, count: int, seed: int):
+    """`count` MDQA-style prompts of `args.docs` documents of `doc_words` words (seeded)."""
+    rng = random.Random(seed)
     texts, spans = [], []
-    for _ in range(args.prompts):
+    for _ in range(count):
         docs = [
-            Passage(rng.choice(WORDS).title(), " ".join(rng.choice(WORDS) for _ in range(args.doc_words)))
+            Passage(rng.choice(WORDS).title(), " ".join(rng.choice(WORDS) for _ in range(doc_words)))
             for _ in range(args.docs)
         ]
         prompt, item_spans = build_mdqa_prompt("who built the " + rng.choice(WORDS) + "?", docs)
         texts.append(prompt)
         spans.append(item_spans)
-    prompts = tokenize_prompts(tokenizer, texts, spans)
+    return tokenize_prompts(tokenizer, texts, spans)
+
+
+def build_batches(tokenizer, args, doc_words: int):
+    """The collated batches every method runs on at one length, and their prompts' token lengths."""
+    prompts = build_prompts(tokenizer, args, doc_words, args.prompts, seed=0)
     plan = plan_batches([len(p.input_ids) for p in prompts], args.batch_size)
     batches = [collate([prompts[i] for i in indices], tokenizer.pad_token_id) for indices in plan]
-    settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
-    # No EOS (an id that never occurs): every method generates exactly new_tokens per row.
-    model.generation_config.eos_token_id = -1
-    return model, tokenizer, batches, settings, [len(p.input_ids) for p in prompts]
+    return batches, [len(p.input_ids) for p in prompts]
 
 
-def timed(model, tokenizer, batches, settings, spec: str | None) -> tuple[float, int]:
-    """Seconds to generate all batches with a method stack (None = baseline), and its K/V bytes."""
-    probe = CacheBytes()
-    stack = MethodStack([*(MethodStack.parse(spec).methods if spec else []), probe])
+def make_bias_file(model, tokenizer, args, path: Path) -> float:
+    """The amortised FiM's bias file, from `args.calibration_prompts` prompts per length (seeds 1, 2); seconds."""
+    start = time.perf_counter()
+    prompts = []
+    for seed, words in enumerate(lengths(args), start=1):
+        prompts += build_prompts(tokenizer, args, words, args.calibration_prompts, seed=seed)
+    write_bias_file(path, estimate_bias(model, tokenizer, prompts, build_method("fim"), args.batch_size))
+    return time.perf_counter() - start
+
+
+def lengths(args) -> tuple[int, int]:
+    return args.short_doc_words, args.doc_words
+
+
+def timed(model, tokenizer, batches, settings, spec: str | None) -> tuple[float, float]:
+    """Seconds to generate all batches with a method stack (None = baseline), and the decode part of them."""
+    clock = StepClock()
+    stack = MethodStack([*(MethodStack.parse(spec).methods if spec else []), clock])
     with stack.attached(model, tokenizer):
         start = time.perf_counter()
         for batch in batches:
             generate_batch(model, tokenizer, batch, settings, stack)
-        return time.perf_counter() - start, probe.total
+        return time.perf_counter() - start, clock.decode
 
 
 def _status_kib(key: str) -> int:
@@ -134,7 +188,9 @@ def _status_kib(key: str) -> int:
 
 def memory_child(args) -> None:
     """Print the peak RSS growth (KiB) of one generation pass with `args.child` (run in a fresh process)."""
-    model, tokenizer, batches, settings, _ = build(args)
+    model, tokenizer = build_model(args)
+    batches, _ = build_batches(tokenizer, args, args.child_words)
+    settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     spec = None if args.child == "baseline" else args.child
     timed(model, tokenizer, batches[-1:], settings, spec)  # warm-up: one-time allocations are not the method's
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
@@ -143,9 +199,10 @@ def memory_child(args) -> None:
     print(json.dumps({"peak_growth_kib": _status_kib("VmHWM") - before}))
 
 
-def peak_growth(args, spec: str) -> int | None:
-    command = [sys.executable, __file__, "--child", spec] + [
-        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("child", "methods", "rounds")
+def peak_growth(args, spec: str, words: int) -> int | None:
+    skip = ("child", "child_words", "methods", "rounds", "calibration_prompts", "skip_memory")
+    command = [sys.executable, __file__, "--child", spec, "--child_words", str(words)] + [
+        f"--{k}={v}" for k, v in vars(args).items() if k not in skip
     ]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
@@ -155,6 +212,50 @@ def peak_growth(args, spec: str) -> int | None:
     return json.loads(done.stdout.strip().splitlines()[-1])["peak_growth_kib"]
 
 
+@dataclass
+class Cell:
+    """One method at one length: per-round ratios to the baseline and the peak memory ratio."""
+
+    decode: list[float]
+    total: list[float]
+    memory: float | None
+
+
+def spread(ratios: list[float]) -> str:
+    """`median (min–max)`."""
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
+def target_verdict(spec: str, cells: list[Cell]) -> str:
+    """'≤ 3.0× decode: pass' when the median ratio meets the target at every length, '–' for untargeted specs."""
+    target = TARGETS.get(spec)
+    if target is None:
+        return "–"
+    medians = [statistics.median(getattr(cell, target.measure)) for cell in cells]
+    verdict = "pass" if all(m <= target.limit for m in medians) else "FAIL"
+    return f"≤ {target.limit:g}× {target.measure}: {verdict}"
+
+
+def table(results: dict[str, list[Cell]], token_lengths: list[str]) -> list[str]:
+    """The benchmark's one table (Markdown): per method, decode / total / peak-memory ratios at each length."""
+    short, long = token_lengths
+    header = (
+        f"| method | paper's cost | decode × ({short}) | decode × ({long}) | total × ({short}) | total × ({long}) | "
+        f"peak mem × ({short}) | peak mem × ({long}) | target |"
+    )
+    lines = [header, "|" + "---|" * 9]
+    for spec, cells in results.items():
+        label = spec.replace(BIAS_FILE, "FILE").replace("|", "\\|")  # a bare '|' would split the Markdown cell
+        memory = [f"{c.memory:.2f}" if c.memory is not None else "n/a" for c in cells]
+        paper = "– (ours)" if "calibration=amortised" in spec else PAPER_COST.get(spec.split(":")[0], "–")
+        decode, total = [spread(c.decode) for c in cells], [spread(c.total) for c in cells]
+        lines.append(
+            f"| {label} | {paper} | {' | '.join(decode)} | {' | '.join(total)} | {' | '.join(memory)} | "
+            f"{target_verdict(spec, cells)} |"
+        )
+    return lines
+
+
 PROG = "scripts/benchmark_calibrators.py"
 
 
@@ -162,9 +263,12 @@ def build_parser() -> ConfigParser:
     """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
     parser = ConfigParser.for_command(PROG, __doc__)
     parser.add_argument("--methods", type=str, nargs="*", default=DEFAULT_METHODS, help="method specs to compare")
-    parser.add_argument("--prompts", type=PositiveInt, default=8, help="MDQA-style prompts")
+    parser.add_argument("--prompts", type=PositiveInt, default=8, help="MDQA-style prompts per length")
     parser.add_argument("--docs", type=PositiveInt, default=10, help="documents per prompt")
-    parser.add_argument("--doc_words", "--doc-words", type=PositiveInt, default=12, help="words per document")
+    parser.add_argument("--doc_words", "--doc-words", type=PositiveInt, default=12, help="words per document (long)")
+    parser.add_argument(
+        "--short_doc_words", "--short-doc-words", type=PositiveInt, default=3, help="words per document (short)"
+    )
     parser.add_argument(
         "--new_tokens", "--new-tokens", type=PositiveInt, default=16, help="tokens generated per prompt"
     )
@@ -172,9 +276,14 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
     parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument("--rounds", type=PositiveInt, default=3, help="timed pairs per method (after one warm-up)")
+    parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed pairs per method (after one warm-up)")
+    parser.add_argument(
+        "--calibration_prompts", "--calibration-prompts", type=PositiveInt, default=8, help="amortised FiM, per length"
+    )
+    parser.add_argument("--skip_memory", "--skip-memory", type=bool, default=False, help="no peak-memory runs")
     parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
     parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a memory run's method
+    parser.add_argument("--child_words", type=int, default=0, help=argparse.SUPPRESS)  # ... and its length
     return parser
 
 
@@ -198,38 +307,46 @@ def main(argv: list[str] | None = None) -> None:
         memory_child(args)
         return
 
-    model, tokenizer, batches, settings, lengths = build(args)
+    model, tokenizer = build_model(args)
+    settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
+    with tempfile.TemporaryDirectory() as scratch:
+        bias_path = Path(scratch) / "fim-bias.json"
+        specs = {spec: spec.replace(BIAS_FILE, str(bias_path)) for spec in args.methods}
+        if any(BIAS_FILE in spec for spec in specs):
+            seconds = make_bias_file(model, tokenizer, args, bias_path)
+            print(
+                f"amortised FiM: bias file from {2 * args.calibration_prompts} calibration prompts in {seconds:.1f} s"
+            )
+        results: dict[str, list[Cell]] = {spec: [] for spec in specs}
+        token_lengths = []
+        for words in lengths(args):
+            batches, prompt_lengths = build_batches(tokenizer, args, words)
+            token_lengths.append(f"{min(prompt_lengths)}–{max(prompt_lengths)} tok")
+            base_peak = None if args.skip_memory else peak_growth(args, "baseline", words)
+            for spec, resolved in specs.items():
+                decode, total = [], []
+                for index in range(1 + args.rounds):  # baseline, method, baseline, method, ...; the first untimed
+                    base_total, base_decode = timed(model, tokenizer, batches, settings, None)
+                    method_total, method_decode = timed(model, tokenizer, batches, settings, resolved)
+                    if index:
+                        decode.append(method_decode / base_decode)
+                        total.append(method_total / base_total)
+                peak = None if args.skip_memory else peak_growth(args, resolved, words)
+                memory = peak / base_peak if peak is not None and base_peak else None
+                results[spec].append(Cell(decode, total, memory))
+                shown = f"{memory:.2f}" if memory is not None else "n/a"
+                print(
+                    f"  {words} words/document, {spec}: decode {spread(decode)}, total {spread(total)}, "
+                    f"peak memory {shown}",
+                    flush=True,
+                )
     print(
-        f"d={args.hidden}, {args.layers} layers, {args.heads} heads; {args.prompts} prompts of {args.docs} documents "
-        f"({min(lengths)}-{max(lengths)} tokens), {args.new_tokens} new tokens, batch {args.batch_size}, "
-        f"{args.threads} threads, {args.rounds} rounds"
+        f"\nd={args.hidden}, {args.layers} layers, {args.heads} heads; {args.prompts} prompts of {args.docs} documents "
+        f"at {' and '.join(token_lengths)}, {args.new_tokens} new tokens, batch {args.batch_size}, {args.threads} "
+        f"threads; ratios to the baseline: median (range) over {args.rounds} interleaved rounds; peak memory: RSS "
+        "growth in a fresh process, one run\n"
     )
-    _, base_bytes = timed(model, tokenizer, batches, settings, None)  # warm-up
-    base_peak = peak_growth(args, "baseline")
-    header = f"{'method':<62} {'median ratio (range)':>22} {'best/best':>9} {'K/V ratio':>9} {'peak RSS':>8}"
-    print(header)
-    print(f"{'baseline':<62} {'1.000':>22} {'1.000':>9} {'1.00':>9} {'1.00':>8}   ({base_peak} KiB peak growth)")
-    results = {}
-    for spec in args.methods:
-        timed(model, tokenizer, batches, settings, spec)  # warm-up (the baseline's was above)
-        kv_bytes: list[int] = []
-
-        def run_method(spec: str = spec, kv_bytes: list[int] = kv_bytes) -> float:  # bound now, not late
-            seconds, size = timed(model, tokenizer, batches, settings, spec)
-            kv_bytes.append(size)
-            return seconds
-
-        result = alternate(lambda: timed(model, tokenizer, batches, settings, None)[0], run_method, args.rounds)
-        ratios, best, kv = result.ratios, result.best_ratio, kv_bytes[-1]
-        results[spec] = best
-        peak = peak_growth(args, spec)
-        peak_ratio = f"{peak / base_peak:.2f}" if peak is not None and base_peak else "n/a"
-        spread = f"{result.median_ratio:.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
-        print(f"{spec:<62} {spread:>22} {best:>9.3f} {kv / base_bytes:>9.2f} {peak_ratio:>8}   ({peak} KiB)")
-    print(f"baseline best time: {min(result.a):.3f}s for {len(batches)} batches")
-    for spec in [spec for spec in results if spec.split(":")[0] == "pcd"]:
-        verdict = "within" if results[spec] <= PCD_TARGET else "ABOVE"
-        print(f"PCD best time / baseline best time: {results[spec]:.3f} ({verdict} the {PCD_TARGET}x target)")
+    print("\n".join(table(results, token_lengths)))
 
 
 if __name__ == "__main__":

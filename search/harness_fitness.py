@@ -56,6 +56,7 @@ import torch
 
 from evaluation.generation import DecodeSettings, batch_cost, plan_batches
 from evaluation.methods import MethodStack
+from evaluation.models import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
@@ -70,7 +71,6 @@ from search.scale_file import config_sha256
 #: The task parameter holding k, per search task.
 ITEM_PARAMETER = {"mdqa": "num_documents", "kv": "num_keys"}
 _SET_HERE = ("gold_positions", "num_examples", "seed")
-_WEIGHT_SAMPLES = 1024
 
 
 def subset_positions(num_items: int) -> dict[str, int]:
@@ -78,17 +78,6 @@ def subset_positions(num_items: int) -> dict[str, int]:
     if num_items < 3:
         raise ValueError(f"the begin/middle/end subsets need k >= 3 items, got k = {num_items}")
     return {"begin": 0, "middle": (num_items - 1) // 2, "end": num_items - 1}
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A hash of every tensor's name, shape, dtype and 1,024 evenly strided values: cheap, device-independent."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        flat = tensor.detach().reshape(-1)
-        sample = flat[:: max(1, flat.numel() // _WEIGHT_SAMPLES)][:_WEIGHT_SAMPLES].contiguous().cpu()
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(sample.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def model_fingerprint(model: torch.nn.Module) -> dict[str, str]:

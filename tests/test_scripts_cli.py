@@ -86,7 +86,15 @@ CASES = [
     ),
     Case(
         "benchmark_calibrators",
-        {"prompts": 8, "docs": 10, "doc_words": 12, "new_tokens": 16, "batch_size": 4, "rounds": 3},
+        {
+            "prompts": 8,
+            "docs": 10,
+            "doc_words": 12,
+            "short_doc_words": 3,
+            "new_tokens": 16,
+            "batch_size": 4,
+            "rounds": 5,
+        },
         ["--methods", "pcd", "pi:scale=2", "--doc-words", "5", "--batch-size", "2"],
         {"methods": ["pcd", "pi:scale=2"], "doc_words": 5, "batch_size": 2},
         ["--methods", "pcd", "nope"],
@@ -213,3 +221,22 @@ def test_the_repo_analysis_stores_its_config_and_the_file_replays_it(tmp_path):
     analysis.main(argv)
     stored = Path(tmp_path / "out" / "config.yaml")
     assert vars(analysis.parse_args(["--config", str(stored)])) == vars(analysis.parse_args(argv))
+
+
+def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
+    bench = MODULES["benchmark_calibrators"]
+    cell = bench.Cell
+    results = {
+        "pcd": [cell([1.4, 1.5, 1.6], [1.9, 2.0, 2.1], 1.3), cell([1.45, 1.2, 1.49], [2.0, 2.0, 2.0], None)],
+        "attention_buckets:bases=10000|500": [cell([2.0], [2.0], 1.0), cell([2.0], [2.0], 1.0)],
+        bench.AMORTISED_FIM: [cell([1.0], [1.2, 1.25, 1.4], 1.0), cell([1.0], [1.31, 1.35, 1.4], 1.0)],
+    }
+    lines = bench.table(results, ["400 tok", "1000 tok"])
+    assert lines[0].startswith("| method | paper's cost | decode × (400 tok) | decode × (1000 tok) |")
+    pcd, buckets, fim = lines[2:]
+    # medians 1.5 and 1.45: within 1.5 at both lengths; the range is printed beside the median
+    assert "| 1.50 (1.40–1.60) | 1.45 (1.20–1.49) |" in pcd and pcd.endswith("| 1.30 | n/a | ≤ 1.5× decode: pass |")
+    assert buckets.startswith("| attention_buckets:bases=10000\\|500 | 4.8× (LPES, Table 4) |")  # '|' escaped
+    assert buckets.endswith("| – |")  # not the default six bases: no target
+    assert fim.startswith("| fim:calibration=amortised,bias_file=FILE | – (ours) |")
+    assert fim.endswith("≤ 1.3× total: FAIL |")  # 1.25 at the short length, 1.35 at the long one

@@ -11,7 +11,11 @@ act at four points, all optional (the defaults do nothing):
   remaps them by document chunk); generated tokens continue from max + 1;
 - `process_logits(step, logits, state)`: the float32 logits of every step
   (PCD contrasts them with a second forward it runs through its own cache,
-  kept in `state.scratch_for(self)`).
+  kept in `state.scratch_for(self)`);
+- `row_groups()`: copies of the batch the harness should decode as extra
+  rows of its own forward under other policies (Attention Buckets' bases,
+  PCD's over-rotated encoding; `evaluation.methods.row_groups`); their logits
+  reach `process_logits` through `state.row_group_logits(self)`.
 
 Methods stack: `MethodStack` applies them in order (attach in order, detach in
 reverse; each `prefill_position_ids` sees the positions chosen before it in
@@ -72,6 +76,8 @@ class GenerationState:
     #: Tokens chosen so far, `[B, steps]` (finished rows get the pad token).
     generated: torch.Tensor | None = None
     scratch: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: This step's logits `[B, V]` of each method's row groups (by method id), in the order it asked for them.
+    group_logits: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
     def observe(self, step, input_ids, position_ids, attention_mask, past_key_values, finished) -> None:
         self.step, self.input_ids, self.position_ids = step, input_ids, position_ids
@@ -80,6 +86,10 @@ class GenerationState:
     def scratch_for(self, method: Method) -> dict[str, Any]:
         """A per-method dict living for this batch (e.g. a second KV cache)."""
         return self.scratch.setdefault(id(method), {})
+
+    def row_group_logits(self, method: Method) -> list[torch.Tensor]:
+        """The float32 logits `[B, V]` of this step for each of `method`'s row groups (empty if it asked for none)."""
+        return self.group_logits.get(id(method), [])
 
 
 @dataclass
@@ -110,6 +120,11 @@ class Method:
     def process_logits(self, step: int, logits: torch.Tensor, state: GenerationState) -> torch.Tensor:
         """Next-token logits `[B, V]` (float32) of step `step`; return the logits to pick the argmax from."""
         return logits
+
+    def row_groups(self) -> list[list[PositionPolicy]]:
+        """Policies (one per layer) of each extra copy of the batch to decode in the harness's forward; read
+        once per batch, after `start`. The copies share the forward's weight reads and one KV cache."""
+        return []
 
     def params(self) -> dict[str, Any]:
         """The spec parameters: dataclass fields set by `__init__` (state kept in `field(init=False)` is not one)."""

@@ -26,6 +26,13 @@ query, read by `evaluation.attention_probe` (never an L×L matrix):
 16 of 32 layers, all heads). Costs per batch: one extra prefill of B·(K+1)
 prompts without a cache, and per step an O(L) row per head in the edited
 layers. See docs/methods/found-in-the-middle.md for what is simplified.
+
+`calibration=amortised,bias_file=F` is this project's extension, not the
+paper's method (`evaluation.methods.fim_bias`): bias(k) comes from a file
+estimated once on calibration prompts, Attn(x_k, k) from the harness's own
+prefill (recorded, not edited), and the prompt's last token is then run again
+over the cache with the edit, so step 0 is answered as the exact form answers
+it: one prefill and one extra token per prompt instead of K + 1 prefills.
 """
 
 from __future__ import annotations
@@ -36,9 +43,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from evaluation.attention_probe import AttentionProbe, install_probe, remove_probe
+from evaluation.attention_probe import AttentionProbe, install_probe, probing, remove_probe
 from evaluation.methods.base import GenerationState, Method, register_method
+from evaluation.methods.fim_bias import (
+    BiasFile,
+    length_bucket,
+    model_key,
+    read_bias_file,
+    summarize_bias,
+    template_fingerprint,
+)
 from repo_train.modeling.attention import attention_modules
+from repo_train.modeling.cache_keyword import cache_argument
 
 if TYPE_CHECKING:
     from evaluation.generation import TokenizedPrompt
@@ -49,6 +65,8 @@ if TYPE_CHECKING:
 #: Named dummy documents; `{k}` is the 1-based slot. 'mdqa' keeps the MDQA line's header so only the content is empty.
 DUMMY_DOCUMENTS = {"mdqa": "Document [{k}](Title: N/A) N/A", "blank": "N/A"}
 TARGETS = ("mean", "mass")
+#: exact: the paper's per-prompt dummy prefills; amortised: bias(k) from a bias file (`fim_bias`).
+CALIBRATIONS = ("exact", "amortised")
 
 
 def resolve_layers(spec: str, num_layers: int) -> list[int]:
@@ -193,6 +211,17 @@ def dummy_variants(prompt: TokenizedPrompt, dummy_ids: Sequence[Sequence[int]]) 
     return variants
 
 
+def _row_group_edit(index: torch.Tensor, alpha: torch.Tensor, target: str):
+    """The probe's edit for a batch: `redistribute` with the batch's α, also on rows that repeat the batch
+    (a stacked method's row groups, `evaluation.methods.row_groups`: the same prompts under other policies)."""
+
+    def edit(layer: int, weights: torch.Tensor) -> torch.Tensor:
+        copies = weights.shape[0] // index.shape[0]
+        return redistribute(weights, index.repeat(copies, 1), alpha.repeat(copies, 1), target)
+
+    return edit
+
+
 @dataclass
 class Calibration:
     """Per prompt and document `[B, D]`: Attn(x_k, k), Attn(x_dum, k), rel, validity (non-empty), and α once set."""
@@ -298,6 +327,10 @@ class FoundInTheMiddle(Method):
     """A name in DUMMY_DOCUMENTS or a literal template ({k} = 1-based slot) of the content-free document."""
     calibration_batch: int = 0
     """Prompts per calibration prefill; 0 = all B·(K+1) of a batch at once."""
+    calibration: str = "exact"
+    """exact: K dummy prefills per prompt (paper); amortised: bias(k) from `bias_file` (this project's extension)."""
+    bias_file: str = ""
+    """The bias file of calibration=amortised (scripts/calibrate_fim_bias.py makes one)."""
 
     last_calibration: Calibration | None = field(default=None, init=False, repr=False, compare=False)
     _state: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -313,6 +346,24 @@ class FoundInTheMiddle(Method):
             self.dummy_text(1)
         except (KeyError, IndexError, ValueError) as err:
             raise ValueError(f"fim: dummy must be a name in {sorted(DUMMY_DOCUMENTS)} or a text using {{k}}") from err
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"fim: calibration must be one of {list(CALIBRATIONS)}, got {self.calibration!r}")
+        if (self.calibration == "amortised") != bool(self.bias_file):
+            raise ValueError(
+                "fim: calibration=amortised needs bias_file=PATH, and bias_file is read by calibration=amortised only"
+            )
+
+    def params(self) -> dict[str, Any]:
+        """The spec parameters; the amortised ones only when used, so the exact form keeps its earlier label."""
+        params = super().params()
+        if self.calibration == "exact":
+            params.pop("calibration"), params.pop("bias_file")
+        return params
+
+    @property
+    def dummy_template(self) -> str:
+        """The dummy document's text with `{k}` for the slot (what a bias file records)."""
+        return DUMMY_DOCUMENTS.get(self.dummy, self.dummy)
 
     def dummy_text(self, slot: int) -> str:
         """The dummy document for 1-based `slot`."""
@@ -324,6 +375,10 @@ class FoundInTheMiddle(Method):
         if not score:
             raise ValueError("fim: score_layers selects no layer; Attn(x, k) needs at least one")
         self._state = {"tokenizer": tokenizer, "edit": edit, "score": score, "dummies": {}}
+        if self.calibration == "amortised":
+            bias = read_bias_file(self.bias_file)
+            bias.check(self.bias_file, model=model_key(model), dummy=self.dummy_template, score_layers=score)
+            self._state["bias"] = bias
         self._state["probe"] = install_probe(model)
 
     def detach(self, model) -> None:
@@ -350,21 +405,134 @@ class FoundInTheMiddle(Method):
             prompts.append(TokenizedPrompt(tuple(batch.input_ids[row, pad:].tolist()), spans))
             dummies.append([self._dummy_ids(k + 1) for k in range(len(spans))])
         probe: AttentionProbe = self._state["probe"]
+        if self.calibration == "amortised":
+            self._start_amortised(prompts, probe)
+            return
         pad_id = state.tokenizer.pad_token_id
         calibration = calibrate_documents(
             state.model, probe, prompts, self._state["score"], pad_id, dummies, self.calibration_batch
         )
         calibration.alpha = calibration_weights(calibration.relevance, self.temperature, calibration.valid)
         self.last_calibration = calibration
+        self._request_edit(batch, calibration.alpha)
+
+    def _request_edit(self, batch, alpha: torch.Tensor) -> None:
+        """Ask the probe to redistribute the current query row of the edited layers with this batch's α."""
         edit_layers = self._state["edit"]
         if edit_layers:
             device = batch.input_ids.device
             index = document_index(batch.item_token_spans, batch.input_ids.shape[1]).to(device)
-            alpha = calibration.alpha.to(device)
-            target = self.target
-            probe.request(edit=lambda layer, w: redistribute(w, index, alpha, target), edit_layers=edit_layers)
+            self._state["probe"].request(
+                edit=_row_group_edit(index, alpha.to(device), self.target), edit_layers=edit_layers
+            )
+
+    def _start_amortised(self, prompts: Sequence[TokenizedPrompt], probe: AttentionProbe) -> None:
+        """bias(k) of each row from the file (its template, item count and bucket checked); the harness's
+        prefill then records the last prompt token's attention, unedited."""
+        bias: BiasFile = self._state["bias"]
+        rows = []
+        for prompt in prompts:
+            bias.check(
+                self.bias_file,
+                template=template_fingerprint(prompt.input_ids, prompt.item_spans),
+                num_items=len(prompt.item_spans),
+            )
+            rows.append(bias.bias(self.bias_file, length_bucket(prompt.item_spans)))
+        self._state["batch_bias"] = torch.stack(rows)
+        probe.request(record=self._state["score"], head_mean=True)
+
+    def process_logits(self, step: int, logits: torch.Tensor, state: GenerationState) -> torch.Tensor:
+        if self.calibration != "amortised" or step != 0:
+            return logits
+        return self._answer_with_amortised_bias(state)
+
+    @torch.no_grad()
+    def _answer_with_amortised_bias(self, state: GenerationState) -> torch.Tensor:
+        """Step 0 of the amortised form: rel from the recorded prefill and the file's bias, then the last prompt
+        token again over the cache (its own entry dropped) with the edit: the logits the exact form gets."""
+        batch, probe = state.batch, self._state["probe"]
+        cache = state.past_key_values
+        if cache.layers[0].keys.shape[0] != batch.input_ids.shape[0]:
+            raise ValueError(
+                "fim:calibration=amortised cannot share the forward with another method's row groups; "
+                "give that method passes=sequential"
+            )
+        score = self._state["score"]
+        rows = [probe.rows[layer][:, -1] for layer in score]
+        num_docs = self._state["batch_bias"].shape[1]
+        index = document_index(batch.item_token_spans, batch.input_ids.shape[1])
+        attention = document_attention(rows, index, num_docs).cpu()
+        valid = torch.tensor([[e > s for s, e in spans] for spans in batch.item_token_spans], dtype=torch.bool)
+        bias = self._state["batch_bias"]
+        calibration = Calibration(attention, bias, calibrated_relevance(attention, bias), valid)
+        calibration.alpha = calibration_weights(calibration.relevance, self.temperature, valid)
+        self.last_calibration = calibration
+        probe.clear()
+        self._request_edit(batch, calibration.alpha)
+        for layer in cache.layers:  # forget the last prompt token: it is computed again, edited
+            layer.keys, layer.values = layer.keys[..., :-1, :], layer.values[..., :-1, :]
+        mask = state.attention_mask
+        out = state.model(
+            input_ids=state.input_ids[:, -1:],
+            attention_mask=None if bool((mask == 1).all()) else mask,
+            position_ids=state.position_ids[:, -1:],
+            **cache_argument(cache),
+            use_cache=True,
+            logits_to_keep=1,
+            return_dict=True,
+        )
+        return out.logits[:, -1].to(dtype=torch.float32)
 
     def finish(self, state: GenerationState) -> None:
         probe = self._state.get("probe")
         if probe is not None:
             probe.clear()
+
+
+@torch.no_grad()
+def estimate_bias(
+    model,
+    tokenizer,
+    prompts: Sequence[TokenizedPrompt],
+    method: FoundInTheMiddle,
+    batch_size: int = 4,
+    calibration: dict[str, Any] | None = None,
+) -> BiasFile:
+    """bias(k) per item-length bucket: the mean Attn(x_dum, k) over `prompts` (calibration prompts, never
+    evaluation prompts), each with the dummy in slot k, as the exact form measures it per prompt.
+
+    Every prompt must share one template and item count (the file is valid for those only).
+    """
+    if not prompts:
+        raise ValueError("fim: no calibration prompts to estimate the bias from")
+    templates = {template_fingerprint(p.input_ids, p.item_spans) for p in prompts}
+    counts = {len(p.item_spans) for p in prompts}
+    if len(templates) != 1 or len(counts) != 1:
+        raise ValueError(
+            f"fim: calibration prompts must share one template and item count, got {len(templates)} templates and "
+            f"item counts {sorted(counts)}"
+        )
+    num_layers = len(attention_modules(model))
+    score = resolve_layers(method.score_layers, num_layers)
+
+    def dummy_ids(slot: int) -> list[int]:
+        return tokenizer(method.dummy_text(slot), add_special_tokens=False)["input_ids"]
+
+    slots = [dummy_ids(k + 1) for k in range(counts.copy().pop())]
+    dummy_rows = []
+    with probing(model) as probe:
+        for start in range(0, len(prompts), batch_size):
+            chunk = list(prompts[start : start + batch_size])
+            result = calibrate_documents(
+                model, probe, chunk, score, tokenizer.pad_token_id, [slots] * len(chunk), method.calibration_batch
+            )
+            dummy_rows.append(result.dummy_attention)
+    return BiasFile(
+        model=model_key(model),
+        template=templates.pop(),
+        num_items=counts.pop(),
+        dummy=method.dummy_template,
+        score_layers=score,
+        buckets=summarize_bias(torch.cat(dummy_rows), [length_bucket(p.item_spans) for p in prompts]),
+        calibration=dict(calibration or {}),
+    )

@@ -12,9 +12,14 @@ picks from
 
     L̃ = (1 + β) L - β L*          (every other token excluded: -inf)
 
-Defaults: α = 0.2, β = 2.5, ratio = 1e-4, γ = 30. Cost: a second forward per
-step through a second KV cache (`SideDecoder`, kept in the batch's scratch),
-so about 2× the baseline's time and K/V memory; β = 0 skips it (exactly greedy).
+Defaults: α = 0.2, β = 2.5, ratio = 1e-4, γ = 30. L* costs a second copy of
+the batch under the over-rotated encoding: by default (`passes=batched`) as
+extra rows of the harness's own forward (`evaluation.methods.row_groups`: one
+forward per step, the weights read once for both), `passes=sequential` as a
+second forward through its own KV cache (`SideDecoder`, kept in the batch's
+scratch). Both give the same logits and hold 2× the baseline's K/V; the
+prefill runs the two encodings one after the other in both. β = 0 skips L*
+(exactly greedy).
 `salience_score` is the paper's S(L) (Eq. 1); `pcd_salience` reports it with and without PCD.
 """
 
@@ -127,6 +132,23 @@ class SideDecoder:
         return out.logits[:, -1].to(dtype=torch.float32)
 
 
+#: How a method runs its extra copies of the batch: as rows of the harness's forward, or one forward each.
+PASSES = ("batched", "sequential")
+
+
+def check_passes(method: str, passes: str) -> None:
+    if passes not in PASSES:
+        raise ValueError(f"{method}: passes must be one of {list(PASSES)}, got {passes!r}")
+
+
+def spec_params_without_default_passes(params: dict[str, Any]) -> dict[str, Any]:
+    """The spec parameters, `passes` left out at its default: batched and sequential give the same outputs,
+    and labels (run records, reports) stay those of the runs made before the option existed."""
+    if params.get("passes") == PASSES[0]:
+        params = {k: v for k, v in params.items() if k != "passes"}
+    return params
+
+
 def contrast_logits(logits: torch.Tensor, local_logits: torch.Tensor, beta: float, top_k: int) -> torch.Tensor:
     """L̃ = (1 + β) L - β L* on the top-k tokens of L; -inf everywhere else."""
     top = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices
@@ -164,6 +186,8 @@ class PositionalContrastiveDecoding(Method):
     """B' / B, the lower base of the over-rotated frequencies θ'."""
     gamma: int = 30
     """γ, the number of top tokens of L that may be chosen."""
+    passes: str = "batched"
+    """batched: L* as extra rows of the harness's forward; sequential: a second forward per step (same logits)."""
     _policies: list[PositionPolicy] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -175,6 +199,10 @@ class PositionalContrastiveDecoding(Method):
             raise ValueError(f"pcd: ratio (B'/B) must be a finite number > 0, got {self.ratio!r}")
         if self.gamma < 1:
             raise ValueError(f"pcd: gamma (top tokens kept) must be >= 1, got {self.gamma!r}")
+        check_passes("pcd", self.passes)
+
+    def params(self):
+        return spec_params_without_default_passes(super().params())
 
     def attach(self, model, tokenizer) -> None:
         encoding = pcd_encoding(model.config, self.alpha, self.ratio)
@@ -188,9 +216,18 @@ class PositionalContrastiveDecoding(Method):
             return contrast_logits(logits, logits, 0.0, self.gamma)  # L* has weight 0: no second forward
         if self._policies is None:
             raise RuntimeError("pcd: attach the method to the model before generating")
-        scratch = state.scratch_for(self)
-        side = scratch.setdefault("side", SideDecoder(self._policies))
-        return contrast_logits(logits, side.step(state), self.beta, self.gamma)
+        if self.passes == "batched":
+            (local,) = state.row_group_logits(self)
+        else:
+            local = state.scratch_for(self).setdefault("side", SideDecoder(self._policies)).step(state)
+        return contrast_logits(logits, local, self.beta, self.gamma)
+
+    def row_groups(self) -> list[list[PositionPolicy]]:
+        if self.passes != "batched" or self.beta == 0:
+            return []
+        if self._policies is None:
+            raise RuntimeError("pcd: attach the method to the model before generating")
+        return [self._policies]
 
 
 @dataclass

@@ -12,8 +12,11 @@ with the most such outliers gets the smallest ratio. `head_order=index` is the
 simplified ordering (head h gets the h-th ratio), no statistic needed.
 
 Attention Buckets (Chen et al., "Fortify the Shortest Stave"): the prompt runs
-in parallel under several RoPE bases, each with its own KV cache (a
-`SideDecoder` per base, as PCD's second forward), and the next-token
+in parallel under several RoPE bases: by default (`passes=batched`) as extra
+rows of the harness's own forward, one copy of the batch per base, so a step
+reads the weights once for all bases (`evaluation.methods.row_groups`);
+`passes=sequential` runs a `SideDecoder` per base (one forward each, as PCD's
+second forward), with the same logits. The next-token
 distributions p_j are combined: `combine=confidence` (default) weights them by
 α_j = max_v p_j(v) / Σ_k max_v p_k(v), our reading of the paper's "weighted by
 prediction confidence"; `combine=mean` averages them. The logits handed on are
@@ -29,7 +32,14 @@ from typing import ClassVar
 import torch
 
 from evaluation.methods.base import GenerationState, Method, PolicyMethod, register_method
-from evaluation.methods.pcd import SideDecoder, encoding_policies, head_dim_of, rope_base
+from evaluation.methods.pcd import (
+    SideDecoder,
+    check_passes,
+    encoding_policies,
+    head_dim_of,
+    rope_base,
+    spec_params_without_default_passes,
+)
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
 from repo_train.modeling.swapping import current_policies
@@ -195,15 +205,19 @@ class AttentionBuckets(Method):
     """'|'-separated RoPE bases, one parallel forward each (the default is the set we recall for Llama-2-7B)."""
     combine: str = "confidence"
     """confidence: p̂ = Σ α_j p_j with α_j ∝ max p_j; mean: p̂ = mean of p_j. One base: its logits as they are."""
+    passes: str = "batched"
+    """batched: every base as extra rows of the harness's forward; sequential: one forward per base (same logits)."""
     _buckets: list[list[PositionPolicy] | None] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parse_bases(self.bases)
         if self.combine not in ("confidence", "mean"):
             raise ValueError(f"attention_buckets: combine must be 'confidence' or 'mean', got {self.combine!r}")
+        check_passes("attention_buckets", self.passes)
 
     def params(self):
-        return {"bases": "|".join(f"{b:g}" for b in parse_bases(self.bases)), "combine": self.combine}
+        bases = "|".join(f"{b:g}" for b in parse_bases(self.bases))
+        return spec_params_without_default_passes({"bases": bases, "combine": self.combine, "passes": self.passes})
 
     def attach(self, model, tokenizer) -> None:
         params = getattr(model.config, "rope_parameters", None) or {}
@@ -228,9 +242,20 @@ class AttentionBuckets(Method):
     def process_logits(self, step: int, logits: torch.Tensor, state: GenerationState) -> torch.Tensor:
         if not self._buckets:
             raise RuntimeError("attention_buckets: attach the method to the model before generating")
-        scratch = state.scratch_for(self)
-        sides = scratch.setdefault("sides", [None if p is None else SideDecoder(p) for p in self._buckets])
-        per_bucket = [logits if side is None else side.step(state) for side in sides]
+        if self.passes == "batched":
+            extra = iter(state.row_group_logits(self))
+            per_bucket = [logits if p is None else next(extra) for p in self._buckets]
+        else:
+            scratch = state.scratch_for(self)
+            sides = scratch.setdefault("sides", [None if p is None else SideDecoder(p) for p in self._buckets])
+            per_bucket = [logits if side is None else side.step(state) for side in sides]
         if len(per_bucket) == 1:
             return per_bucket[0]
         return combine_buckets(per_bucket, self.combine)
+
+    def row_groups(self) -> list[list[PositionPolicy]]:
+        if self.passes != "batched":
+            return []
+        if not self._buckets:
+            raise RuntimeError("attention_buckets: attach the method to the model before generating")
+        return [policies for policies in self._buckets if policies is not None]

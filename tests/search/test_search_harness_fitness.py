@@ -5,11 +5,11 @@ import hashlib
 import pytest
 
 from evaluation.generation import DecodeSettings, generate
-from evaluation.models import tiny_default
+from evaluation.models import tiny_default, weights_fingerprint
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 from search.fitness import SubsetWeights
-from search.harness_fitness import HarnessFitness, evaluate_held_out, subset_positions, weights_fingerprint
+from search.harness_fitness import HarnessFitness, evaluate_held_out, subset_positions
 from search.policy import scaled_model
 
 NQ = NQ_OPEN_ORACLE

@@ -1,0 +1,110 @@
+#!/usr/bin/env python
+"""Make the bias file of amortised Found in the Middle (`fim:calibration=amortised,bias_file=FILE`).
+
+This project's extension, not the paper's method (docs/methods/found-in-the-middle.md#amortised-calibration):
+bias(k), the attention a content-free dummy document gets in slot k, is measured once on N calibration
+prompts (the exact form measures it on every evaluated prompt) and kept per item-length bucket. The
+prompts are built, templated and tokenised as `python -m evaluation run` builds them, so the file's
+template hash matches the run's prompts; use examples the evaluation does not score (another `--seed`
+for synthetic tasks, `--example_offset` past the evaluated ones for MDQA).
+
+    python scripts/calibrate_fim_bias.py --model assets/tiny-kv-dip --task kv \\
+        --task_params '{"template": "pairs", "key_chars": 1, "distinct_keys": 8, "num_keys": 64}' \\
+        --num_examples 16 --seed 5000 --method fim:dummy=blank --out results/dip-fim/fim-bias.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from jsonargparse.typing import PositiveInt
+
+# The checkout's packages, also when an older editable install does not list `evaluation` yet.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evaluation.generation import DecodeSettings
+from evaluation.methods import build_method
+from evaluation.methods.fim_bias import BiasFile, write_bias_file
+from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
+from evaluation.models import load_model
+from evaluation.prompt_format import PromptFormat
+from evaluation.runner import prepare_task
+from repo_train.config_cli import ConfigParser, parse_script
+
+PROG = "scripts/calibrate_fim_bias.py"
+
+
+def build_parser() -> ConfigParser:
+    """The options (each also a key of a `--config` file)."""
+    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.add_argument("--model", type=str, required=True, help="HF model directory")
+    parser.add_argument("--task", type=str, default="mdqa", help="task with item spans (mdqa, kv)")
+    parser.add_argument("--task_params", "--task-params", type=dict, default={}, help="the task's parameters")
+    parser.add_argument("--num_examples", "--num-examples", type=PositiveInt, default=16, help="calibration examples")
+    parser.add_argument("--seed", type=int, default=5000, help="task seed (synthetic tasks: not the evaluation's)")
+    parser.add_argument("--example_offset", "--example-offset", type=int, default=0, help="source examples skipped")
+    parser.add_argument(
+        "--gold_positions", "--gold-positions", type=list[int] | None, default=None, help="default: the task's"
+    )
+    parser.add_argument("--chat_template", "--chat-template", type=bool, default=False, help="as the run's option")
+    parser.add_argument("--system_prompt", "--system-prompt", type=str | None, default=None, help="as the run's")
+    parser.add_argument("--method", type=str, default="fim", help="the fim spec the file serves (dummy, score_layers)")
+    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=4, help="calibration prompts a batch")
+    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument("--out", type=str, required=True, help="the bias file to write (JSON), e.g. RUN/fim-bias.json")
+    return parser
+
+
+def check_options(args: argparse.Namespace) -> None:
+    if build_method(args.method).name != FoundInTheMiddle.name:
+        raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {args.method!r}")
+    if not args.out.endswith(".json"):
+        raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return parse_script(build_parser(), argv, check_options)
+
+
+def calibration_params(args: argparse.Namespace) -> dict:
+    """The task parameters of the calibration prompts (recorded in the file)."""
+    params = {**args.task_params, "num_examples": args.num_examples, "seed": args.seed}
+    if args.example_offset:
+        params["example_offset"] = args.example_offset
+    if args.gold_positions is not None:
+        params["gold_positions"] = args.gold_positions
+    return params
+
+
+def make_bias_file(model, tokenizer, args: argparse.Namespace) -> BiasFile:
+    """The bias of `args.method` estimated on the calibration prompts `args` describes."""
+    params = calibration_params(args)
+    prompt_format = PromptFormat(args.chat_template, args.system_prompt)
+    prepared = prepare_task(args.task, params, model, tokenizer, DecodeSettings(max_new_tokens=1), prompt_format)
+    record = {
+        "task": args.task,
+        "params": params,
+        "prompts": len(prepared.prompts),
+        **prompt_format.describe(tokenizer),
+    }
+    return estimate_bias(model, tokenizer, prepared.prompts, build_method(args.method), args.batch_size, record)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model)
+    start = time.perf_counter()
+    bias = make_bias_file(model, tokenizer, args)
+    seconds = time.perf_counter() - start
+    write_bias_file(args.out, bias)
+    buckets = ", ".join(f"{name} ({entry['prompts']} prompts)" for name, entry in bias.buckets.items())
+    print(f"{args.out}: {bias.num_items} items, buckets {buckets}; {seconds:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
