@@ -21,6 +21,8 @@ multi-line, so `ConfigParser.parse` turns them into the project's one-line
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -159,6 +161,18 @@ class ConfigParser(ArgumentParser):
             text = f"unknown key '{group}.{key}' in {group}; valid keys are {valid}"
         print(f"{self.prog}: error: {text} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+    def parse_or_raise(self, argv: Sequence[str]) -> Namespace:
+        """`parse`, for checking another command's options from inside a script: its one-line error raised as a
+        ValueError (the message without `prog: error:`) instead of printed with exit 2."""
+        errors = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(errors):
+                return self.parse(argv)[0]
+        except SystemExit:
+            lines = errors.getvalue().strip().splitlines() or ["not valid"]
+            message = lines[-1].split("error: ", 1)[-1].removesuffix(f" (see {self.prog} --help)")
+            raise ValueError(message) from None
 
     def parse(self, argv: Sequence[str] | None, repeated: Mapping[str, str] | None = None) -> tuple[Namespace, bool]:
         """(options, whether --print_config was given).

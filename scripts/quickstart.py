@@ -394,8 +394,6 @@ def main() -> None:
 def check_search(config: loop_config.LoopConfig) -> None:
     """The search's config file and `search.args`, parsed and built as `python -m search run` does (also in a dry
     run), so a typo fails now and not after training; its model and data directory are checked elsewhere."""
-    import contextlib
-    import io
 
     from repo_train.config_cli import ConfigParser
     from search.cli import COMMANDS
@@ -409,14 +407,8 @@ def check_search(config: loop_config.LoopConfig) -> None:
     help_text, add_options, _ = COMMANDS["run"]
     parser = ConfigParser.for_command("python -m search run", help_text)
     add_options(parser)
-    errors = io.StringIO()
     try:
-        with contextlib.redirect_stderr(errors):
-            options, _ = parser.parse([*argv, "--out", "unused.json"])
-        config_from_options(parser, options)
-    except SystemExit:
-        message = (errors.getvalue().strip().splitlines() or ["not valid"])[-1].split("error: ", 1)[-1]
-        raise loop_config.LoopConfigError(f"search.config / search.args: {message}") from None
+        config_from_options(parser, parser.parse_or_raise([*argv, "--out", "unused.json"]))
     except ValueError as err:
         raise loop_config.LoopConfigError(f"search.config / search.args: {err}") from None
 

@@ -253,8 +253,6 @@ def check_evaluations(config: LoopConfig) -> None:
     (a method known only after the search, `{scale_file}` / `{mean_scale}`, by its name and parameter names).
     The model and the data are the run's own and checked elsewhere (`machine_problems`): here the tiny default
     and the packaged data stand in. A mistake is a `LoopConfigError` naming the key and the harness's message."""
-    import contextlib
-    import io
 
     from evaluation.cli import COMMANDS
     from evaluation.config import resolve
@@ -281,15 +279,10 @@ def check_evaluations(config: LoopConfig) -> None:
         help_text, add_options, _ = COMMANDS["run"]
         parser = ConfigParser.for_command("python -m evaluation run", help_text)
         add_options(parser)
-        errors = io.StringIO()
         try:
-            with contextlib.redirect_stderr(errors):
-                options, _ = parser.parse(argv)
+            options = parser.parse_or_raise(argv)
             options.model, options.data_dir = None, None  # stand-ins: checked by machine_problems
             resolve(options)
-        except SystemExit:
-            message = errors.getvalue().strip().splitlines()[-1:] or ["not valid"]
-            raise LoopConfigError(f"evaluate.args / {key}: {message[0].split('error: ', 1)[-1]}") from None
         except (ValueError, OSError) as err:
             raise LoopConfigError(f"evaluate.args / {key}: {err}") from None
 
