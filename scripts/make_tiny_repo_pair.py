@@ -93,10 +93,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def settings_for(args: argparse.Namespace) -> argparse.Namespace:
     """The quickstart's tiny-loop settings at this script's steps and evaluation size."""
-    settings = quickstart.recipe.parse_args(
+    return quickstart.recipe.parse_args(
         ["--base", args.base, "--seeds", "1", "--steps", str(args.steps), "--eval-examples", str(args.eval_examples)]
     )
-    return settings
 
 
 def train(method: str, work: Path, data: Path, args, settings, run: CommandRunner) -> Path:

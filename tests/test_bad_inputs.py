@@ -1272,7 +1272,8 @@ def ctx(tmp_path):
     context.release_all()
 
 
-def _snapshot(root: Path) -> dict[str, bytes | None]:
+def tree_bytes(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` (relative) -> its bytes (None for a directory): a tree to compare before/after."""
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
@@ -1300,22 +1301,27 @@ def run_cli(cli: str, argv: list[str]) -> int:
         return int(stop.code or 0)
 
 
-@pytest.mark.parametrize("row", BAD_INPUTS, ids=lambda row: row.id)
-def test_bad_input(row: BadInput, ctx, capsys, monkeypatch, one_thread):
-    argv = row.setup(ctx)
-    before = _snapshot(ctx.tmp)
-    monkeypatch.setattr(sys, "argv", [f"python -m {row.cli}"])
+def refused_in_one_line(cli: str, argv: list[str], root: Path, code: int, phrase: str, capsys, monkeypatch) -> None:
+    """`python -m CLI ARGV` (in-process, under `address_space_cap`) exits with `code` and one stderr line
+    `...error: ...` holding `phrase`, and leaves every file under `root` as it was, none added or removed."""
+    before = tree_bytes(root)
+    monkeypatch.setattr(sys, "argv", [f"python -m {cli}"])
     capsys.readouterr()
     with address_space_cap():
-        code = run_cli(row.cli, argv)
+        got = run_cli(cli, argv)
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == row.code, err
+    assert got == code, err
     assert len(lines) == 1 and "error:" in lines[0], err
-    assert row.phrase in lines[0], lines[0]
-    after = _snapshot(ctx.tmp)
-    assert {k: v for k, v in after.items() if k in before} == before, "an earlier output changed"
-    assert set(after) == set(before), "files were added or removed"
+    assert phrase in lines[0], lines[0]
+    after = tree_bytes(root)
+    assert {k: v for k, v in after.items() if k in before} == before, "a file that was there changed"
+    assert set(after) == set(before), f"files were added or removed: {set(after) ^ set(before)}"
+
+
+@pytest.mark.parametrize("row", BAD_INPUTS, ids=lambda row: row.id)
+def test_bad_input(row: BadInput, ctx, capsys, monkeypatch, one_thread):
+    refused_in_one_line(row.cli, row.setup(ctx), ctx.tmp, row.code, row.phrase, capsys, monkeypatch)
     if row.absent is not None:
         assert not (ctx.tmp / row.absent).exists()
 

@@ -34,9 +34,10 @@ from test_bad_inputs import (
     Context,
     _scale_json,
     _with_tokenizer,
-    address_space_cap,
     lightning_like,
+    refused_in_one_line,
     run_cli,
+    tree_bytes,
 )
 
 from evaluation.results import build_summary, write_json_atomic
@@ -46,11 +47,6 @@ from repo_train.modeling.presets import tiny
 from repo_train.run_lock import LOCK_FILE
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def tree_bytes(root: Path) -> dict[str, bytes | None]:
-    """Every path under `root` (relative) -> its bytes (None for a directory): a tree to compare before/after."""
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
 def tiny_model(tmp: Path, name: str, method: str = "rope", seed: int = 0) -> Path:
@@ -652,20 +648,7 @@ def ctx(tmp_path):
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
 def test_refused_before_any_write(row: Row, ctx, capsys, monkeypatch, one_thread):
-    argv = row.setup(ctx)
-    before = tree_bytes(ctx.tmp)
-    monkeypatch.setattr(sys, "argv", [f"python -m {row.cli}"])
-    capsys.readouterr()
-    with address_space_cap():
-        code = run_cli(row.cli, argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == row.code, err
-    assert len(lines) == 1 and "error:" in lines[0], err
-    assert row.phrase in lines[0], lines[0]
-    after = tree_bytes(ctx.tmp)
-    assert {k: v for k, v in after.items() if k in before} == before, "a file that was there changed"
-    assert set(after) == set(before), f"files were added or removed: {set(after) ^ set(before)}"
+    refused_in_one_line(row.cli, row.setup(ctx), ctx.tmp, row.code, row.phrase, capsys, monkeypatch)
     if row.check is not None:
         row.check(ctx)
 
