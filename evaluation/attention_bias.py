@@ -35,8 +35,8 @@ from evaluation.methods.found_in_middle import (
     last_token_rows,
     resolve_layers,
 )
+from repo_common.progress import track
 from repo_train.modeling.swapping import current_policies
-from repo_train.progress import track
 
 
 def _num_layers(model) -> int:

@@ -1,6 +1,6 @@
 """`python -m evaluation`: run a task × method grid on a model, or re-render / rebuild a run's report.
 
-Every command is a jsonargparse parser (`repo_train.config_cli`): options on
+Every command is a jsonargparse parser (`repo_common.config_cli`): options on
 the command line or in `--config FILE.yaml`, `--print_config` for the
 resolved configuration. `run`'s options and their resolution into the
 runner's `RunConfig` live in `evaluation.config`; the work is in
@@ -16,7 +16,7 @@ from pathlib import Path
 from jsonargparse import Namespace
 
 from evaluation.config import EPILOG, REPEATED_FLAGS, TINY_DEFAULTS, add_run_options, resolve
-from repo_train.config_cli import ConfigParser, dispatch, dump_config
+from repo_common.config_cli import ConfigParser, dispatch, dump_config
 
 EXIT_INTERRUPTED = 3
 
@@ -31,7 +31,7 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.models import check_tiny_default_options
     from evaluation.report import render_report
     from evaluation.runner import RunInterrupted, check_run_directory, run
-    from repo_train.distributed import close_distributed, init_distributed, rank_and_world
+    from repo_common.distributed import close_distributed, init_distributed, rank_and_world
     from repo_train.training.launcher_watch import watch_launcher
 
     resolved = resolve(options)
@@ -80,7 +80,7 @@ def _add_report(parser: ConfigParser) -> None:
 
 def _report(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
-    from repo_train.output_guard import require_path
+    from repo_common.output_guard import require_path
 
     require_path(options.out)  # '' would mean the current directory
     for directory in options.compare:
@@ -98,7 +98,7 @@ def _add_summarize(parser: ConfigParser) -> None:
 def _summarize(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.report import render_report
     from evaluation.results import resummarize
-    from repo_train.output_guard import require_path
+    from repo_common.output_guard import require_path
 
     require_path(options.out)  # '' would mean the current directory
     summary = resummarize(options.out)

@@ -40,7 +40,7 @@ from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task
-from repo_train.config_cli import ConfigParser, class_entry
+from repo_common.config_cli import ConfigParser, class_entry
 
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)

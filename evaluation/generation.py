@@ -305,7 +305,7 @@ def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 def batch_cost(lengths: Sequence[int], batch: Sequence[int], max_new_tokens: int) -> int:
     """Tokens a batch processes, padding included: rows × (longest prompt + new tokens), the unit that
-    `repo_train.distributed.balanced_shares` balances across ranks (prefill dominates long prompts)."""
+    `repo_common.distributed.balanced_shares` balances across ranks (prefill dominates long prompts)."""
     return len(batch) * (max(lengths[i] for i in batch) + max_new_tokens)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from repo_train.atomic import save_figure_atomic
+from repo_common.atomic import save_figure_atomic
 
 #: Above this many curves the figure switches from one overlay to small multiples.
 OVERLAY_MAX = 4

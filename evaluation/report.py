@@ -25,7 +25,7 @@ from evaluation.position_plot import Curve, plot_name, plot_task_curves
 from evaluation.results import BASELINE, comparison_verdict, load_summary
 from evaluation.search_overlap import overlap_lines
 from evaluation.statistics import mean_std_over_seeds
-from repo_train.atomic import write_text_atomic
+from repo_common.atomic import write_text_atomic
 
 REPORT_FILE = "report.md"
 

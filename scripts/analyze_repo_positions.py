@@ -25,8 +25,8 @@ from jsonargparse.typing import PositiveInt
 from evaluation.diagnostics import CHUNK, PATTERNS, plot_head_positions, position_statistics
 from evaluation.models import load_model
 from evaluation.tasks import build_task
-from repo_train.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
-from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
+from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
+from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.modeling import RepoPolicy, layer_policies, record_positions
 
 PROG = "scripts/analyze_repo_positions.py"

@@ -50,7 +50,7 @@ from evaluation.methods.fim_bias import write_bias_file
 from evaluation.methods.found_in_middle import estimate_bias
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 

@@ -42,7 +42,7 @@ from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_docume
 from evaluation.models import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from repo_train.scripting.benchmarking import alternate, summary

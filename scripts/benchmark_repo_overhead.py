@@ -29,7 +29,7 @@ from jsonargparse.typing import PositiveInt
 from torch.profiler import record_function
 from transformers import Olmo2ForCausalLM
 
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
 from repo_train.modeling.olmo2 import learned_policy_keys

@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evaluation.statistics import bootstrap_ci
-from repo_train.atomic import write_json_atomic
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.atomic import write_json_atomic
+from repo_common.config_cli import ConfigParser, parse_script
 from search.config import load_config
 from search.ga import GAConfig, SearchState, run
 from search.harness_fitness import HarnessFitness

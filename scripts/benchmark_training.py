@@ -26,7 +26,7 @@ import pytorch_lightning as pl
 import torch
 from jsonargparse.typing import PositiveInt
 
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.data import SyntheticData
 from repo_train.scripting.benchmarking import alternate, summary
 from repo_train.training.datamodule import RePoDataModule

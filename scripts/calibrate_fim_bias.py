@@ -33,7 +33,7 @@ from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
 from evaluation.models import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import prepare_task
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, parse_script
 
 PROG = "scripts/calibrate_fim_bias.py"
 

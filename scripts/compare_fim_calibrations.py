@@ -42,8 +42,8 @@ from evaluation.models import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.results import compare_with_baseline
 from evaluation.runner import prepare_task, run_stack, task_generation
-from repo_train.atomic import write_json_atomic, write_text_atomic
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.atomic import write_json_atomic, write_text_atomic
+from repo_common.config_cli import ConfigParser, parse_script
 
 PROG = "scripts/compare_fim_calibrations.py"
 

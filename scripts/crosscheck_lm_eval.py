@@ -56,8 +56,8 @@ from evaluation.models import DEVICES, load_model, place_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, task_generation
 from evaluation.tasks import GRID_NAMES
-from repo_train.atomic import write_json_atomic
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.atomic import write_json_atomic
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.real_model import DEFAULT_OUT
 from repo_train.scripting.benchmarking import alternate
 

@@ -44,8 +44,8 @@ import reproduce_position_bias as recipe_script
 
 from evaluation.results import RECORDS_FILE, compare_with_baseline, load_summary, read_records, write_json_atomic
 from evaluation.statistics import PositionTable, cluster_bootstrap_curves, percentile_interval
-from repo_train.atomic import atomic_directory
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.atomic import atomic_directory
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.export import EXPORT_MANIFEST
 from repo_train.scripting.commands import CommandRunner
 

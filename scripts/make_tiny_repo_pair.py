@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "scripts"))  # the recipe lives in the quickstart 
 import quickstart
 
 from evaluation.results import load_summary
-from repo_train.atomic import atomic_directory, write_json_atomic
-from repo_train.config_cli import ConfigParser, parse_script
+from repo_common.atomic import atomic_directory, write_json_atomic
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.export import EXPORT_MANIFEST
 from repo_train.scripting.commands import CommandRunner, last_checkpoint, logged_train_losses
 

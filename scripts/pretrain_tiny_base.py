@@ -38,8 +38,8 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.models import byte_tokenizer
 from evaluation.tasks import build_task
-from repo_train.atomic import write_text_atomic
-from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
+from repo_common.atomic import write_text_atomic
+from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 

@@ -49,8 +49,8 @@ import yaml
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_train.config_cli import ConfigParser, dump_config, take_flag
-from repo_train.run_lock import RunLockedError, run_lock
+from repo_common.config_cli import ConfigParser, dump_config, take_flag
+from repo_common.run_lock import RunLockedError, run_lock
 from repo_train.scripting import loop_config
 from repo_train.scripting import loop_estimates as estimates
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, newest_last_checkpoint
@@ -395,7 +395,7 @@ def check_search(config: loop_config.LoopConfig) -> None:
     """The search's config file and `search.args`, parsed and built as `python -m search run` does (also in a dry
     run), so a typo fails now and not after training; its model and data directory are checked elsewhere."""
 
-    from repo_train.config_cli import ConfigParser
+    from repo_common.config_cli import ConfigParser
     from search.cli import COMMANDS
     from search.config import config_from_options
 
@@ -416,7 +416,7 @@ def check_search(config: loop_config.LoopConfig) -> None:
 def check_out(given: str, out: Path) -> None:
     """`--out` is new, empty, or an earlier quickstart's (its steps.json, or the commands.sh a run writes before
     its first step); another folder, a file or `--out ''` is refused before anything is written."""
-    from repo_train.output_guard import check_output_directory, require_path
+    from repo_common.output_guard import check_output_directory, require_path
 
     require_path(given)
     if not (out / "commands.sh").is_file():

@@ -39,8 +39,8 @@ if str(ROOT) not in sys.path:  # run as `python scripts/reproduce_reversal.py` f
 from evaluation.results import RECORDS_FILE, load_summary, read_records, write_json_atomic
 from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_words, reversed_answer
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
-from repo_train.atomic import save_figure_atomic, write_text_atomic
-from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
+from repo_common.atomic import save_figure_atomic, write_text_atomic
+from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, logged_train_losses
 
 FORMAT_VERSION = 1

@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 from evaluation.report import delta_cell, interval_cell, p_cell
 from evaluation.results import load_summary
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from repo_train.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
-from repo_train.config_cli import ConfigParser, dump_config, parse_script, script_config
+from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
+from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.real_model import DEFAULT_OUT
 from repo_train.scripting.commands import CommandRunner
 

@@ -7,7 +7,7 @@
     NAME.curve.png     the per-layer scales with the control points
     NAME.fitness.png   fitness over generations
     NAME.state.json    the GA state after every generation (`--resume` continues it)
-    NAME.lock          while the search runs: its pid and host (repo_train/run_lock.py); a second
+    NAME.lock          while the search runs: its pid and host (repo_common/run_lock.py); a second
                        search with the same --out is refused until this one ends
 
 Under torchrun every rank loads the model and runs the same GA; the fitness
@@ -30,7 +30,7 @@ from typing import Any
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_train.config_cli import ConfigParser, dispatch, dump_config
+from repo_common.config_cli import ConfigParser, dispatch, dump_config
 from search.config import SearchConfig, add_search_options, config_from_options
 from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
 
@@ -157,10 +157,10 @@ def output_paths(out: str | Path) -> dict[str, Path]:
 
 
 def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
-    """The files of the search writing `out`, refused (`repo_train.output_guard`) unless each is missing or this
+    """The files of the search writing `out`, refused (`repo_common.output_guard`) unless each is missing or this
     search's own: with `--resume` and NAME.state.json every file is the search's; without a state file only
     NAME.config.yaml of the same `--out` may be there (a search killed before its first generation). Reads only."""
-    from repo_train.output_guard import check_output_file, require_path
+    from repo_common.output_guard import check_output_file, require_path
 
     paths = output_paths(require_path(out))
     if paths["state"].is_file():
@@ -206,8 +206,8 @@ def run_search(
     `config_text`, the command's resolved configuration, is written as NAME.config.yaml once the model and
     task are checked (`--config NAME.config.yaml` replays the search).
     """
-    from repo_train.distributed import barrier, close_distributed, init_distributed, rank_and_world
-    from repo_train.run_lock import run_lock
+    from repo_common.distributed import barrier, close_distributed, init_distributed, rank_and_world
+    from repo_common.run_lock import run_lock
     from repo_train.training.launcher_watch import watch_launcher
     from search.harness_fitness import HarnessFitness
 
@@ -225,8 +225,8 @@ def run_search(
 
 
 def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict[str, Any]:
-    from repo_train.atomic import write_text_atomic
-    from repo_train.distributed import rank_and_world
+    from repo_common.atomic import write_text_atomic
+    from repo_common.distributed import rank_and_world
     from repo_train.modeling.swapping import current_policies
     from search.ga import run
     from search.harness_fitness import check_held_out_available, evaluate_held_out, model_fingerprint

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
-from repo_train.config_cli import one_line_error
+from repo_common.config_cli import one_line_error
 from search.fitness import SubsetWeights
 from search.ga import GAConfig
 from search.genome import SearchSpace

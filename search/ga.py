@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from repo_train.atomic import write_json_atomic
+from repo_common.atomic import write_json_atomic
 from search.fitness import Fitness, FitnessResult
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
 from search.racing import RaceCounts, RacingConfig, check_racing_fitness, prefix_mean, race

@@ -21,7 +21,7 @@ each answer is scored with the task's metric, and
 
 Distributed. Under torchrun (torch.distributed initialised; gloo on CPU, nccl
 on GPU) the batches of the plan are shared out by their token cost
-(`repo_train.distributed.balanced_shares`, the helper the evaluation runner
+(`repo_common.distributed.balanced_shares`, the helper the evaluation runner
 uses too), so every prompt is generated in exactly the batch (same padding
 companions) it has in a one-process run. Each rank writes its rows' scores into a
 [candidates × rows] matrix of zeros and the matrix is all-reduced (sum): every
@@ -60,10 +60,10 @@ from evaluation.models import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
-from repo_train.distributed import all_reduce_sum, balanced_shares, rank_and_world
+from repo_common.distributed import all_reduce_sum, balanced_shares, rank_and_world
+from repo_common.progress import track
 from repo_train.modeling.scaling import scaled_policies
 from repo_train.modeling.swapping import current_policies
-from repo_train.progress import track
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
 from search.scale_file import config_sha256

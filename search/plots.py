@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from repo_train.atomic import save_figure_atomic
+from repo_common.atomic import save_figure_atomic
 
 
 def _save(fig, path: str | os.PathLike) -> Path:

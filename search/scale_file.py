@@ -24,7 +24,7 @@ from evaluation.methods.lpes.scale_file import (
     read_scale_json,
     validate_scale_data,
 )
-from repo_train import atomic
+from repo_common import atomic
 from search.fitness import FitnessResult, SubsetWeights
 from search.genome import Genome, SearchSpace
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from repo_train.atomic import write_text_atomic
-from repo_train.progress import format_duration
+from repo_common.atomic import write_text_atomic
+from repo_common.progress import format_duration
 from search.fitness import Fitness
 from search.ga import GAConfig, SearchResult, SearchState, run
 from search.genome import Genome, SearchSpace

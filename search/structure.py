@@ -202,9 +202,9 @@ def _search_set(config, model, tokenizer):
 def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> dict[str, Any]:
     """D and smoothness S of the searched scales and their variants; writes OUT/structure.json and .png."""
     from evaluation.scale_file_model import model_mismatch
-    from repo_train.atomic import write_json_atomic
+    from repo_common.atomic import write_json_atomic
+    from repo_common.output_guard import check_output_directory
     from repo_train.modeling.swapping import current_policies
-    from repo_train.output_guard import check_output_directory
     from search.diagnostics import smoothness
     from search.harness_fitness import model_fingerprint
     from search.plots import plot_structure

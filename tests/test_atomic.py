@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from repo_train.atomic import atomic_path, save_figure_atomic, write_json_atomic, write_text_atomic
+from repo_common.atomic import atomic_path, save_figure_atomic, write_json_atomic, write_text_atomic
 
 
 def test_json_round_trip_and_permissions_follow_the_umask(tmp_path):

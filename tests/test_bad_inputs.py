@@ -36,14 +36,14 @@ from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCau
 
 import repo_train  # noqa: F401  (registers repo_olmo2)
 from evaluation.models import byte_tokenizer
-from repo_train.cli_errors import EXIT_USAGE
+from repo_common.cli_errors import EXIT_USAGE
+from repo_common.run_lock import LOCK_FILE, RunLockedError, run_lock
 from repo_train.data import DataSource, OlmoNumpyData, PromptCompletionData, SyntheticData, TextData
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.run_lock import LOCK_FILE, RunLockedError, run_lock
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN_LOCK_PY = ROOT / "repo_train" / "run_lock.py"
+RUN_LOCK_PY = ROOT / "repo_common" / "run_lock.py"
 CLIS = {"evaluation": "evaluation.cli", "search": "search.cli", "repo_train": "repo_train.cli"}
 VOCAB = 258  # the byte tokenizer
 

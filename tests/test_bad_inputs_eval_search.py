@@ -157,10 +157,10 @@ EVAL = ["run", "--tasks", "kv", "--num-examples", "2", "--num-keys", "2", "--max
 @pytest.mark.parametrize("name", ["records.jsonl", "summary.json", "run.json"])
 def test_evaluation_on_a_full_disk_names_the_file(tmp_path, monkeypatch, capsys, name, one_thread):
     import evaluation.results
-    import repo_train.atomic
+    import repo_common.atomic
     from evaluation.cli import main
 
-    module = evaluation.results if name == "records.jsonl" else repo_train.atomic
+    module = evaluation.results if name == "records.jsonl" else repo_common.atomic
     _full_disk_on(monkeypatch, module, name)
     out = tmp_path / "out"
     code = main([*EVAL, "--no-report", "--out", str(out)])
@@ -170,10 +170,10 @@ def test_evaluation_on_a_full_disk_names_the_file(tmp_path, monkeypatch, capsys,
 
 
 def test_search_on_a_full_disk_names_the_state_file(tmp_path, monkeypatch, capsys, one_thread):
-    import repo_train.atomic
+    import repo_common.atomic
     from search.cli import main
 
-    _full_disk_on(monkeypatch, repo_train.atomic, "s.state.json")
+    _full_disk_on(monkeypatch, repo_common.atomic, "s.state.json")
     config = tmp_path / "c.yaml"
     config.write_text(
         "task: {name: kv, num_items: 3, num_examples: 1, max_new_tokens: 1}\nspace: {num_points: 2}\n"

@@ -41,10 +41,10 @@ from test_bad_inputs import (
 )
 
 from evaluation.results import build_summary, write_json_atomic
-from repo_train.cli_errors import EXIT_USAGE
+from repo_common.cli_errors import EXIT_USAGE
+from repo_common.run_lock import LOCK_FILE
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.run_lock import LOCK_FILE
 
 # ----------------------------------------------------------------------------- helpers
 

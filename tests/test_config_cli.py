@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 from jsonargparse.typing import PositiveInt
 
-from repo_train.config_cli import ConfigParser, dump_config, one_line_error
+from repo_common.config_cli import ConfigParser, dump_config, one_line_error
 
 
 @dataclass
@@ -84,7 +84,7 @@ def test_dump_config_writes_plain_values_in_order():
 
 
 def test_take_flag_collects_both_spellings_in_order_and_names_a_missing_value():
-    from repo_train.config_cli import take_flag
+    from repo_common.config_cli import take_flag
 
     assert take_flag(["a", "--f", "1", "b", "--f=2"], "--f") == (["1", "2"], ["a", "b"])
     with pytest.raises(ValueError, match="argument --f: expected one argument"):

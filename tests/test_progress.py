@@ -1,10 +1,10 @@
-"""repo_train.progress: plain lines in a log (format, rate, ETA), a tqdm bar only on a terminal."""
+"""repo_common.progress: plain lines in a log (format, rate, ETA), a tqdm bar only on a terminal."""
 
 import io
 
 import pytest
 
-from repo_train.progress import Progress, format_duration, progress_line, resolve_mode, track
+from repo_common.progress import Progress, format_duration, progress_line, resolve_mode, track
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""The scripts take their options as every command does (`repo_train.config_cli.parse_script`).
+"""The scripts take their options as every command does (`repo_common.config_cli.parse_script`).
 
 For each script: `--print_config` prints the resolved defaults, the old dashed flags still parse, a bad
 value is one line with exit code 2, and `--config` of a printed config sets the same options. Only the

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from evaluation.models import model_identity, weights_fingerprint
-from repo_train.atomic import write_json_atomic
+from repo_common.atomic import write_json_atomic
 
 FORMAT = "fim-bias"
 VERSION = 1

@@ -257,7 +257,7 @@ def check_evaluations(config: LoopConfig) -> None:
     from evaluation.cli import COMMANDS
     from evaluation.config import resolve
     from evaluation.methods.base import METHODS, parse_method_spec, spec_fields, split_stack_spec
-    from repo_train.config_cli import ConfigParser
+    from repo_common.config_cli import ConfigParser
 
     stand_in = dict.fromkeys(PLACEHOLDERS + AFTER_SEARCH, "1")
     for name, specs in config.evaluate.methods.items():

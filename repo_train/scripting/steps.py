@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repo_train.atomic import write_json_atomic
+from repo_common.atomic import write_json_atomic
 
 #: Files up to this size are fingerprinted by content; larger ones (model weights, DeepSpeed shards) by size
 #: and modification time, which a rewrite changes (hashing 10 GB of checkpoint on every rerun would cost minutes).

@@ -7,7 +7,7 @@ given for MFU to be logged (H100 SXM dense bf16: 989 TFLOP/s); on CPUs it is
 left unset.
 
 Progress counts optimizer steps towards `max_steps`: `StepProgressBar` on a
-terminal, `ProgressLog`'s plain lines in a log file (repo_train/progress.py).
+terminal, `ProgressLog`'s plain lines in a log file (repo_common/progress.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import TQDMProgressBar
 
+from repo_common.progress import DEFAULT_SECONDS, Progress, is_terminal
 from repo_train.modeling.accounting import training_flops_per_token
-from repo_train.progress import DEFAULT_SECONDS, Progress, is_terminal
 
 
 class ThroughputMonitor(pl.Callback):

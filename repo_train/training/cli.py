@@ -7,7 +7,7 @@ REPO on the synthetic corpus, CPU, about a minute). With
 environment), and ends by itself if the launcher dies (`launcher_watch`).
 
 Bad input ends in one line on stderr and exit code 2 (through
-`repo_train.cli_errors.report_user_errors`), before anything is written: parser
+`repo_common.cli_errors.report_user_errors`), before anything is written: parser
 errors (an unknown option, a value of the wrong type, a config file that is
 missing or not a YAML mapping) are raised instead of printing the ~90-line
 usage, and `before_fit` reads the data and checks the model config, the
@@ -39,10 +39,10 @@ from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from repo_common.progress import is_terminal
+from repo_common.run_lock import locked_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
-from repo_train.progress import is_terminal
-from repo_train.run_lock import locked_directory
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (

@@ -11,7 +11,7 @@ from evaluation.cli import main
 from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, LOST_IN_THE_MIDDLE_DIR, NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
-from repo_train.config_cli import ConfigParser
+from repo_common.config_cli import ConfigParser
 
 
 def _resolve(argv):

@@ -20,7 +20,7 @@ import pytest
 
 from evaluation.results import RECORDS_FILE, SUMMARY_FILE, merge_rank_records, rank_records_file, read_records
 from evaluation.runner import RunConfig, run
-from repo_train.distributed import balanced_shares
+from repo_common.distributed import balanced_shares
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -130,7 +130,7 @@ def test_search_config_checks_the_format():
 
 def test_the_cli_takes_the_options(tmp_path):
     from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
-    from repo_train.config_cli import ConfigParser
+    from repo_common.config_cli import ConfigParser
 
     parser = ConfigParser.for_command("python -m evaluation run", "")
     add_run_options(parser)

@@ -113,7 +113,7 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
 
     from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
     from evaluation.tasks import build_task
-    from repo_train.config_cli import ConfigParser
+    from repo_common.config_cli import ConfigParser
 
     command = shlex.split(next(line for line in shown.splitlines() if line.startswith("evaluate")))
     parser = ConfigParser.for_command("python -m evaluation run", "")

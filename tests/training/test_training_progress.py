@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytorch_lightning as pl
 import torch
 
+from repo_common.progress import Progress
 from repo_train.data import SyntheticData
-from repo_train.progress import Progress
 from repo_train.training import cli  # noqa: F401  (the CLI module drops Lightning's litlogger tip)
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.datamodule import RePoDataModule

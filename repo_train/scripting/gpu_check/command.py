@@ -96,7 +96,7 @@ def run_checks(device: str, checks: list[str], methods: list[str], workdir: Path
 
 def run(options, _parser=None) -> int:
     if getattr(options, "print_config", False):
-        from repo_train.config_cli import dump_config
+        from repo_common.config_cli import dump_config
 
         print(dump_config({k: v for k, v in options.items() if k not in ("config", "print_config")}), end="")
         return 0

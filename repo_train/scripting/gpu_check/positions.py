@@ -34,7 +34,7 @@ from evaluation.methods import Method, MethodStack
 from evaluation.methods.found_in_middle import document_index, redistribute, resolve_layers
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
-from repo_train.atomic import write_json_atomic
+from repo_common.atomic import write_json_atomic
 from repo_train.modeling import RePoOlmo2ForCausalLM, attention_modules
 from repo_train.modeling.presets import tiny
 from repo_train.real_model import DEFAULT_OUT

@@ -69,7 +69,7 @@ def check_output_directory(
 
     `is_ours(directory)` may check the manifest further (its content names this kind of output);
     `what` names the output in messages ("an evaluation run directory"); `fix` replaces the default advice.
-    `replaced_whole`: the command replaces the directory itself (`repo_train.atomic.atomic_directory`), so a
+    `replaced_whole`: the command replaces the directory itself (`repo_common.atomic.atomic_directory`), so a
     symbolic link there is refused too (the link, not its target, would be replaced). Returns `out` as a Path.
     Reads only.
     """

@@ -15,7 +15,7 @@ typed options on a `ConfigParser`, so it accepts the same three things:
 
 jsonargparse checks types, choices and unknown keys; its messages are
 multi-line, so `ConfigParser.parse` turns them into the project's one-line
-`PROG: error: ...` (exit code 2), as `repo_train.cli_errors` promises.
+`PROG: error: ...` (exit code 2), as `repo_common.cli_errors` promises.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
 
-from repo_train.cli_errors import EXIT_USAGE
+from repo_common.cli_errors import EXIT_USAGE
 
 PRINT_CONFIG = "--print_config"
 #: jsonargparse's restricted number types, as the one-line error names them.
@@ -323,7 +323,7 @@ def dispatch(
     raised by the action (one of `errors`) is one line on stderr and exit code 2. `more_commands` (name -> help)
     are listed in the help only: the caller runs them itself (LightningCLI's fit / validate).
     """
-    from repo_train.cli_errors import report_user_errors
+    from repo_common.cli_errors import report_user_errors
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):

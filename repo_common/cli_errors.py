@@ -3,8 +3,8 @@
 One line on stderr, `python -m PKG CMD: error: MESSAGE` (argparse's own
 format), no traceback, and exit code 2 (argparse's usage-error code).
 Parsers' own errors (a bad option value, a missing option) are one line too:
-`repo_train.config_cli.ConfigParser`. (A failed write naming its file:
-`repo_train.atomic.writing_to`.)
+`repo_common.config_cli.ConfigParser`. (A failed write naming its file:
+`repo_common.atomic.writing_to`.)
 """
 
 from __future__ import annotations
