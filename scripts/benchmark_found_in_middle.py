@@ -45,7 +45,7 @@ from evaluation.tasks.mdqa import MDQATask
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.scripting.benchmarking import alternate, summary
+from workflows.benchmarking import alternate, summary
 
 FIXTURE = NQ_OPEN_ORACLE
 FIM = "fim:temperature=5e-5,layers=last_half"

@@ -31,7 +31,7 @@ from evaluation.models import byte_tokenizer
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.scripting.benchmarking import alternate, summary
+from workflows.benchmarking import alternate, summary
 
 
 def build_model(family: str, vocab: int, hidden: int, layers: int, heads: int):

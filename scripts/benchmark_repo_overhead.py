@@ -34,7 +34,7 @@ from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
 from repo_train.modeling.olmo2 import learned_policy_keys
 from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
-from repo_train.scripting.benchmarking import comparison, interleave, trace_allocations
+from workflows.benchmarking import comparison, interleave, trace_allocations
 
 #: --clock: wall time, or CPU seconds of this process (all its threads).
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

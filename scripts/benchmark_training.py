@@ -28,9 +28,9 @@ from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.data import SyntheticData
-from repo_train.scripting.benchmarking import alternate, summary
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
+from workflows.benchmarking import alternate, summary
 
 TINY_RUN = Path(__file__).resolve().parents[1] / "tests" / "training" / "tiny_run.py"
 SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 4,

@@ -3,8 +3,8 @@
 
     python scripts/check_gpu.py [--checks positions,harness,training,throughput] [--train_processes N]
 
-The same command as `python -m repo_train check-gpu` (options: --help); the
-checks are in `repo_train/scripting/gpu_check/`. Without CUDA it prints
+The same command as `python -m workflows check-gpu` (options: --help); the
+checks are in `workflows/gpu_check/`. Without CUDA it prints
 "no CUDA: nothing checked" and exits 0.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from repo_train.cli import main
+from workflows.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["check-gpu", *sys.argv[1:]]))

@@ -59,7 +59,7 @@ from evaluation.tasks import GRID_NAMES
 from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.real_model import DEFAULT_OUT
-from repo_train.scripting.benchmarking import alternate
+from workflows.benchmarking import alternate
 
 PROG = "scripts/crosscheck_lm_eval.py"
 TASK = "mdqa"

@@ -47,7 +47,7 @@ from evaluation.statistics import PositionTable, cluster_bootstrap_curves, perce
 from repo_common.atomic import atomic_directory
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.export import EXPORT_MANIFEST
-from repo_train.scripting.commands import CommandRunner
+from workflows.commands import CommandRunner
 
 OUT = ROOT / "assets" / "tiny-kv-dip"
 #: (short name, --method flag), baseline first. CALIOPE's gaps are sized to this context (the added positions stay

@@ -46,7 +46,7 @@ from evaluation.results import load_summary
 from repo_common.atomic import atomic_directory, write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.export import EXPORT_MANIFEST
-from repo_train.scripting.commands import CommandRunner, last_checkpoint, logged_train_losses
+from workflows.commands import CommandRunner, last_checkpoint, logged_train_losses
 
 OUT = ROOT / "assets" / "tiny-kv-dip-continued"
 PROG = "scripts/make_tiny_repo_pair.py"

@@ -27,7 +27,7 @@ With a loop file (--config) the same loop runs at full scale: an OLMo-2 checkpoi
 directory, the train configs' data, the launchers the file names
 (scripts/launch_train.sh, scripts/run_search.sh), the evaluation it lists; the
 file is documented key by key in configs/quickstart/olmo2-1b.yaml and checked
-before any step runs (repo_train/scripting/loop_config.py). --dry-run writes and prints
+before any step runs (workflows/loop_config.py). --dry-run writes and prints
 OUT/commands.sh and runs nothing: read it before spending GPU hours.
 
 Every step is one of the project's commands, run as a subprocess and
@@ -51,10 +51,10 @@ from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser, dump_config, take_flag
 from repo_common.run_lock import RunLockedError, run_lock
-from repo_train.scripting import loop_config
-from repo_train.scripting import loop_estimates as estimates
-from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, newest_last_checkpoint
-from repo_train.scripting.steps import StepLedger, StepRunner, gpu_slots, visible_devices
+from workflows import loop_config
+from workflows import loop_estimates as estimates
+from workflows.commands import CommandRunner, cpu_trainer_section, last_checkpoint, newest_last_checkpoint
+from workflows.steps import StepLedger, StepRunner, gpu_slots, visible_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # the position-bias recipe lives in the reproduction script beside this one

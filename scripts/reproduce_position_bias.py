@@ -48,7 +48,7 @@ from evaluation.results import load_summary, write_json_atomic
 from evaluation.statistics import mean_std_over_seeds
 from repo_common.atomic import save_figure_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
-from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint
+from workflows.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
 FORMAT_VERSION = 1
 BASE = ROOT / "assets" / "tiny-kv-base"

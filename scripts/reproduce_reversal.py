@@ -41,7 +41,7 @@ from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_w
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
 from repo_common.atomic import save_figure_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
-from repo_train.scripting.commands import CommandRunner, cpu_trainer_section, last_checkpoint, logged_train_losses
+from workflows.commands import CommandRunner, cpu_trainer_section, last_checkpoint, logged_train_losses
 
 FORMAT_VERSION = 1
 EVAL_SEED = 12345

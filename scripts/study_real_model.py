@@ -52,7 +52,7 @@ from evaluation.sample_data import NQ_OPEN_ORACLE
 from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
 from repo_train.real_model import DEFAULT_OUT
-from repo_train.scripting.commands import CommandRunner
+from workflows.commands import CommandRunner
 
 PROG = "scripts/study_real_model.py"
 FORMAT_VERSION = 1

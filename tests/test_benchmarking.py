@@ -6,7 +6,7 @@ import torch
 from script_loader import load_script
 from torch.profiler import record_function
 
-from repo_train.scripting.benchmarking import (
+from workflows.benchmarking import (
     Alternation,
     alternate,
     comparison,

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from repo_train import cli
 from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.scripting.gpu_check import command, harness_tokens, positions, throughput
-from repo_train.scripting.gpu_check.method_cases import CASE_NAMES, CASES
-from repo_train.scripting.gpu_check.rows import (
+from workflows import cli
+from workflows.gpu_check import command, harness_tokens, positions, throughput
+from workflows.gpu_check.method_cases import CASE_NAMES, CASES, MethodCase
+from workflows.gpu_check.rows import (
     FAIL,
     PASS,
     SKIP,
@@ -96,6 +96,14 @@ def test_table_has_one_line_per_row_and_a_verdict():
 # -- the command line -------------------------------------------------------------------------------------------------
 
 
+def test_the_old_spelling_is_refused_in_one_line_naming_the_new_one(capsys):
+    from repo_train import cli as training_cli
+
+    assert training_cli.main(["check-gpu", "--checks", "positions"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "python -m workflows check-gpu" in err, err
+
+
 def test_without_cuda_the_command_checks_nothing_and_exits_zero(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["check-gpu"]) == 0
@@ -107,7 +115,7 @@ def test_bad_options_are_one_line_errors(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["check-gpu", "--methods", "rope,alibi"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m repo_train check-gpu: error: --methods 'rope,alibi': unknown ['alibi']")
+    assert err.startswith("python -m workflows check-gpu: error: --methods 'rope,alibi': unknown ['alibi']")
     assert "'attention_buckets'" in err and "Traceback" not in err and err.count("\n") == 1
     assert cli.main(["check-gpu", "--checks", ","]) == 2
     assert "--checks ',': empty" in capsys.readouterr().err
@@ -247,7 +255,7 @@ def test_throughput_rows_report_tokens_per_second_and_fail_an_impossible_mfu():
 
 @pytest.mark.slow  # two torchrun runs of `python -m repo_train fit` under the CPU DeepSpeed engine, then export
 def test_lightning_deepspeed_rows_pass_on_the_cpu(tmp_path):
-    from repo_train.scripting.gpu_check.training_run import training_rows
+    from workflows.gpu_check.training_run import training_rows
 
     rows = training_rows("cpu", tmp_path)
     assert [row.name for row in rows] == [
@@ -270,9 +278,23 @@ def test_the_real_model_group_passes_on_the_cpu(real_model_dir, tmp_path):
     """bf16 vs fp32 and cache vs recomputation of two evaluation methods on SmolLM2's 30 trained layers."""
     rows = positions.real_model_rows("cpu", tmp_path, real_model_dir, ("pi", "caliope"))
     name = real_model_dir.name
-    assert [row.name for row in rows] == [
-        f"{name} pi: bf16 cpu vs fp32 cpu", f"{name} pi: kv-cache vs recompute", f"{name} pi: flash_attention_2 vs sdpa",
+    assert [row.name for row in rows] == [  # in the registry's order
         f"{name} caliope: bf16 cpu vs fp32 cpu", f"{name} caliope: kv-cache vs recompute",
         f"{name} caliope: flash_attention_2 vs sdpa",
+        f"{name} pi: bf16 cpu vs fp32 cpu", f"{name} pi: kv-cache vs recompute", f"{name} pi: flash_attention_2 vs sdpa",
     ]  # fmt: skip
     assert exit_code(rows) == 0, render_table(rows)
+
+
+def test_cases_come_from_the_registries(monkeypatch):
+    """A newly registered evaluation method is checked with its defaults, without an edit in gpu_check."""
+    from evaluation.methods import METHODS, Baseline
+    from repo_train.modeling.methods import position_methods
+    from workflows.gpu_check.method_cases import registered_cases
+
+    names = [case.name for case in registered_cases()]
+    assert set(position_methods()) <= set(names) and names[0] == "rope"
+    assert set(METHODS) - {"baseline"} <= set(names) and "baseline" not in names
+    monkeypatch.setitem(METHODS, "toy_calibrator", Baseline)
+    added = [case for case in registered_cases() if case.name == "toy_calibrator"]
+    assert added == [MethodCase("toy_calibrator", "rope", "toy_calibrator", "prefill")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repo_train.scripting.commands import CommandRunner, logged_train_losses
+from workflows.commands import CommandRunner, logged_train_losses
 
 
 def test_run_argv_runs_logs_and_times_any_command(tmp_path):
@@ -57,7 +57,7 @@ def test_dry_run_writes_and_prints_but_runs_nothing(tmp_path, capsys):
 def test_last_checkpoint_is_the_newest_last_file_or_directory(tmp_path):
     import os
 
-    from repo_train.scripting.commands import last_checkpoint
+    from workflows.commands import last_checkpoint
 
     with pytest.raises(SystemExit, match="no last.ckpt under"):
         last_checkpoint(tmp_path)

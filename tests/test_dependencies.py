@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("repo_common", "repo_train", "evaluation", "search")
+PACKAGES = ("repo_common", "repo_train", "evaluation", "search", "workflows")
 
 #: Requirements no package module imports by name, each with the reason it is declared anyway.
 USED_WITHOUT_IMPORT = {

@@ -1,8 +1,8 @@
 """DESIGN's dependency direction, read from the source (no module is imported or executed).
 
-The shared floor (`repo_common`) imports no other project package. The core (`repo_train.modeling`, `.data`, `.training`) imports nothing from the script helpers
-(`repo_train.scripting`), `search` or `evaluation`; nothing in `evaluation` or `repo_train` imports
-`search`. Every import statement counts: relative ones, those inside functions, and
+The shared floor (`repo_common`) imports no other project package; nothing below the top floor
+(`workflows`) imports it. The core (`repo_train.modeling`, `.data`, `.training`) imports nothing from
+`workflows`, `search` or `evaluation`; nothing in `evaluation` or `repo_train` imports `search`. Every import statement counts: relative ones, those inside functions, and
 `importlib.import_module` / `__import__` calls with a literal name.
 """
 
@@ -16,10 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 CORE = ("repo_train/modeling", "repo_train/data", "repo_train/training")
-CORE_MAY_NOT_IMPORT = ("repo_train.scripting", "search", "evaluation")
+CORE_MAY_NOT_IMPORT = ("workflows", "search", "evaluation")
 NOT_IMPORTING_SEARCH = ("evaluation", "repo_train")
 SHARED = ("repo_common",)
-PROJECT_PACKAGES = ("repo_train", "evaluation", "search")
+PROJECT_PACKAGES = ("repo_train", "evaluation", "search", "workflows")
+BELOW_WORKFLOWS = ("repo_common", "repo_train", "evaluation", "search")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -78,6 +79,12 @@ def test_nothing_in_evaluation_or_repo_train_imports_search():
     problems, scanned = violations(NOT_IMPORTING_SEARCH, ("search",))
     assert scanned > 30, f"only {scanned} modules found under {NOT_IMPORTING_SEARCH}"
     assert not problems, "nothing may import `search` (DESIGN.md):\n" + "\n".join(problems)
+
+
+def test_nothing_below_the_workflows_imports_them():
+    problems, scanned = violations(BELOW_WORKFLOWS, ("workflows",))
+    assert scanned > 60, f"only {scanned} modules found under {BELOW_WORKFLOWS}"
+    assert not problems, "workflows is the top floor (docs/architecture.md):\n" + "\n".join(problems)
 
 
 def test_shared_infrastructure_imports_no_project_package():

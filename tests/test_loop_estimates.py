@@ -1,4 +1,4 @@
-"""The dry run's hour estimates (`repo_train.scripting.loop_estimates`) against hand computations of the job pages'
+"""The dry run's hour estimates (`workflows.loop_estimates`) against hand computations of the job pages'
 formulas (docs/training.md, docs/evaluation.md)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from repo_train.modeling.accounting import training_flops_per_token
 from repo_train.modeling.presets import preset
-from repo_train.scripting import loop_estimates as estimates
+from workflows import loop_estimates as estimates
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

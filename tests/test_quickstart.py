@@ -147,7 +147,7 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
 def write_tiny_loop_config(tmp_path, **changes) -> Path:
     """A config-mode loop on the built-in tiny base: 3 CPU steps per model, a one-generation search, 1 example."""
     from evaluation.tasks import build_task
-    from repo_train.scripting.commands import cpu_trainer_section
+    from workflows.commands import cpu_trainer_section
 
     base = ROOT / "assets" / "tiny-kv-base"
     kv = dict(num_keys=8, key_chars=1, template="pairs")
@@ -433,7 +433,7 @@ def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, caps
 
 def test_data_a_loop_reads_is_checked_before_training(tmp_path):
     """Missing shard lists and --data-dir folders are machine problems: fatal for a real run, listed by a dry run."""
-    from repo_train.scripting import loop_config
+    from workflows import loop_config
 
     qs = load_script("quickstart")
     path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from script_loader import load_script
 
-from repo_train.scripting.commands import CommandRunner
+from workflows.commands import CommandRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "reproduce_reversal.py"

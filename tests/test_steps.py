@@ -1,4 +1,4 @@
-"""Run scripts' step records (`repo_train.scripting.steps`): skip, resume, rerun and run, on real subprocesses."""
+"""Run scripts' step records (`workflows.steps`): skip, resume, rerun and run, on real subprocesses."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from repo_train.scripting.commands import CommandRunner
-from repo_train.scripting.steps import Decision, StepLedger, StepRunner, decide, fingerprint, gpu_slots
+from workflows.commands import CommandRunner
+from workflows.steps import Decision, StepLedger, StepRunner, decide, fingerprint, gpu_slots
 
 #: A step: append its argv's last word to OUT (a file), so the test sees how often and with what it ran.
 WRITER = (
@@ -185,8 +185,8 @@ def test_gpu_slots_split_the_node_and_refuse_an_uneven_split():
 TOGETHER_SCRIPT = """
 import sys
 from pathlib import Path
-from repo_train.scripting.commands import CommandRunner
-from repo_train.scripting.steps import StepLedger, StepRunner, gpu_slots
+from workflows.commands import CommandRunner
+from workflows.steps import StepLedger, StepRunner, gpu_slots
 out = Path(sys.argv[1])
 sleeper = "import os, sys, time, pathlib; pathlib.Path(sys.argv[1]).write_text(str(os.getpid())); time.sleep(120)"
 steps = StepRunner(CommandRunner(out, cwd=out), StepLedger(out / "steps.json"))

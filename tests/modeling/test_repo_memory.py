@@ -10,7 +10,7 @@ from torch.profiler import record_function
 
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.scripting.benchmarking import trace_allocations
+from workflows.benchmarking import trace_allocations
 
 FLOAT32_BYTES = 4
 

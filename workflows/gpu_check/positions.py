@@ -38,8 +38,8 @@ from repo_common.atomic import write_json_atomic
 from repo_train.modeling import RePoOlmo2ForCausalLM, attention_modules
 from repo_train.modeling.presets import tiny
 from repo_train.real_model import DEFAULT_OUT
-from repo_train.scripting.gpu_check.method_cases import CASE_NAMES, CASES, MethodCase
-from repo_train.scripting.gpu_check.rows import Row, guarded, relative_difference, skip, within
+from workflows.gpu_check.method_cases import CASE_NAMES, CASES, MethodCase
+from workflows.gpu_check.rows import Row, guarded, relative_difference, skip, within
 
 #: bf16 vs fp32 logits, relative to max |fp32 logit|. Measured with bf16 on a 2-core CPU: 2.6e-3 to 3.0e-2 (repo's
 #: positions in the hundreds and caliope's gaps of up to 1,000 the largest); scaling positions by 1.01 moves them 0.17.

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from repo_train.scripting.commands import CommandRunner, last_checkpoint, logged_train_losses
-from repo_train.scripting.gpu_check.rows import FAIL, PASS, Row, at_least, relative_difference, within
+from workflows.commands import CommandRunner, last_checkpoint, logged_train_losses
+from workflows.gpu_check.rows import FAIL, PASS, Row, at_least, relative_difference, within
 
 STEPS = 20
 #: The mean loss of the last 5 steps must be at least this far (nats) below the first step's. Measured on the CPU

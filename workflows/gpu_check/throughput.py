@@ -2,7 +2,7 @@
 
 Random weights, one sequence (micro batch 1) of `seq_len` tokens, forward +
 backward under bf16 autocast on CUDA (fp32 weights, as `bf16-mixed` trains).
-The two models are timed alternately (`repo_train.scripting.benchmarking.alternate`),
+The two models are timed alternately (`workflows.benchmarking.alternate`),
 so both see the same state of the device. MFU = tokens/s × model FLOPs per
 token (`accounting.training_flops_per_token`, REPO's predictor included) / the
 device's peak dense bf16 FLOP/s, from `PEAK_BF16_TFLOPS` or `--peak_tflops`.
@@ -22,8 +22,8 @@ import torch
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.accounting import training_flops_per_token
 from repo_train.modeling.presets import preset
-from repo_train.scripting.benchmarking import alternate
-from repo_train.scripting.gpu_check.rows import FAIL, PASS, Row, within
+from workflows.benchmarking import alternate
+from workflows.gpu_check.rows import FAIL, PASS, Row, within
 
 #: Peak dense bf16 TFLOP/s by words in `torch.cuda.get_device_name()`; the first entry whose words all occur wins
 #: (vendor datasheets; sparsity not counted).

@@ -16,8 +16,8 @@ from evaluation.generation import generate
 from evaluation.models import place_model, tiny_default
 from evaluation.results import RECORDS_FILE, read_records
 from evaluation.runner import RunConfig, prepare_task, run
-from repo_train.scripting.gpu_check.positions import fp32_matmul, sharpen
-from repo_train.scripting.gpu_check.rows import FAIL, PASS, Row
+from workflows.gpu_check.positions import fp32_matmul, sharpen
+from workflows.gpu_check.rows import FAIL, PASS, Row
 
 #: A generated KV task small enough for seconds on a CPU: 3 examples × 3 gold positions, 8 UUID pairs each.
 TASK = "kv"

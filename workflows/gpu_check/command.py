@@ -1,4 +1,4 @@
-"""`python -m repo_train check-gpu` / `scripts/check_gpu.py`: run the GPU checks, print one table, exit 0 if all pass.
+"""`python -m workflows check-gpu` / `scripts/check_gpu.py`: run the GPU checks, print one table, exit 0 if all pass.
 
 The first thing to run on a new GPU node (meant to fit the issue's budget of
 10 minutes on one H100; not yet timed on a GPU): every position method in bf16
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from repo_train.real_model import DEFAULT_OUT
-from repo_train.scripting.gpu_check.method_cases import CASE_NAMES
-from repo_train.scripting.gpu_check.rows import Row, exit_code, guarded, render_table
+from workflows.gpu_check.method_cases import CASE_NAMES
+from workflows.gpu_check.rows import Row, exit_code, guarded, render_table
 
 CHECKS = ("positions", "real_model", "harness", "training", "throughput")
 NO_CUDA = "no CUDA: nothing checked"
@@ -71,10 +71,10 @@ def environment_line(device: str) -> str:
 
 def run_checks(device: str, checks: list[str], methods: list[str], workdir: Path, options) -> list[Row]:
     """The rows of each group in `checks` (positions: of `methods`), on `device`; a group that raises fails one row."""
-    from repo_train.scripting.gpu_check.harness_tokens import harness_rows
-    from repo_train.scripting.gpu_check.positions import position_method_rows, real_model_rows
-    from repo_train.scripting.gpu_check.throughput import throughput_rows
-    from repo_train.scripting.gpu_check.training_run import training_rows
+    from workflows.gpu_check.harness_tokens import harness_rows
+    from workflows.gpu_check.positions import position_method_rows, real_model_rows
+    from workflows.gpu_check.throughput import throughput_rows
+    from workflows.gpu_check.training_run import training_rows
 
     groups = {
         "positions": lambda: position_method_rows(device, workdir, tuple(methods)),

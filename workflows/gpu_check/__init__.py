@@ -1,4 +1,4 @@
-"""`check-gpu`: one command that says whether the GPU paths work (scripts/check_gpu.py, `python -m repo_train check-gpu`).
+"""`check-gpu`: one command that says whether the GPU paths work (scripts/check_gpu.py, `python -m workflows check-gpu`).
 
 Each check is a function of a `device` that returns table rows
 (`gpu_check.rows`): the position methods (`positions`), the harness's

@@ -1,0 +1,56 @@
+"""The position methods `check-gpu` runs, read from the registries, and how each one's cached decoding is recomputed.
+
+Every model position method (`repo_train.modeling.methods.position_methods`) and every registered
+evaluation method (`evaluation.methods.METHODS`) is checked, so a new method is covered without an
+edit here. `SETTINGS` holds only what a method needs beyond its name: required options (a scale file,
+a scale) and how its cached steps are recomputed; a method not listed runs with its defaults through
+the harness's prefill recomputation, which holds for any method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evaluation.methods import METHODS
+from repo_train.modeling.methods import position_methods
+
+
+@dataclass(frozen=True)
+class MethodCase:
+    """One position method as the checks run it: the model's position method and the method stack on top."""
+
+    name: str
+    position_method: str
+    spec: str = "baseline"
+    #: How the cached steps are recomputed: "forward" (one forward over prompt + tokens, per-batch state of the
+    #: method kept), "prefill" (the harness prefills prompt + the first t tokens, for methods acting in the decode
+    #: loop's hooks), "fim" (one forward with Found-in-the-Middle's edit on every current query row).
+    recompute: str = "forward"
+    #: Why flash_attention_2 does not apply, when it does not.
+    no_flash: str = ""
+
+
+#: Evaluation methods that need more than their name and the generic prefill recomputation.
+SETTINGS = {
+    "lpes": MethodCase("lpes", "rope", "lpes:scale_file={scale_file}"),
+    "pi": MethodCase("pi", "rope", "pi:scale=2"),
+    "caliope": MethodCase("caliope", "rope", "caliope:calibrator=hourglass", "prefill"),
+    # gamma >= vocabulary: every token keeps a finite contrast (the top-30 set could differ between bf16 and fp32)
+    "pcd": MethodCase("pcd", "rope", "pcd:gamma=1024", "prefill"),
+    "fim": MethodCase("fim", "rope", "fim", "fim", no_flash="fim's attention probe wraps SDPA (it refuses other kernels)"),
+    "ms_poe": MethodCase("ms_poe", "rope", "ms_poe"),
+}
+
+
+def registered_cases() -> tuple[MethodCase, ...]:
+    """One case per model position method (the order of the docs: RoPE first), then one per evaluation method."""
+    model = sorted(position_methods(), key=lambda name: (name != "rope", name))
+    calibrators = [name for name in METHODS if name != "baseline"]
+    return (
+        *(MethodCase(name, name) for name in model),
+        *(SETTINGS.get(name, MethodCase(name, "rope", name, "prefill")) for name in calibrators),
+    )
+
+
+CASES = registered_cases()
+CASE_NAMES = tuple(case.name for case in CASES)
