@@ -26,7 +26,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: What the build reads: setup.cfg finds the packages; README.md is the long description.
 BUILD_INPUTS = (
-    "pyproject.toml", "setup.cfg", "README.md", "repo_common", "repo_train", "evaluation", "search", "workflows"
+    "pyproject.toml",
+    "setup.cfg",
+    "README.md",
+    "repo_common",
+    "repo_train",
+    "evaluation",
+    "search",
+    "workflows",
 )
 
 CHECK_INSTALL = """

@@ -24,5 +24,6 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    return dispatch("python -m workflows", "repo-train workflows: checks that span every package.", COMMANDS, argv,
-                    USER_ERRORS)
+    return dispatch(
+        "python -m workflows", "repo-train workflows: checks that span every package.", COMMANDS, argv, USER_ERRORS
+    )

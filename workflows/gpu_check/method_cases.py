@@ -37,7 +37,9 @@ SETTINGS = {
     "caliope": MethodCase("caliope", "rope", "caliope:calibrator=hourglass", "prefill"),
     # gamma >= vocabulary: every token keeps a finite contrast (the top-30 set could differ between bf16 and fp32)
     "pcd": MethodCase("pcd", "rope", "pcd:gamma=1024", "prefill"),
-    "fim": MethodCase("fim", "rope", "fim", "fim", no_flash="fim's attention probe wraps SDPA (it refuses other kernels)"),
+    "fim": MethodCase(
+        "fim", "rope", "fim", "fim", no_flash="fim's attention probe wraps SDPA (it refuses other kernels)"
+    ),
     "ms_poe": MethodCase("ms_poe", "rope", "ms_poe"),
 }
 
