@@ -26,7 +26,6 @@ run stores as `OUT/config.yaml` and `--print_config` prints.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -34,13 +33,15 @@ from typing import Any, Literal
 from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from evaluation.methods import METHODS, Method, MethodStack, parse_value
+from evaluation.methods import METHODS, Method, MethodStack, parse_value, register_method
 from evaluation.models import DEVICES
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task
+from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task, register_task
+from repo_common import user_code
 from repo_common.config_cli import ConfigParser, class_entry
+from repo_common.user_code import resolve_class
 
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
@@ -75,6 +76,7 @@ exit codes: 0 done, 2 usage error, 3 stopped early by --max-records (rerun to re
 def add_run_options(parser: ConfigParser) -> None:
     """The options of `evaluation run` (each also a key of a config file)."""
     set_parsing_settings(subclasses_enabled=[Task, Method])  # class_path may name any Task / Method subclass
+    parser.add_import_option()
     parser.add_argument("--model", type=str | None, help="local HF model directory (default: the tiny random model)")
     parser.add_argument("--out", type=str, required=True, help="output directory (resumes an earlier run's)")
     parser.add_argument(
@@ -179,20 +181,17 @@ class ResolvedRun:
     """The resolved configuration (`OUT/config.yaml`)."""
 
 
-def _import(class_path: str) -> type:
-    module, _, name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        raise ValueError(f"class_path {class_path!r} cannot be imported; give module.ClassName") from None
-
-
-def task_name_of(cls: type) -> str:
-    """The registry name of a task class (`evaluation.tasks.TASKS`)."""
+def task_name_of(cls: type[Task]) -> str:
+    """The registry name of a task class; a class named by its class_path is registered on first use."""
     for name, registered in TASKS.items():
         if registered is cls:
             return name
-    raise ValueError(f"{cls.__qualname__} is not a registered task; choose from {sorted(TASKS)}")
+    return register_task(cls).name
+
+
+def _method_class(cls: type[Method]) -> type[Method]:
+    """A method class named by its class_path, registered on first use (so its spec label parses back)."""
+    return cls if METHODS.get(cls.name) is cls else register_method(cls)
 
 
 def _gold_positions(value: str | list[int]) -> str | list[int]:
@@ -249,11 +248,13 @@ def _with_data_file(name: str, params: dict[str, Any], data_dir: str | None) -> 
     return {**params, "path": str(found)} if found is not None else params
 
 
-def _class_tasks(entries: Sequence[Namespace], data_dir: str | None) -> dict[str, dict[str, Any]]:
+def _class_tasks(
+    entries: Sequence[Namespace], data_dir: str | None, user_modules: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
     """Typed task entries (class_path + init_args) as `build_task` parameters, data files found."""
     tasks: dict[str, dict[str, Any]] = {}
     for entry in entries:
-        name = task_name_of(_import(entry.class_path))
+        name = task_name_of(resolve_class(entry.class_path, Task, user_modules, "task class_path"))
         if name in tasks:
             raise ValueError(f"task {name!r} is listed twice; give each task once")
         params = {k: v for k, v in dict(entry.init_args or {}).items() if v is not None}
@@ -261,16 +262,14 @@ def _class_tasks(entries: Sequence[Namespace], data_dir: str | None) -> dict[str
     return tasks
 
 
-def _method_stack(entry: Any) -> MethodStack:
+def _method_stack(entry: Any, user_modules: Sequence[str] = ()) -> MethodStack:
     """A `methods` entry (a spec string, a class entry, or a list of class entries) as a stack."""
     if isinstance(entry, str):
         return MethodStack.parse(entry)
     items = entry if isinstance(entry, list) else [entry]
     methods = []
     for item in items:
-        cls = _import(item.class_path)
-        if cls not in METHODS.values():
-            raise ValueError(f"{item.class_path} is not a registered method; choose from {sorted(METHODS)}")
+        cls = _method_class(resolve_class(item.class_path, Method, user_modules, "method class_path"))
         methods.append(cls(**dict(item.init_args or {})))
     return MethodStack.parse(MethodStack(methods).label)  # the canonical spec parses back to the same stack
 
@@ -290,21 +289,24 @@ def resolve(options: Namespace) -> ResolvedRun:
         raise FileNotFoundError(f"--model {options.model!r} is not a directory; pass a local HF model directory")
     if options.data_dir is not None and not Path(options.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {str(options.data_dir)!r} is not a directory")
+    imports = list(options.get(user_code.KEY) or [])
+    user_modules = [user_code.module_name_of(name) for name in imports]
     if isinstance(options.tasks, str):
         if options.tasks.lstrip().startswith(("[", "{")):
             raise ValueError(f"--tasks {options.tasks!r} is neither task names nor a list of task classes")
         tasks = _short_form_tasks(options)
     else:
-        tasks = _class_tasks(options.tasks, options.data_dir)
+        tasks = _class_tasks(options.tasks, options.data_dir, user_modules)
     built = {name: build_task(name, **params) for name, params in tasks.items()}  # a bad parameter fails here
     # the runner gets each task's every field, so a replay of config.yaml records the same settings
     tasks = {name: {k: v for k, v in _task_fields(task).items() if v is not None} for name, task in built.items()}
-    stacks = [_method_stack(entry) for entry in options.methods]
+    stacks = [_method_stack(entry, user_modules) for entry in options.methods]
     labels = [stack.label for stack in stacks]
     if len(set(labels)) != len(labels):
         raise ValueError(f"the same method stack is listed twice: {labels}")
     max_new = options.max_new_tokens or (TINY_DEFAULTS["max_new_tokens"] if options.model is None else None)
     config = {
+        **({user_code.KEY: imports} if imports else {}),  # the user's modules, so a replay imports them first
         "model": options.model,
         "out": options.out,
         "tasks": [class_entry(task, lambda t: tasks[task_name_of(type(t))]) for task in built.values()],

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
 
+from repo_common import user_code
 from repo_common.cli_errors import EXIT_USAGE
 
 PRINT_CONFIG = "--print_config"
@@ -123,6 +125,39 @@ class ConfigParser(ArgumentParser):
         self.flag_aliases: dict[str, str] = {}
         #: Called with the command line (aliases applied) before parsing, e.g. to choose defaults.
         self.before_parse: Callable[[ConfigParser, list[str]], None] | None = None
+        #: Whether `--import MODULE` is an option (`add_import_option`), and the modules it imported.
+        self.takes_user_code = False
+        self.user_modules: list[str] = []
+
+    def add_import_option(self) -> None:
+        """`--import MODULE` (repeatable, or `import: [...]` in a config file): the user's own modules, imported
+        before parsing so their classes can be named; any other class_path outside the project is refused."""
+        self.takes_user_code = True
+        self.add_argument(
+            user_code.FLAG,
+            dest=user_code.KEY,
+            type=list[str],
+            default=[],
+            help="your own module (a.b.c or file.py) to import first: its tasks, methods or policies can then be "
+            "named (repeatable; see docs/configuring.md)",
+        )
+
+    def _import_user_code(self, args: list[str]) -> list[str]:
+        """Import the modules named by `--import` and the config files' `import:` lists, then refuse every
+        class_path (files and command line) outside them and the project, before jsonargparse imports any."""
+        named, rest = self._take(args, user_code.FLAG)
+        files, _ = self._take(rest, "--config")
+        data = [yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {} for path in files]
+        from_files = [name for item in data for name in (item.get(user_code.KEY) or [])]
+        names = user_code.split_names([*from_files, *named])
+        try:
+            user_code.import_user_modules(names)
+            self.user_modules = [user_code.module_name_of(name) for name in names]
+            for class_path in [*user_code.class_paths_in(data), *user_code.class_paths_in_args(rest)]:
+                user_code.check_class_path(class_path, self.user_modules)
+        except ValueError as err:
+            self.fail(str(err))
+        return rest + ([user_code.FLAG, json.dumps(names)] if named else [])
 
     @classmethod
     def for_command(cls, prog: str, description: str) -> ConfigParser:
@@ -191,6 +226,8 @@ class ConfigParser(ArgumentParser):
         if self.before_parse is not None:
             self.before_parse(self, args)
         args = self._config_files_first(args)
+        if self.takes_user_code:
+            args = self._import_user_code(args)
         for flag, dest in (repeated or self.repeated_flags).items():
             values, args = self._take(args, flag)
             args += [f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else []

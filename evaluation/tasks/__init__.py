@@ -43,6 +43,19 @@ TASKS: dict[str, type[Task]] = {
 }
 
 
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a `Task` dataclass buildable by its `name` (`--tasks NAME`, `build_task`)."""
+    if not (isinstance(cls, type) and issubclass(cls, Task) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"{cls!r} must be a dataclass subclass of evaluation.tasks.Task")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__qualname__} needs a class attribute `name` (its name in configs and records)")
+    if TASKS.get(name, cls) is not cls:
+        raise ValueError(f"task {name!r} is already {TASKS[name].__qualname__}; give {cls.__qualname__} another name")
+    TASKS[name] = cls
+    return cls
+
+
 def build_task(name: str, **params: Any) -> Task:
     """The task registered as `name`, configured with `params` (its dataclass fields)."""
     if name not in TASKS:
@@ -80,5 +93,6 @@ __all__ = [
     "ScrollsTask",
     "Task",
     "build_task",
+    "register_task",
     "resolve_gold_positions",
 ]

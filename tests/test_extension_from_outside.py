@@ -1,0 +1,113 @@
+"""Extension from outside the project's packages (`examples/extension/`), through the commands a user runs.
+
+A task and a calibrator written in the user's own modules are named with `--import` and then work in the
+short forms and as class_paths; the run's config.yaml replays them. A class_path to any other module is
+refused before that module is imported (its top-level code never runs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import evaluation.tasks
+from evaluation import cli
+from evaluation.tasks import TASKS, Task, register_task
+from repo_common import user_code
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "examples.extension.colour_task"
+CALIBRATOR = "examples.extension.clamp_calibrator"
+
+
+def _records(out: Path) -> list[tuple[str, str, int, str]]:
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    return sorted((r["method"], r["id"], r["gold_position"], r["prediction"]) for r in rows)
+
+
+@pytest.mark.slow
+def test_a_users_task_and_calibrator_run_and_replay_through_evaluation_run(tmp_path):
+    """Short forms after --import; then `--config OUT/config.yaml` (class_paths + its import list) replays it."""
+    first, replay = tmp_path / "first", tmp_path / "replay"
+    command = [sys.executable, "-m", "evaluation", "run", "--no-progress", "--no-report"]
+    subprocess.run(
+        [*command, "--import", f"{TASK},{CALIBRATOR}", "--tasks", "colour_lookup", "--num-examples", "2",
+         "--task-param", "colour_lookup:num_items=4", "--gold-positions", "0,3",
+         "--methods", "[baseline, 'clamp:limit=3']", "--out", str(first)],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    config = yaml.safe_load((first / "config.yaml").read_text())
+    assert config["import"] == [TASK, CALIBRATOR]
+    assert config["tasks"][0]["class_path"] == f"{TASK}.ColourLookupTask"
+    assert config["methods"][1] == {"class_path": f"{CALIBRATOR}.ClampPositions", "init_args": {"limit": 3.0}}
+    records = _records(first)
+    assert {r[0] for r in records} == {"baseline", "clamp:limit=3"} and {r[2] for r in records} == {0, 3}
+    assert len(records) == 2 * 2 * 2  # methods x examples x gold positions
+    subprocess.run(
+        [*command, "--config", str(first / "config.yaml"), "--out", str(replay)],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    assert _records(replay) == records
+
+
+def _module_with_a_side_effect(tmp_path: Path) -> tuple[str, Path]:
+    """A module that leaves a file behind when it is imported, and defines a valid task."""
+    marker = tmp_path / "imported.txt"
+    package = tmp_path / "sideeffect_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(
+        "from pathlib import Path\n"
+        f"Path({str(marker)!r}).write_text('ran')\n"
+        "from examples.extension.colour_task import ColourLookupTask as Copy\n"
+    )
+    return "sideeffect_pkg.tasks.Copy", marker
+
+
+def test_a_class_path_outside_the_project_is_refused_before_its_module_runs(tmp_path, monkeypatch, capsys):
+    class_path, marker = _module_with_a_side_effect(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"tasks": [{"class_path": class_path, "init_args": {"num_examples": 1}}]}))
+    out = tmp_path / "out"
+    assert cli.main(["run", "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pass --import sideeffect_pkg.tasks" in err, err
+    assert not marker.exists() and not out.exists() and "sideeffect_pkg.tasks" not in sys.modules
+
+
+def test_an_import_that_fails_is_one_line_naming_the_module(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken_ext.py").write_text("raise RuntimeError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["run", "--import", "broken_ext", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--import broken_ext: importing it failed: RuntimeError: boom at import" in err
+    assert cli.main(["run", "--import", str(tmp_path / "missing.py"), "--out", str(tmp_path / "out")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_class_paths_are_found_in_files_and_on_the_command_line():
+    args = ["--tasks", "[{class_path: a.b.C}]", "--x.class_path", "d.E", "--y.class_path=f.G", "--n", "3"]
+    assert list(user_code.class_paths_in_args(args)) == ["a.b.C", "d.E", "f.G"]
+    nested = {"methods": [[{"class_path": "h.I", "init_args": {"inner": {"class_path": "j.K"}}}]]}
+    assert list(user_code.class_paths_in(nested)) == ["h.I", "j.K"]
+    assert user_code.allowed("evaluation.tasks.KVRetrievalTask")
+    assert user_code.allowed("mine.sub.Task", ["mine"]) and not user_code.allowed("minefield.Task", ["mine"])
+    user_code.check_class_path("KVRetrievalTask")  # a short name imports nothing: left to the parser
+
+
+def test_register_task_refuses_a_second_class_under_a_taken_name(monkeypatch):
+    monkeypatch.setattr(evaluation.tasks, "TASKS", dict(TASKS))
+    kv = evaluation.tasks.TASKS["kv"]
+    imposter = type("Imposter", (kv,), {"name": "kv"})
+    with pytest.raises(ValueError, match="task 'kv' is already KVRetrievalTask; give Imposter another name"):
+        register_task(imposter)
+    with pytest.raises(TypeError, match="must be a dataclass subclass"):
+        register_task(type("NotATask", (), {"name": "x"}))
+    assert issubclass(kv, Task)
