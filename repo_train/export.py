@@ -57,6 +57,7 @@ def add_arguments(parser) -> None:
     """The options of `python -m repo_train export` (also keys of a `--config` file)."""
     from typing import Literal
 
+    parser.add_import_option()  # a model whose position policy is the user's own
     parser.add_argument("--checkpoint", type=str, required=True, help="Lightning .ckpt file or DeepSpeed directory")
     parser.add_argument("--out", type=str, required=True, help="output HF directory (replaced if an earlier export)")
     parser.add_argument(

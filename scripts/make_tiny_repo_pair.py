@@ -107,8 +107,8 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
     config = yaml.safe_load(config_path.read_text())
     config["trainer"]["log_every_n_steps"] = max(1, min(10, args.steps // 3))  # a loss to report in short runs too
     if method == "repo":
-        config["model"]["repo_curriculum_start"] = 1.0 if args.curriculum_steps else 0.0
-        config["model"]["repo_curriculum_steps"] = args.curriculum_steps
+        curriculum = {"curriculum_start": 1.0, "curriculum_steps": args.curriculum_steps}
+        config["model"]["position_options"] = curriculum if args.curriculum_steps else {}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = work / "runs" / method
     resume = quickstart.training_resume(run_dir) or []

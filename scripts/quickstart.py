@@ -221,7 +221,7 @@ def training_config(
     REPO from a REPO model (the shipped pair): its learned predictors, no curriculum."""
     steps = settings.steps
     fresh_repo = method == "repo" and init_from is None
-    curriculum = {"repo_curriculum_start": 1.0, "repo_curriculum_steps": steps // 2} if fresh_repo else {}
+    curriculum = {"position_options": {"curriculum_start": 1.0, "curriculum_steps": steps // 2}} if fresh_repo else {}
     config = {
         "seed_everything": 42,
         "trainer": cpu_trainer_section(steps, out / "runs" / method, log_every_n_steps=max(1, steps // 4)),

@@ -64,7 +64,7 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
     assert config["model"]["init_from"].endswith("assets/tiny-kv-dip-continued/repo")
-    assert "repo_curriculum_steps" not in config["model"]  # learned predictors: no hand-over from RoPE again
+    assert "position_options" not in config["model"]  # learned predictors: no hand-over from RoPE again
     assert config["data"]["train"]["class_path"] == "repo_train.data.PromptCompletionData"
 
 

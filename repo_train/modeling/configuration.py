@@ -18,7 +18,7 @@ import os
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
 
-from repo_train.modeling.methods import default_repo_start_layer, layer_plan
+from repo_train.modeling.methods import check_position_options, default_repo_start_layer, layer_plan
 
 #: `pe_config.dynamic_pe_mode` values of the published code and what they mean here.
 PUBLISHED_PE_MODES = {"swigluex_multihead": "repo", "none": "rope", "nope": "nope"}
@@ -80,6 +80,8 @@ class RePoOlmo2Config(Olmo2Config):
     """First REPO layer; layers below keep RoPE. Default ⌊num_hidden_layers / 3⌋."""
     repo_hidden_size: int | None = None
     """d_p, width of REPO's position representation. Default hidden_size // 8."""
+    position_options: dict | None = None
+    """The position policy's own options (its `Options` dataclass), e.g. REPO's curriculum. Default none."""
 
     def __post_init__(self, **kwargs):
         pe_config = kwargs.pop("pe_config", None)
@@ -90,6 +92,8 @@ class RePoOlmo2Config(Olmo2Config):
             self.repo_start_layer = default_repo_start_layer(self.num_hidden_layers)
         if self.repo_hidden_size is None:
             self.repo_hidden_size = self.hidden_size // 8
+        if self.position_options is None:
+            self.position_options = {}
         super().__post_init__(**kwargs)
         self.check_position_fields()
 
@@ -109,6 +113,7 @@ class RePoOlmo2Config(Olmo2Config):
     def check_position_fields(self) -> None:
         """Fail early, naming the field and the fix."""
         layer_plan(self.position_method, self.num_hidden_layers, self.repo_start_layer)
+        check_position_options(self)
         d_p = self.repo_hidden_size
         if not isinstance(d_p, int) or not 1 <= d_p <= self.hidden_size:
             raise ValueError(

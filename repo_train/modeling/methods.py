@@ -47,7 +47,10 @@ def position_methods() -> list[str]:
 def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | None = None) -> list[str]:
     """Per-layer policy names for a method, with clear errors for bad input."""
     if position_method not in position_methods():
-        raise ValueError(f"unknown position_method {position_method!r}; choose one of {position_methods()}.")
+        raise ValueError(
+            f"unknown position_method {position_method!r}; choose one of {position_methods()} (a policy of your own "
+            "is known once its module is imported: --import MODULE)."
+        )
     start = default_repo_start_layer(num_layers) if repo_start_layer is None else repo_start_layer
     if not isinstance(start, int) or not 0 <= start < num_layers:
         raise ValueError(
@@ -57,6 +60,18 @@ def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | No
     if position_method not in LAYER_PLANS:
         return [position_method] * num_layers
     return LAYER_PLANS[position_method](num_layers, start)
+
+
+def check_position_options(config) -> None:
+    """`config.position_options` belong to the policy named by `position_method` (a layer plan takes none)."""
+    options = getattr(config, "position_options", None) or {}
+    if config.position_method in POSITION_POLICIES:
+        POSITION_POLICIES[config.position_method].options_from(config)
+    elif options:
+        raise ValueError(
+            f"position_options {sorted(options)}: position method {config.position_method!r} is a layer plan and "
+            "takes no options"
+        )
 
 
 def build_policies(config) -> list[PositionPolicy]:

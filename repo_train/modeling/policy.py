@@ -18,7 +18,9 @@ needs a new branch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -63,10 +65,33 @@ class PositionPolicy:
     #: model's rotary module, NoPE), so any rope_type of the model is fine.
     needs_encoding: bool = True
 
+    #: The policy's own options: a dataclass whose fields are the keys of `config.position_options` (saved in
+    #: config.json, so a loaded model gets them back); None = the policy takes no options.
+    Options: ClassVar[type | None] = None
+
     @classmethod
     def from_config(cls, config, encoding: RotaryEncoding | None) -> PositionPolicy:
         """Build the policy for a model config; `encoding` is the config's RoPE variant."""
         return cls()
+
+    @classmethod
+    def options_from(cls, config) -> Any:
+        """`config.position_options` as this policy's `Options`; a key it does not have is a one-line error."""
+        given = dict(getattr(config, "position_options", None) or {})
+        if cls.Options is None:
+            if given:
+                raise ValueError(f"position_options {sorted(given)}: position method {cls.name!r} takes no options")
+            return None
+        known = [f.name for f in dataclasses.fields(cls.Options)]
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ValueError(f"position_options: unknown option(s) {unknown} of {cls.name!r}; its options are {known}")
+        return cls.Options(**given)
+
+    def on_train_step(self, step: int) -> dict[str, float]:
+        """The policy's schedule, called before every training step (global step `step`) by the training module;
+        it returns values to log as `train/NAME`. The default has none."""
+        return {}
 
     def learned_modules(self, config) -> dict[str, nn.Module]:
         """Modules this policy trains, registered on the attention under these names."""

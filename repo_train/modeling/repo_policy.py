@@ -16,6 +16,8 @@ published RePo checkpoints. They start as OLMo starts new weights
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,14 +29,39 @@ from repo_train.modeling.rope import RotaryEncoding
 REPO_INIT_STD = 0.02
 
 
+@dataclass(frozen=True)
+class RepoOptions:
+    """REPO's options (`position_options` of the model config); d_p and the first layer stay config fields."""
+
+    curriculum_start: float = 0.0
+    """p0 of the training curriculum z <- (1-p) z + p i that hands over from linear positions (0 = off)."""
+    curriculum_steps: int = 0
+    """Training steps over which p decays linearly from p0 to 0."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.curriculum_start <= 1.0:
+            raise ValueError(f"position_options.curriculum_start (p0) must be in [0, 1], got {self.curriculum_start}")
+        steps = self.curriculum_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"position_options.curriculum_steps must be an int >= 0, got {steps!r}")
+
+
 @register_policy
 class RepoPolicy(PositionPolicy):
     """Learned per-head positions from a SwiGLU predictor on the attention input."""
 
     name = "repo"
     per_head = True
+    Options = RepoOptions
 
-    def __init__(self, encoding: RotaryEncoding, hidden_size: int, position_size: int, num_heads: int):
+    def __init__(
+        self,
+        encoding: RotaryEncoding,
+        hidden_size: int,
+        position_size: int,
+        num_heads: int,
+        options: RepoOptions | None = None,
+    ):
         if position_size < 1 or position_size > hidden_size:
             raise ValueError(
                 f"repo_hidden_size (d_p) must be between 1 and hidden_size={hidden_size}, got {position_size}; "
@@ -44,7 +71,8 @@ class RepoPolicy(PositionPolicy):
         self.hidden_size = hidden_size
         self.position_size = position_size
         self.num_heads = num_heads
-        #: Curriculum weight p of linear positions: z <- (1-p) z + p i. 0 = pure REPO.
+        self.options = options or RepoOptions()
+        #: Curriculum weight p of linear positions: z <- (1-p) z + p i. 0 = pure REPO (set by `on_train_step`).
         self.linear_mix = 0.0
 
     @classmethod
@@ -54,7 +82,16 @@ class RepoPolicy(PositionPolicy):
             config.hidden_size,
             config.repo_hidden_size,
             config.num_attention_heads,
+            cls.options_from(config),
         )
+
+    def on_train_step(self, step: int) -> dict[str, float]:
+        """The curriculum: p at this step (off when curriculum_start or curriculum_steps is 0)."""
+        options = self.options
+        if options.curriculum_start <= 0 or options.curriculum_steps <= 0:
+            return {}
+        self.linear_mix = repo_curriculum_mix(step, options.curriculum_start, options.curriculum_steps)
+        return {"repo_linear_mix": self.linear_mix}
 
     def learned_modules(self, config) -> dict[str, nn.Module]:
         """The three bias-free maps, already started by `init_learned`.

@@ -112,6 +112,36 @@ FIXED_ON_RESUME = {
 }
 
 
+#: Module options that moved into the policy's `position_options`: old name -> option name there.
+MOVED_MODEL_OPTIONS = {"repo_curriculum_start": "curriculum_start", "repo_curriculum_steps": "curriculum_steps"}
+
+
+def upgrade_saved_model_hparams(model: dict) -> dict:
+    """A checkpoint's model hyperparameters in today's names (old REPO curriculum options -> position_options)."""
+    model = dict(model)
+    options = dict(model.get("position_options") or {})
+    for old, new in MOVED_MODEL_OPTIONS.items():
+        value = model.pop(old, None)
+        if value:  # 0 was "off", which is today's default
+            options[new] = value
+    if options:
+        model["position_options"] = options
+    return model
+
+
+def moved_option_error(keys: list[str]) -> str | None:
+    """One line naming the new spelling of old module options (`model.repo_curriculum_*`), or None."""
+    old = [key for key in keys if key in MOVED_MODEL_OPTIONS]
+    if not old:
+        return None
+    new = ", ".join(f"{MOVED_MODEL_OPTIONS[key]}: ..." for key in old)
+    return (
+        f"model.{old[0]} moved: a policy's options are model.position_options now; write "
+        f"model.position_options: {{{new}}} (for REPO's curriculum, e.g. {{curriculum_start: 1.0, "
+        "curriculum_steps: 100}})"
+    )
+
+
 def _plain(value):
     """Tuples as lists, recursively: YAML, the command line and Lightning's hparams disagree only there."""
     if isinstance(value, (list, tuple)):
@@ -159,7 +189,10 @@ def compare_resume_hparams(
     Returns (the saved values to use, per section; a one-line warning listing
     the accepted changes, or None).
     """
-    saved = {**saved, "data": comparable_data(ckpt_path, saved.get("data", {}))}
+    saved = {
+        "model": upgrade_saved_model_hparams(saved.get("model", {})),
+        "data": comparable_data(ckpt_path, saved.get("data", {})),
+    }
     given = {**given, "data": comparable_data(ckpt_path, given.get("data", {}))}
     take: dict[str, dict] = {"model": {}, "data": {}}
     changed, fixed = [], []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import logging
 import re
 import sys
@@ -35,10 +36,13 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytorch_lightning as pl
+import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from repo_common import user_code
+from repo_common.config_cli import take_flag
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
@@ -52,11 +56,12 @@ from repo_train.training.checks import (
     check_resume,
     check_root_dir,
     compare_resume_hparams,
+    moved_option_error,
     unwritable_root_dir,
 )
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.launcher_watch import watch_launcher
-from repo_train.training.module import NonFiniteLossError, RePoLightningModule
+from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
 
 # Every Trainer with a logger prints Lightning's advertisement for its cloud logger (litlogger) at info
 # level; it says nothing about the run. Only that one message is dropped.
@@ -121,6 +126,14 @@ class RePoCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ThroughputMonitor, "throughput")
         parser.add_lightning_class_args(ProgressLog, "progress_log")
+        parser.add_argument(
+            user_code.FLAG,
+            dest=user_code.KEY,
+            type=list[str],
+            default=[],
+            help="your own module (a.b.c or file.py) imported first, e.g. one that registers a position policy "
+            "(repeatable; docs/configuring.md)",
+        )
         parser.add_argument(
             f"--{ALLOW_HPARAM_CHANGES}",
             type=bool,
@@ -346,7 +359,44 @@ def data_source_error_line(key: str, message: str) -> str:
     )
 
 
+def check_moved_options(argv: list[str]) -> None:
+    """Old module options on the command line or in a `--config` file: one line naming the new spelling."""
+    keys = [arg.removeprefix("--model.").split("=")[0] for arg in argv if arg.startswith("--model.")]
+    for index, arg in enumerate(argv):
+        path = argv[index + 1] if arg == "--config" and index + 1 < len(argv) else arg.removeprefix("--config=")
+        if (arg == "--config" or arg.startswith("--config=")) and Path(path).is_file():
+            try:
+                model = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("model") or {}
+            except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+                continue  # the parser reports a broken file in its own words
+            if isinstance(model, dict):
+                keys += list(model["init_args"] if isinstance(model.get("init_args"), dict) else model)
+    message = moved_option_error(keys)
+    if message:
+        raise ValueError(message)
+
+
+def import_named_modules(argv: list[str]) -> list[str]:
+    """Import the user's modules named by `--import` and the config files' `import:` lists (their policies and
+    data sources can then be named); `argv` with the merged list as one `--import` value, for the saved config."""
+    named, rest = take_flag(argv, user_code.FLAG)
+    files, _ = take_flag(rest, "--config")
+    from_files = []
+    for path in files:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
+        except (yaml.YAMLError, UnicodeDecodeError):
+            continue  # the parser reports a broken file in its own words
+        if isinstance(data, dict):
+            from_files += list(data.get(user_code.KEY) or [])
+    names = user_code.split_names([*from_files, *named])
+    user_code.import_user_modules(names)
+    return rest + ([user_code.FLAG, json.dumps(names)] if named else [])
+
+
 def run(argv: list[str]) -> int:
+    check_moved_options(argv)
+    argv = import_named_modules(argv)
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     # A bar only on a terminal; in a log file it is fragments (or nothing until the end), and
     # `ProgressLog` writes plain lines there instead.
@@ -385,17 +435,16 @@ def check_config_file(path: str) -> dict:
     from repo_train.modeling.presets import preset
 
     cli = _ParseOnlyCLI(
-        RePoLightningModule, RePoDataModule, trainer_defaults=TINY_TRAINER_DEFAULTS, run=False, args=["--config", path]
+        RePoLightningModule,
+        RePoDataModule,
+        trainer_defaults=TINY_TRAINER_DEFAULTS,
+        run=False,
+        args=import_named_modules(["--config", path]),
     )
     config = cli.config
     model, data, trainer = config.model, config.data, config.trainer
     check_config_overrides(model.config_overrides)
-    fields = dict(model.config_overrides or {}, position_method=model.position_method)
-    if model.repo_start_layer is not None:
-        fields["repo_start_layer"] = model.repo_start_layer
-    if model.repo_hidden_size is not None:
-        fields["repo_hidden_size"] = model.repo_hidden_size
-    model_config = preset(model.preset_name, **fields)
+    model_config = preset(model.preset_name, **model_config_fields(model))
     devices = trainer.devices if isinstance(trainer.devices, int) else 1
     world = devices * (trainer.num_nodes or 1)
     accumulation = RePoDataModule.accumulation(data.global_batch_size, data.micro_batch_size, world)

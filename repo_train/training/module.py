@@ -19,7 +19,7 @@ import torch
 from pytorch_lightning.plugins.precision import Precision
 from pytorch_lightning.utilities import GradClipAlgorithmType
 
-from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies, repo_curriculum_mix
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies
 from repo_train.modeling.presets import preset
 from repo_train.training.objective import IGNORE_INDEX, lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay
@@ -51,6 +51,18 @@ class NonFiniteLossError(RuntimeError):
         )
 
 
+def model_config_fields(hparams) -> dict:
+    """The model-config fields a module's hyperparameters set (also for checks before training)."""
+    fields = dict(hparams.config_overrides or {})
+    fields["position_method"] = hparams.position_method
+    fields["position_options"] = dict(hparams.position_options or {})  # this run's, also over a loaded model's
+    if hparams.repo_start_layer is not None:
+        fields["repo_start_layer"] = hparams.repo_start_layer
+    if hparams.repo_hidden_size is not None:
+        fields["repo_hidden_size"] = hparams.repo_hidden_size
+    return fields
+
+
 class RePoLightningModule(pl.LightningModule):
     def __init__(
         self,
@@ -68,8 +80,7 @@ class RePoLightningModule(pl.LightningModule):
         z_loss_multiplier: float = 1e-5,
         activation_checkpointing: bool = False,
         attn_implementation: str = "auto",
-        repo_curriculum_start: float = 0.0,
-        repo_curriculum_steps: int = 0,
+        position_options: dict | None = None,
     ):
         """
         Args:
@@ -88,8 +99,9 @@ class RePoLightningModule(pl.LightningModule):
             z_loss_multiplier: weight of the z-loss (OLMo: 1e-5).
             activation_checkpointing: recompute each decoder layer in backward to save memory.
             attn_implementation: auto (flash-attn when installed on CUDA, else sdpa), sdpa, eager, flash_attention_2.
-            repo_curriculum_start: p0 of the curriculum z <- (1-p) z + p i (0 = off).
-            repo_curriculum_steps: steps over which p decays linearly to 0.
+            position_options: the position policy's own options (its `Options` dataclass, kept in config.json),
+                e.g. REPO's curriculum {curriculum_start: 1.0, curriculum_steps: 100}; a policy's schedule
+                (`on_train_step`) runs before every step.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -99,14 +111,7 @@ class RePoLightningModule(pl.LightningModule):
 
     # ----------------------------------------------------------------- model
     def model_config_fields(self) -> dict:
-        hp = self.hparams
-        fields = dict(hp.config_overrides or {})
-        fields["position_method"] = hp.position_method
-        if hp.repo_start_layer is not None:
-            fields["repo_start_layer"] = hp.repo_start_layer
-        if hp.repo_hidden_size is not None:
-            fields["repo_hidden_size"] = hp.repo_hidden_size
-        return fields
+        return model_config_fields(self.hparams)
 
     def model_config(self) -> RePoOlmo2Config:
         """The config the model will have, without building weights (for checks before training)."""
@@ -150,13 +155,12 @@ class RePoLightningModule(pl.LightningModule):
         return lm_loss(self(input_ids), labels, self.hparams.z_loss_multiplier)
 
     def on_train_batch_start(self, batch, batch_idx):
-        hp = self.hparams
-        if hp.repo_curriculum_start > 0 and hp.repo_curriculum_steps > 0:
-            mix = repo_curriculum_mix(self.global_step, hp.repo_curriculum_start, hp.repo_curriculum_steps)
-            for policy in layer_policies(self.model):
-                if hasattr(policy, "linear_mix"):
-                    policy.linear_mix = mix
-            self.log("train/repo_linear_mix", mix)
+        """Each layer's policy schedule (`PositionPolicy.on_train_step`), its values logged as train/NAME."""
+        logged: dict[str, float] = {}
+        for policy in layer_policies(self.model):
+            logged.update(policy.on_train_step(self.global_step))
+        for name, value in logged.items():
+            self.log(f"train/{name}", value)
 
     def training_step(self, batch, batch_idx):
         parts = self._losses(batch)

@@ -77,7 +77,7 @@ def test_activation_checkpointing_gives_the_same_losses():
 
 def test_repo_curriculum_anneals_linear_positions():
     module = RePoLightningModule(
-        lr=1e-3, attn_implementation="sdpa", repo_curriculum_start=1.0, repo_curriculum_steps=4
+        lr=1e-3, attn_implementation="sdpa", position_options={"curriculum_start": 1.0, "curriculum_steps": 4}
     )
     seen = []
 
