@@ -180,3 +180,17 @@ def test_old_curriculum_options_are_refused_naming_position_options(tmp_path):
         "lr": 1e-3, "position_options": {"curriculum_start": 1.0, "curriculum_steps": 50}
     }  # fmt: skip
     assert upgrade_saved_model_hparams({"repo_curriculum_start": 0.0, "repo_curriculum_steps": 0}) == {}
+
+
+def test_a_training_data_source_outside_the_project_is_refused_before_its_module_runs(tmp_path, monkeypatch, capsys):
+    from repo_train import cli as training_cli
+
+    class_path, marker = _module_with_a_side_effect(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train": {"class_path": class_path, "init_args": {"seq_len": 8}}}}))
+    for argv in (["fit", "--config", str(config)], ["fit", "--data.train", class_path]):
+        assert training_cli.main([*argv, "--trainer.default_root_dir", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "pass --import sideeffect_pkg.tasks" in err, err
+    assert not marker.exists() and not (tmp_path / "run").exists() and "sideeffect_pkg.tasks" not in sys.modules

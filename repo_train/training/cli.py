@@ -381,7 +381,7 @@ def import_named_modules(argv: list[str]) -> list[str]:
     data sources can then be named); `argv` with the merged list as one `--import` value, for the saved config."""
     named, rest = take_flag(argv, user_code.FLAG)
     files, _ = take_flag(rest, "--config")
-    from_files = []
+    from_files, class_paths = [], []
     for path in files:
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
@@ -389,9 +389,30 @@ def import_named_modules(argv: list[str]) -> list[str]:
             continue  # the parser reports a broken file in its own words
         if isinstance(data, dict):
             from_files += list(data.get(user_code.KEY) or [])
+            class_paths += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]
     names = user_code.split_names([*from_files, *named])
     user_code.import_user_modules(names)
+    class_paths += data_source_class_paths(rest)
+    for class_path in class_paths:  # before LightningCLI imports them
+        user_code.check_class_path(class_path, [user_code.module_name_of(name) for name in names])
     return rest + ([user_code.FLAG, json.dumps(names)] if named else [])
+
+
+def data_source_class_paths(argv: list[str]) -> list[str]:
+    """The class_paths a command line gives under `--model` and `--data` (`--data.train a.b.C`, a YAML value with
+    class_path keys, `--data.train.class_path a.b.C`). Trainer callbacks and loggers name Lightning's and other
+    libraries' classes and are left to the parser."""
+    found: list[str] = []
+    for index, arg in enumerate(argv):
+        option, eq, value = arg.partition("=")
+        if not option.startswith(("--data.", "--model.")):
+            continue
+        value = value if eq else (argv[index + 1] if index + 1 < len(argv) else "")
+        if value[:1] in ("{", "["):
+            found += user_code.class_paths_in_args([value])
+        elif option.endswith(("class_path", ".train", ".val")) and "." in value:
+            found.append(value)
+    return found
 
 
 def run(argv: list[str]) -> int:
