@@ -46,18 +46,10 @@ from typing import Any
 
 import datasets
 
-from evaluation.generation import (
-    DecodeSettings,
-    TokenizedPrompt,
-    batch_cost,
-    collate,
-    generate_batch,
-    plan_batches,
-    prompt_limit,
-    tokenize_and_fit,
-)
+from evaluation.generation import batch_cost, plan_batches, prompt_limit, tokenize_and_fit
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
+from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.models import (
     check_tiny_default_options,
     file_identity,

@@ -49,7 +49,7 @@ def task_parameters(task) -> dict[str, Any]:
 
 def decode_settings(task) -> Any:
     """`DecodeSettings` of a search task: the config's budget and batch, the harness task's stop strings."""
-    from evaluation.generation import DecodeSettings
+    from evaluation.methods.decoding import DecodeSettings
     from evaluation.runner import task_generation
 
     _, stops = task_generation(task.name, {**task_parameters(task), "num_examples": 1})

@@ -174,7 +174,7 @@ def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[
 
 def _search_set(config, model, tokenizer):
     """The begin/middle/end search set of the config's task, built by the harness exactly as the search builds it."""
-    from evaluation.generation import collate
+    from evaluation.methods.decoding import collate
     from search.harness_fitness import HarnessFitness
     from search.prepare import decode_settings, task_parameters
 

@@ -29,8 +29,9 @@ from typing import Any
 import torch
 
 from evaluation.attention_probe import probe_of
-from evaluation.generation import DecodeSettings, TokenizedPrompt, collate, generate_batch, tokenize_prompts
+from evaluation.generation import tokenize_prompts
 from evaluation.methods import Method, MethodStack
+from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.methods.found_in_middle import document_index, redistribute, resolve_layers
 from evaluation.models import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
