@@ -75,7 +75,7 @@ from evaluation.results import (
 )
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
-from evaluation.tasks import Task, build_task
+from evaluation.tasks import TASKS, Task, build_task
 from evaluation.tasks.base import source_fingerprint
 from repo_common.atomic import write_text_atomic
 from repo_common.distributed import balanced_shares, barrier, rank_and_world
@@ -222,8 +222,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def _takes_tokenizer(name: str) -> bool:
     """True for tasks with a `tokenizer` field (RULER, bAbI, LongBench's length filter)."""
-    from evaluation.tasks import TASKS
-
     task_class = TASKS.get(name)
     return task_class is not None and any(f.name == "tokenizer" for f in fields(task_class))
 
