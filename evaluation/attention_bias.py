@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from evaluation.attention_probe import probing
-from evaluation.generation import collate
+from evaluation.methods.decoding import collate
 from evaluation.methods.found_in_middle import (
     document_attention,
     document_index,

@@ -28,11 +28,11 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
-    from evaluation.models import check_tiny_default_options
-    from evaluation.report import render_report
-    from evaluation.runner import RunInterrupted, check_run_directory, run
-    from repo_common.distributed import close_distributed, init_distributed, rank_and_world
-    from repo_train.training.launcher_watch import watch_launcher
+    from evaluation.models import check_tiny_default_options  # lazy: keeps --help fast
+    from evaluation.report import render_report  # lazy: keeps --help fast
+    from evaluation.runner import RunInterrupted, check_run_directory, run  # lazy: keeps --help fast
+    from repo_common.distributed import close_distributed, init_distributed, rank_and_world  # lazy: keeps --help fast
+    from repo_train.training.launcher_watch import watch_launcher  # lazy: keeps --help fast
 
     resolved = resolve(options)
     text = dump_config(resolved.config)
@@ -79,8 +79,8 @@ def _add_report(parser: ConfigParser) -> None:
 
 
 def _report(options: Namespace, _parser: ConfigParser) -> int:
-    from evaluation.report import render_report
-    from repo_common.output_guard import require_path
+    from evaluation.report import render_report  # lazy: keeps --help fast
+    from repo_common.output_guard import require_path  # lazy: keeps --help fast
 
     require_path(options.out)  # '' would mean the current directory
     for directory in options.compare:
@@ -96,9 +96,9 @@ def _add_summarize(parser: ConfigParser) -> None:
 
 
 def _summarize(options: Namespace, _parser: ConfigParser) -> int:
-    from evaluation.report import render_report
-    from evaluation.results import resummarize
-    from repo_common.output_guard import require_path
+    from evaluation.report import render_report  # lazy: keeps --help fast
+    from evaluation.results import resummarize  # lazy: keeps --help fast
+    from repo_common.output_guard import require_path  # lazy: keeps --help fast
 
     require_path(options.out)  # '' would mean the current directory
     summary = resummarize(options.out)

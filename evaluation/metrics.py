@@ -205,9 +205,9 @@ def metric_module(name: str) -> evaluate.EvaluationModule:
     memory, so scoring writes no cache files. One instance per process: `compute` is not thread-safe.
     """
     import evaluate  # imports transformers' pipelines (seconds alone): only once something scores through it
-    from datasets import DownloadConfig
+    from datasets import DownloadConfig  # heavy: with evaluate, only once something scores through it
 
-    from evaluation.metric_modules import module_dir
+    from evaluation.metric_modules import module_dir  # heavy: imports datasets; only when scoring
 
     offline = DownloadConfig(local_files_only=True)
     return evaluate.load(str(module_dir(name)), keep_in_memory=True, download_config=offline)

@@ -63,7 +63,7 @@ def _style(index: int) -> dict[str, Any]:
 
 def plot_task_curves(task: str, curves: Sequence[Curve], path: Path) -> Path:
     """Write the figure of `task` to `path`: one overlay for few curves, small multiples for many."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib, only when a report is drawn
 
     matplotlib.use("Agg")
     num_positions = max((int(c.result["num_positions"]) for c in curves), default=0)
@@ -77,8 +77,8 @@ def plot_task_curves(task: str, curves: Sequence[Curve], path: Path) -> Path:
 
 def _overlay(task: str, curves: Sequence[Curve], xlabel: str):
     """One axes; curves offset sideways, together by at most 60% of the gap between evaluated positions."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only when a report is drawn
+    from matplotlib.ticker import MaxNLocator  # heavy: matplotlib, only when a report is drawn
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     grid = sorted({int(p) for c in curves for p in c.result["by_position"]})
@@ -110,8 +110,8 @@ def _overlay(task: str, curves: Sequence[Curve], xlabel: str):
 
 def _small_multiples(task: str, curves: Sequence[Curve], xlabel: str):
     """One panel per curve, titled by its label, with the run's baseline in grey behind it."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only when a report is drawn
+    from matplotlib.ticker import MaxNLocator  # heavy: matplotlib, only when a report is drawn
 
     columns = min(4, math.ceil(math.sqrt(len(curves))))
     rows = math.ceil(len(curves) / columns)

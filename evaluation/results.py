@@ -44,6 +44,7 @@ from evaluation.statistics import (
     verdict,
 )
 from repo_common import atomic
+from repo_common.run_lock import locked_directory
 
 FORMAT_VERSION = 2
 RECORDS_FILE = "records.jsonl"
@@ -459,8 +460,6 @@ def resummarize(out: str | Path, n_resamples: int | None = None) -> dict[str, An
     under a run that is writing it), and refuses to replace a summary that has results with one
     that has none (an emptied records file).
     """
-    from repo_common.run_lock import locked_directory
-
     out = Path(out)
     if not (out / SUMMARY_FILE).is_file():  # checked before the lock, which would create the directory
         raise FileNotFoundError(f"{out} has no {SUMMARY_FILE} and {RECORDS_FILE} to re-summarise; run the evaluation")

@@ -46,18 +46,10 @@ from typing import Any
 
 import datasets
 
-from evaluation.generation import (
-    DecodeSettings,
-    TokenizedPrompt,
-    batch_cost,
-    collate,
-    generate_batch,
-    plan_batches,
-    prompt_limit,
-    tokenize_and_fit,
-)
+from evaluation.generation import batch_cost, plan_batches, prompt_limit, tokenize_and_fit
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
+from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.models import (
     check_tiny_default_options,
     file_identity,
@@ -83,7 +75,7 @@ from evaluation.results import (
 )
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
-from evaluation.tasks import Task, build_task
+from evaluation.tasks import TASKS, Task, build_task
 from evaluation.tasks.base import source_fingerprint
 from repo_common.atomic import write_text_atomic
 from repo_common.distributed import balanced_shares, barrier, rank_and_world
@@ -230,8 +222,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def _takes_tokenizer(name: str) -> bool:
     """True for tasks with a `tokenizer` field (RULER, bAbI, LongBench's length filter)."""
-    from evaluation.tasks import TASKS
-
     task_class = TASKS.get(name)
     return task_class is not None and any(f.name == "tokenizer" for f in fields(task_class))
 

@@ -167,7 +167,7 @@ def write_json_atomic(path: str | os.PathLike, data: Any, *, indent: int = 1, fs
 
 def save_figure_atomic(fig, path: str | os.PathLike, *, dpi: int = 120) -> Path:
     """Save a matplotlib figure as PNG atomically and close it (also when saving fails)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only for a figure
 
     try:
         with atomic_path(path, suffix=".png") as tmp:

@@ -34,7 +34,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
 
 from repo_common import user_code
-from repo_common.cli_errors import EXIT_USAGE
+from repo_common.cli_errors import EXIT_USAGE, report_user_errors
 
 PRINT_CONFIG = "--print_config"
 #: jsonargparse's restricted number types, as the one-line error names them.
@@ -360,8 +360,6 @@ def dispatch(
     raised by the action (one of `errors`) is one line on stderr and exit code 2. `more_commands` (name -> help)
     are listed in the help only: the caller runs them itself (LightningCLI's fit / validate).
     """
-    from repo_common.cli_errors import report_user_errors
-
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         names = [*commands, *(more_commands or {})]

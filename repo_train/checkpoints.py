@@ -148,7 +148,7 @@ def load_lightning_checkpoint(path: str | Path) -> dict:
             "lightning_logs/version_N/checkpoints/"
         )
     if path.is_dir():
-        from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+        from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict  # heavy: Lightning
 
         zero_optimizer_shards(path)  # the layout, before DeepSpeed's own (less specific) errors
         with tempfile.TemporaryDirectory() as tmp:

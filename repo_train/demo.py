@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import torch
+from jsonargparse.typing import PositiveInt
 
 from repo_train.modeling import RePoOlmo2ForCausalLM, record_positions
 from repo_train.modeling.accounting import config_parameter_report, parameter_report
@@ -19,8 +20,6 @@ from repo_train.modeling.presets import PRESETS, preset
 def add_arguments(parser) -> None:
     """The options of `python -m repo_train demo` (also keys of a `--config` file)."""
     from typing import Literal
-
-    from jsonargparse.typing import PositiveInt
 
     parser.add_argument("--preset", type=Literal[tuple(sorted(PRESETS))], default="tiny", help="model size")
     parser.add_argument("--method", type=str, default="repo", help="position method: rope, nope, r2n1, n2r1, repo")

@@ -35,6 +35,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 from repo_common.atomic import atomic_directory
 from repo_common.output_guard import check_output_directory
@@ -98,7 +99,7 @@ def check_out(out: str | Path) -> Path:
 
 def run_tokenizer(state: dict) -> tuple[str, str] | None:
     """(location, where it was found) of the tokenizer the checkpoint's run used, or None (synthetic ids)."""
-    from repo_train.data import saved_source_options
+    from repo_train.data import saved_source_options  # heavy: datasets + olmo_core, not at start-up
 
     data = state.get("datamodule_hyper_parameters") or {}
     train = saved_source_options(data.get("train") if isinstance(data, dict) else None)
@@ -115,9 +116,7 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
     """(files to copy, or a tokenizer object to save): refuses a tokenizer that is not there, does not load, or
     does not fit the model. A local directory's files are copied as they are; a hub name (a run whose data named
     one) is loaded from the Hugging Face cache and saved with save_pretrained."""
-    from transformers import AutoTokenizer
-
-    from repo_train.data.text import tokenizer_vocab_size
+    from repo_train.data.text import tokenizer_vocab_size  # heavy: datasets + olmo_core, not at start-up
 
     directory = Path(location).expanduser()
     local = directory.exists()

@@ -31,6 +31,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+from repo_common.atomic import atomic_directory, write_json_atomic
+from repo_common.output_guard import check_output_directory
+
 #: The provenance file's format (bump when its keys change meaning).
 PROVENANCE_VERSION = 1
 PROVENANCE_FILE = "provenance.json"
@@ -133,8 +140,6 @@ def is_up_to_date(out: Path, expected: dict) -> bool:
 
 def _check_out(out: Path) -> None:
     """`--out` may be new, empty, or an earlier output of this command (replaced); anything else is refused."""
-    from repo_common.output_guard import check_output_directory
-
     check_output_directory(
         out,
         PROVENANCE_FILE,
@@ -147,9 +152,6 @@ def _check_out(out: Path) -> None:
 
 def _load_gguf(gguf: Path):
     """(dense float32 model, tokenizer) read from the GGUF file, with no quantisation state left on the model."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     # dequantize=True: every weight a plain tensor, and the model saves like any other
@@ -163,9 +165,6 @@ def _load_gguf(gguf: Path):
 
 def _check_saved(directory: Path, source, tokenizer, dtype: str) -> float:
     """Reload `directory` and compare its logits with `source` on a chat prompt; the largest |difference|."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     ids = ids["input_ids"]
@@ -194,11 +193,6 @@ def _rounded(model, dtype):
 def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model: PackagedModel = SMOLLM2,
                     log=print) -> Path:  # fmt: skip
     """Write (or keep, when up to date) the HF directory of `model` at `out`; returns its path."""
-    import torch
-    import transformers
-
-    from repo_common.atomic import atomic_directory, write_json_atomic
-
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
     out = Path(out)

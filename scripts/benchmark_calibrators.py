@@ -44,8 +44,9 @@ from jsonargparse.typing import PositiveInt
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
+from evaluation.generation import plan_batches, tokenize_prompts
 from evaluation.methods import Method, MethodStack, build_method
+from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
 from evaluation.methods.fim_bias import write_bias_file
 from evaluation.methods.found_in_middle import estimate_bias
 from evaluation.models import byte_tokenizer

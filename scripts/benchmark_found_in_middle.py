@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluation.attention_probe import probing
-from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
+from evaluation.generation import tokenize_prompts
 from evaluation.methods import MethodStack
+from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
 from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
 from evaluation.models import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE

@@ -26,7 +26,8 @@ from transformers import Olmo2Config, Olmo2ForCausalLM
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
+from evaluation.generation import plan_batches, tokenize_prompts
+from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
 from evaluation.models import byte_tokenizer
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM

@@ -26,8 +26,8 @@ from jsonargparse.typing import PositiveInt
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.generation import DecodeSettings
 from evaluation.methods import build_method
+from evaluation.methods.decoding import DecodeSettings
 from evaluation.methods.fim_bias import BiasFile, write_bias_file
 from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
 from evaluation.models import load_model

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "scripts"))  # the bias file's maker
 
 import calibrate_fim_bias as maker
 
-from evaluation.generation import DecodeSettings
 from evaluation.methods import MethodStack
+from evaluation.methods.decoding import DecodeSettings
 from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file
 from evaluation.models import load_model
 from evaluation.prompt_format import PromptFormat

@@ -50,8 +50,8 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 # The checkout's packages when the script runs from anywhere.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.generation import DecodeSettings, Generation, collate, generate_batch
 from evaluation.methods import MethodStack
+from evaluation.methods.decoding import DecodeSettings, Generation, collate, generate_batch
 from evaluation.models import DEVICES, load_model, place_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, task_generation

@@ -190,8 +190,8 @@ def measure_speed(model_dir: Path, data_dir: Path, size: Mapping[str, int], args
     """Baseline prompts per second on one batch of evaluation prompts (after a warm-up forward), in-process."""
     import torch
 
-    from evaluation.generation import DecodeSettings
     from evaluation.methods import MethodStack
+    from evaluation.methods.decoding import DecodeSettings
     from evaluation.prompt_format import PromptFormat
     from evaluation.runner import prepare_task, run_stack
 
@@ -289,7 +289,7 @@ def measure_bias(model_dir: Path, data_dir: Path, size: Mapping[str, int], args,
     """Found in the Middle's attention-bias curve on the first evaluation questions (written to `path`)."""
 
     from evaluation.attention_bias import attention_by_position, bias_curve
-    from evaluation.generation import DecodeSettings
+    from evaluation.methods.decoding import DecodeSettings
     from evaluation.prompt_format import PromptFormat
     from evaluation.runner import prepare_task
 

@@ -96,7 +96,7 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
     check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
     config = config_from_options(parser, options)
     if config.model.path is None:  # --model.dtype / attn_implementation would be ignored by the tiny default
-        from evaluation.models import check_tiny_default_options
+        from evaluation.models import check_tiny_default_options  # lazy: keeps --help fast
 
         check_tiny_default_options(config.model.dtype, config.model.attn_implementation, "--model.")
     if getattr(parser, "tiny_defaults", False):
@@ -129,7 +129,7 @@ def _add_diagnose(parser: ConfigParser) -> None:
 
 
 def _diagnose(options: Namespace, parser: ConfigParser) -> int:
-    from search.structure import diagnose
+    from search.structure import diagnose  # lazy: keeps --help fast
 
     diagnose(config_from_options(parser, options), options.scale_file, options.out, seed=options.variant_seed)
     return 0
@@ -160,7 +160,7 @@ def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
     """The files of the search writing `out`, refused (`repo_common.output_guard`) unless each is missing or this
     search's own: with `--resume` and NAME.state.json every file is the search's; without a state file only
     NAME.config.yaml of the same `--out` may be there (a search killed before its first generation). Reads only."""
-    from repo_common.output_guard import check_output_file, require_path
+    from repo_common.output_guard import check_output_file, require_path  # lazy: keeps --help fast
 
     paths = output_paths(require_path(out))
     if paths["state"].is_file():
@@ -180,7 +180,7 @@ def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
 
 def _own_config(path: Path, scale: Path) -> bool:
     """True if `path` is the NAME.config.yaml a search into `scale` wrote (its `out` names that file)."""
-    import yaml
+    import yaml  # lazy: keeps --help fast
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -206,10 +206,15 @@ def run_search(
     `config_text`, the command's resolved configuration, is written as NAME.config.yaml once the model and
     task are checked (`--config NAME.config.yaml` replays the search).
     """
-    from repo_common.distributed import barrier, close_distributed, init_distributed, rank_and_world
-    from repo_common.run_lock import run_lock
-    from repo_train.training.launcher_watch import watch_launcher
-    from search.harness_fitness import HarnessFitness
+    from repo_common.distributed import (  # lazy: keeps --help fast
+        barrier,
+        close_distributed,
+        init_distributed,
+        rank_and_world,
+    )
+    from repo_common.run_lock import run_lock  # lazy: keeps --help fast
+    from repo_train.training.launcher_watch import watch_launcher  # lazy: keeps --help fast
+    from search.harness_fitness import HarnessFitness  # lazy: keeps --help fast
 
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     started = init_distributed()
@@ -225,17 +230,21 @@ def run_search(
 
 
 def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict[str, Any]:
-    from repo_common.atomic import write_text_atomic
-    from repo_common.distributed import rank_and_world
-    from repo_train.modeling.swapping import current_policies
-    from search.ga import run
-    from search.harness_fitness import check_held_out_available, evaluate_held_out, model_fingerprint
-    from search.search_log import search_with_log
+    from repo_common.atomic import write_text_atomic  # lazy: keeps --help fast
+    from repo_common.distributed import rank_and_world  # lazy: keeps --help fast
+    from repo_train.modeling.swapping import current_policies  # lazy: keeps --help fast
+    from search.ga import run  # lazy: keeps --help fast
+    from search.harness_fitness import (  # lazy: keeps --help fast
+        check_held_out_available,
+        evaluate_held_out,
+        model_fingerprint,
+    )
+    from search.search_log import search_with_log  # lazy: keeps --help fast
 
     rank, _ = rank_and_world()
     paths = check_search_outputs(out, resume)  # also for a search started from Python
     if paths["state"].exists():
-        from search.ga import SearchState
+        from search.ga import SearchState  # lazy: keeps --help fast
 
         SearchState.load(paths["state"])  # a truncated or corrupt state fails before the model is loaded
     wall = time.perf_counter()
@@ -270,7 +279,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         )
     space = config.space.build(num_layers)
     if resume and paths["state"].exists():  # a state the GA would refuse leaves NAME.config.yaml as it was
-        from search.ga import _resume
+        from search.ga import _resume  # lazy: keeps --help fast
 
         _resume(paths["state"], space, config.ga, getattr(fitness, "context", ""))
     if rank == 0 and config_text is not None:
@@ -334,10 +343,10 @@ def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any
 
 
 def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled) -> float:
-    from search.diagnostics import smoothness
-    from search.plots import plot_curve, plot_fitness
-    from search.scale_file import ScaleFile, search_section, write_scale_file
-    from search.search_log import read_log
+    from search.diagnostics import smoothness  # lazy: keeps --help fast
+    from search.plots import plot_curve, plot_fitness  # lazy: keeps --help fast
+    from search.scale_file import ScaleFile, search_section, write_scale_file  # lazy: keeps --help fast
+    from search.search_log import read_log  # lazy: keeps --help fast
 
     timing_file = paths["state"].with_name(paths["state"].name + ".timing.json")
     wall_time = json.loads(timing_file.read_text())["wall_s"] if timing_file.is_file() else 0.0
@@ -387,7 +396,7 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
 
 def show(path: str, num_layers: int | None) -> int:
     """Validate a scale file and print what it holds."""
-    from search.scale_file import load_scale_file
+    from search.scale_file import load_scale_file  # lazy: keeps --help fast
 
     data = load_scale_file(path, expected_num_layers=num_layers)
     scales = data.scales
@@ -409,7 +418,7 @@ def show(path: str, num_layers: int | None) -> int:
         print(f"held-out   baseline {_fmt(held['baseline'])}")
         print(f"           pi:scale={held['pi_mean']['scale']:.4g} {_fmt(held['pi_mean'])}")
         print(f"           lpes     {_fmt(held['lpes'])}")
-    from evaluation.models import TINY_DEFAULT_NAME
+    from evaluation.models import TINY_DEFAULT_NAME  # lazy: keeps --help fast
 
     model = "" if data.model["name"].startswith(TINY_DEFAULT_NAME) else f"--model {data.model['name']} "
     flags = " ".join(shlex.quote(flag) for flag in evaluation_task_flags(search["task"]))

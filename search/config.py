@@ -30,6 +30,7 @@ from typing import Any, Literal
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
+from evaluation.prompt_format import PromptFormat
 from repo_common.config_cli import one_line_error
 from search.fitness import SubsetWeights
 from search.ga import GAConfig
@@ -94,8 +95,6 @@ class TaskConfig:
     @property
     def prompt_format(self):
         """The harness's `PromptFormat` of these two fields (checked: a system prompt needs the template)."""
-        from evaluation.prompt_format import PromptFormat
-
         return PromptFormat(self.chat_template, self.system_prompt)
 
 

@@ -54,8 +54,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from evaluation.generation import DecodeSettings, batch_cost, plan_batches
+from evaluation.generation import batch_cost, plan_batches
 from evaluation.methods import MethodStack
+from evaluation.methods.decoding import DecodeSettings
 from evaluation.models import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation

@@ -10,6 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evaluation.methods.decoding import DecodeSettings
+from evaluation.models import (
+    check_tiny_default_options,
+    load_model,
+    model_identity,
+    place_model,
+    tiny_default,
+    weights_identity,
+)
+from evaluation.runner import task_generation
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import TASKS
 
@@ -49,9 +59,6 @@ def task_parameters(task) -> dict[str, Any]:
 
 def decode_settings(task) -> Any:
     """`DecodeSettings` of a search task: the config's budget and batch, the harness task's stop strings."""
-    from evaluation.generation import DecodeSettings
-    from evaluation.runner import task_generation
-
     _, stops = task_generation(task.name, {**task_parameters(task), "num_examples": 1})
     return DecodeSettings(
         max_new_tokens=task.max_new_tokens,
@@ -64,8 +71,6 @@ def decode_settings(task) -> Any:
 
 def load_search_model(model_config):
     """Model and tokenizer on the right device: a local directory, or the tiny default."""
-    from evaluation.models import check_tiny_default_options, load_model, place_model, tiny_default
-
     if model_config.path is None:
         check_tiny_default_options(model_config.dtype, model_config.attn_implementation, "--model.")
         model, tokenizer = tiny_default(model_config.seed)
@@ -78,8 +83,6 @@ def searched_model(model_config, model) -> dict[str, Any]:
     """What a scale file records of the model it was searched for, and evaluation checks before applying it
     (`evaluation.scale_file_model`): the dtype- and path-independent config hash and the weight files (or the
     tiny default's seed)."""
-    from evaluation.models import model_identity, weights_identity
-
     path = model_config.path
     files = weights_identity(Path(path).resolve()) if path else {"tiny_default_seed": model_config.seed}
     return {"identity_sha256": model_identity(model)["config_sha256"], "weight_files": files}

@@ -39,7 +39,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from evaluation.methods.decoding import collate
+from evaluation.scale_file_model import model_mismatch
+from repo_common.atomic import write_json_atomic
+from repo_common.output_guard import check_output_directory
+from repo_train.modeling.swapping import current_policies
+from search.diagnostics import smoothness
+from search.harness_fitness import HarnessFitness, model_fingerprint
+from search.plots import plot_structure
 from search.policy import scaled_model
+from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
+from search.scale_file import load_scale_file
 
 FORMAT_VERSION = 1
 VARIANTS = ("searched", "uniform", "noisy", "shuffled", "random")
@@ -174,10 +184,6 @@ def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[
 
 def _search_set(config, model, tokenizer):
     """The begin/middle/end search set of the config's task, built by the harness exactly as the search builds it."""
-    from evaluation.generation import collate
-    from search.harness_fitness import HarnessFitness
-    from search.prepare import decode_settings, task_parameters
-
     task = config.task
     settings = decode_settings(task)
     params = task_parameters(task)
@@ -201,16 +207,6 @@ def _search_set(config, model, tokenizer):
 
 def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> dict[str, Any]:
     """D and smoothness S of the searched scales and their variants; writes OUT/structure.json and .png."""
-    from evaluation.scale_file_model import model_mismatch
-    from repo_common.atomic import write_json_atomic
-    from repo_common.output_guard import check_output_directory
-    from repo_train.modeling.swapping import current_policies
-    from search.diagnostics import smoothness
-    from search.harness_fitness import model_fingerprint
-    from search.plots import plot_structure
-    from search.prepare import load_search_model, searched_model
-    from search.scale_file import load_scale_file
-
     # missing, empty, or an earlier diagnose's (its structure.json); a file or another program's folder is refused
     out = check_output_directory(out, "structure.json", "a diagnose output directory")
     load_scale_file(scale_file)  # a broken file fails before the model is loaded

@@ -249,8 +249,9 @@ def logged_train_losses(run_dir: Path) -> dict[int, float]:
                     losses[int(row["step"])] = float(row["train/loss"])
     event_dirs = sorted({events.parent for events in Path(run_dir).rglob("events.out.tfevents.*")})
     if event_dirs:
-        # heavy: tensorboard's reader is imported only for runs that have event files
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.backend.event_processing.event_accumulator import (  # heavy: only for runs with event files
+            EventAccumulator,
+        )
 
         for directory in event_dirs:
             accumulator = EventAccumulator(str(directory))

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from evaluation.methods.base import METHODS, parse_method_spec, spec_fields, split_stack_spec
+from repo_common.config_cli import ConfigParser
 from repo_train.data.config import legacy_source_message
 
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
@@ -254,10 +256,8 @@ def check_evaluations(config: LoopConfig) -> None:
     The model and the data are the run's own and checked elsewhere (`machine_problems`): here the tiny default
     and the packaged data stand in. A mistake is a `LoopConfigError` naming the key and the harness's message."""
 
-    from evaluation.cli import COMMANDS
-    from evaluation.config import resolve
-    from evaluation.methods.base import METHODS, parse_method_spec, spec_fields, split_stack_spec
-    from repo_common.config_cli import ConfigParser
+    from evaluation.cli import COMMANDS  # heavy: the harness's metrics (nltk, sklearn); keeps quickstart --help fast
+    from evaluation.config import resolve  # heavy: the harness's metrics (nltk, sklearn); keeps quickstart --help fast
 
     stand_in = dict.fromkeys(PLACEHOLDERS + AFTER_SEARCH, "1")
     for name, specs in config.evaluate.methods.items():

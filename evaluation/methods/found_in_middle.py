@@ -39,12 +39,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from evaluation.attention_probe import AttentionProbe, install_probe, probing, remove_probe
 from evaluation.methods.base import GenerationState, Method, register_method
+from evaluation.methods.decoding import TokenizedPrompt, collate
 from evaluation.methods.fim_bias import (
     BiasFile,
     length_bucket,
@@ -55,12 +56,6 @@ from evaluation.methods.fim_bias import (
 )
 from repo_train.modeling.attention import attention_modules
 from repo_train.modeling.cache_keyword import cache_argument
-
-if TYPE_CHECKING:
-    from evaluation.generation import TokenizedPrompt
-
-# evaluation.generation imports evaluation.methods (whose __init__ imports this module), so the
-# generation helpers are imported inside the functions that use them.
 
 #: Named dummy documents; `{k}` is the 1-based slot. 'mdqa' keeps the MDQA line's header so only the content is empty.
 DUMMY_DOCUMENTS = {"mdqa": "Document [{k}](Title: N/A) N/A", "blank": "N/A"}
@@ -194,8 +189,6 @@ def redistribute(
 
 def dummy_variants(prompt: TokenizedPrompt, dummy_ids: Sequence[Sequence[int]]) -> list[tuple[int, TokenizedPrompt]]:
     """(k, prompt with document k replaced by `dummy_ids[k]`) for every non-empty document k (Eq. 3)."""
-    from evaluation.generation import TokenizedPrompt
-
     ids, spans = list(prompt.input_ids), list(prompt.item_spans)
     variants = []
     for k, (start, end) in enumerate(spans):
@@ -254,8 +247,6 @@ def last_token_rows(model, probe: AttentionProbe, batch, layers: Sequence[int]) 
 
 def _attention_of(model, probe: AttentionProbe, prompts, layers, pad_token_id) -> list[torch.Tensor]:
     """Attn(x, ·) of each prompt from one batched prefill (no cache), recording only the last row of `layers`."""
-    from evaluation.generation import collate
-
     device = next(model.parameters()).device
     batch = collate(prompts, pad_token_id, device)
     rows = last_token_rows(model, probe, batch, layers)
@@ -392,8 +383,6 @@ class FoundInTheMiddle(Method):
         return cache[slot]
 
     def start(self, state: GenerationState) -> None:
-        from evaluation.generation import TokenizedPrompt
-
         batch = state.batch
         if not any(batch.item_token_spans):
             raise ValueError(

@@ -34,6 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from evaluation.methods.base import GenerationState, Method, MethodStack, register_method
+from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy
 from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
@@ -257,21 +258,19 @@ def pcd_salience(
     The gold token is the first token of `answer_prefix + answer` (no special
     tokens). Both scores come from one harness pass (the same forwards).
     """
-    from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts  # (import cycle)
-
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(
             f"pcd_salience needs one answer per prompt; got {len(prompts)} prompts, {len(answers)} answers"
         )
     method = method or PositionalContrastiveDecoding()
     gold = torch.tensor([tokenizer(answer_prefix + a, add_special_tokens=False)["input_ids"][0] for a in answers])
-    tokenized = tokenize_prompts(tokenizer, prompts)
     before, after = _LogitsTap(), _LogitsTap()
     stack = MethodStack([before, method, after])
     settings = DecodeSettings(max_new_tokens=1, batch_size=batch_size)
     with stack.attached(model, tokenizer):
-        for start in range(0, len(tokenized), batch_size):  # collated in the given order, so rows match `gold`
-            batch = collate(tokenized[start : start + batch_size], tokenizer.pad_token_id, model.device)
+        for start in range(0, len(prompts), batch_size):  # collated in the given order, so rows match `gold`
+            ids = tokenizer(list(prompts[start : start + batch_size]))["input_ids"]  # as `tokenize_prompts` does
+            batch = collate([TokenizedPrompt(tuple(row)) for row in ids], tokenizer.pad_token_id, model.device)
             generate_batch(model, tokenizer, batch, settings, stack)
     return {
         "standard": salience_score(torch.cat(before.seen), gold),

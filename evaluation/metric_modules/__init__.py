@@ -108,7 +108,7 @@ SQUAD_PAGE = "https://rajpurkar.github.io/SQuAD-explorer/"
 
 def answer_metric_info(name: str, description: str, citation: str = "", **urls: list[str]):
     """`evaluate.MetricInfo` of an answer metric (prediction vs gold answers); `urls`: codebase_urls=, reference_urls=."""
-    import evaluate
+    import evaluate  # heavy: imports transformers' pipelines; only when a module is built
 
     return evaluate.MetricInfo(
         description=description,

@@ -108,12 +108,12 @@ def resolve_tokenizer(spec: Any):
         )
     if isinstance(spec, str | Path):
         if str(spec) == "byte":
-            from evaluation.models import byte_tokenizer
+            from evaluation.models import byte_tokenizer  # heavy: torch + transformers, only for tokenizer='byte'
 
             return byte_tokenizer()
         if not Path(spec).is_dir():
             raise FileNotFoundError(f"tokenizer directory {str(spec)!r} not found; pass a local HF directory or 'byte'")
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # heavy: transformers, only for a tokenizer directory
 
         return AutoTokenizer.from_pretrained(spec, local_files_only=True)
     if not callable(spec):

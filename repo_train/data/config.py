@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import yaml
 from transformers import PreTrainedTokenizerBase
 
-from repo_train.data import TokenSequenceDataset
+from repo_train.data.base import TokenSequenceDataset
 from repo_train.data.olmo_numpy import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE, OlmoNumpyDataset
 from repo_train.data.prompt_completion import PromptCompletionDataset
 from repo_train.data.synthetic import SyntheticDataset

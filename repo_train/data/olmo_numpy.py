@@ -33,7 +33,7 @@ import torch
 from olmo_core.data import NumpyFSLDataset, TokenizerConfig
 from transformers import PreTrainedTokenizerBase
 
-from repo_train.data import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
+from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 from repo_train.data.text import load_tokenizer, tokenizer_vocab_size
 
 log = logging.getLogger(__name__)

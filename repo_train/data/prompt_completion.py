@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from repo_train.data import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
+from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 from repo_train.data.text import adopt_tokenizer
 
 IGNORE_INDEX = -100

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from repo_train.data import TokenSequenceDataset, check_seed, check_seq_len
+from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len
 
 PAD_ID, BOS_ID, EOS_ID, SEP_ID = 0, 1, 2, 3
 COPY_ID, REVERSE_ID, KV_ID, QUERY_ID, REPEAT_ID = 4, 5, 6, 7, 8

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from repo_train.data import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
+from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 
 #: file suffix -> `datasets` builder that reads it.
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from repo_train.modeling.attention import policy_modules
+from repo_train.modeling.methods import build_policies
+from repo_train.modeling.olmo2 import RePoOlmo2ForCausalLM
 
 
 @dataclass
@@ -42,8 +44,6 @@ def parameter_report(model: torch.nn.Module) -> ParameterReport:
 
 def config_parameter_report(config) -> ParameterReport:
     """Exact counts for a config without allocating its weights."""
-    from repo_train.modeling.olmo2 import RePoOlmo2ForCausalLM
-
     with torch.device("meta"):
         model = RePoOlmo2ForCausalLM(config)
     return parameter_report(model)
@@ -58,8 +58,6 @@ def training_flops_per_token(config, seq_len: int) -> float:
     layer's position policy adds (`PositionPolicy.training_flops_per_token`:
     REPO's predictor 3 · 2 · (2 · d · d_p + d_p · H) on its layers).
     """
-    from repo_train.modeling.methods import build_policies
-
     d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = d // heads

@@ -47,6 +47,8 @@ from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
+from repo_train.modeling.accounting import config_parameter_report
+from repo_train.modeling.presets import preset
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (
@@ -452,9 +454,6 @@ def check_config_file(path: str) -> dict:
     model config is built (on the meta device) and the batch arithmetic done
     for the configured devices × nodes. Returns a summary for printing.
     """
-    from repo_train.modeling.accounting import config_parameter_report
-    from repo_train.modeling.presets import preset
-
     cli = _ParseOnlyCLI(
         RePoLightningModule,
         RePoDataModule,

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 import torch
+from jsonargparse.typing import PositiveFloat, PositiveInt
 
+from repo_common.config_cli import dump_config
 from repo_train.real_model import DEFAULT_OUT
 from workflows.gpu_check.method_cases import CASE_NAMES
 from workflows.gpu_check.rows import Row, exit_code, guarded, render_table
@@ -32,8 +34,6 @@ NO_CUDA = "no CUDA: nothing checked"
 
 def add_arguments(parser) -> None:
     """The options of `check-gpu` (also keys of a `--config` file)."""
-    from jsonargparse.typing import PositiveFloat, PositiveInt
-
     parser.add_argument("--checks", type=str, default=",".join(CHECKS), help="comma-separated groups to run")
     parser.add_argument("--methods", type=str, default=",".join(CASE_NAMES),
                         help="comma-separated position methods of the positions group")  # fmt: skip
@@ -71,10 +71,10 @@ def environment_line(device: str) -> str:
 
 def run_checks(device: str, checks: list[str], methods: list[str], workdir: Path, options) -> list[Row]:
     """The rows of each group in `checks` (positions: of `methods`), on `device`; a group that raises fails one row."""
-    from workflows.gpu_check.harness_tokens import harness_rows
-    from workflows.gpu_check.positions import position_method_rows, real_model_rows
-    from workflows.gpu_check.throughput import throughput_rows
-    from workflows.gpu_check.training_run import training_rows
+    from workflows.gpu_check.harness_tokens import harness_rows  # heavy: keeps --help fast
+    from workflows.gpu_check.positions import position_method_rows, real_model_rows  # heavy: keeps --help fast
+    from workflows.gpu_check.throughput import throughput_rows  # heavy: keeps --help fast
+    from workflows.gpu_check.training_run import training_rows  # heavy: keeps --help fast
 
     groups = {
         "positions": lambda: position_method_rows(device, workdir, tuple(methods)),
@@ -96,8 +96,6 @@ def run_checks(device: str, checks: list[str], methods: list[str], workdir: Path
 
 def run(options, _parser=None) -> int:
     if getattr(options, "print_config", False):
-        from repo_common.config_cli import dump_config
-
         print(dump_config({k: v for k, v in options.items() if k not in ("config", "print_config")}), end="")
         return 0
     checks = chosen(options.checks, CHECKS, "--checks")
