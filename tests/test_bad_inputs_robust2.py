@@ -1,6 +1,6 @@
 """Issue 24 ("Robust II"): nothing silently mixed, nothing written over, no wrong artefact accepted.
 
-`ROWS` extends the bad-input table of tests/test_bad_inputs.py with the cases
+`ROWS` extends the bad-input tables (tests/test_bad_inputs_*.py) with the cases
 that were silently wrong or destructive: a run directory resumed with other
 weights, tokenizer or scale file, records without their run.json, outputs
 over files the project did not write, a scale file of another model or of
@@ -27,17 +27,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_bad_inputs import (
+from bad_input_helpers import (
     EVAL,
     TINY_SEARCH,
     VOCAB,
     Context,
-    _scale_json,
-    _with_tokenizer,
     lightning_like,
     refused_in_one_line,
     run_cli,
+    scale_json,
     tree_bytes,
+    with_tokenizer,
 )
 
 from evaluation.results import build_summary, write_json_atomic
@@ -54,7 +54,7 @@ def tiny_model(tmp: Path, name: str, method: str = "rope", seed: int = 0) -> Pat
     torch.manual_seed(seed)
     model = RePoOlmo2ForCausalLM(tiny(vocab_size=VOCAB, pad_token_id=0, eos_token_id=1, position_method=method))
     model.save_pretrained(tmp / name)
-    return _with_tokenizer(tmp / name)
+    return with_tokenizer(tmp / name)
 
 
 def records_of(out: Path) -> list[dict]:
@@ -132,7 +132,7 @@ def _lowercasing_tokenizer(ctx: Context) -> None:
 def _scale_file_at(ctx: Context, scales: list[float], **model) -> Path:
     path = ctx.tmp / "scales.json"
     record = {"name": "tiny", "config_sha256": "0" * 64, **model}
-    data = _scale_json(curve={"type": "none", "degree": None}, control_points=[], scales=scales, model=record)
+    data = scale_json(curve={"type": "none", "degree": None}, control_points=[], scales=scales, model=record)
     path.write_text(json.dumps(data))
     return path
 

@@ -2,7 +2,7 @@
 
 The refusals (a file or unwritable `--out`, missing or incomplete checkpoints,
 a tokenizer that is gone or of another model) are rows of
-tests/test_bad_inputs.py; here is what a table row cannot show.
+tests/test_bad_inputs_training.py; here is what a table row cannot show.
 """
 
 from __future__ import annotations
