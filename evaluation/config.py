@@ -39,7 +39,7 @@ from evaluation.models import DEVICES
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task
+from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid
 from repo_common.config_cli import ConfigParser, class_entry
 
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
@@ -108,8 +108,8 @@ def add_run_options(parser: ConfigParser) -> None:
         "--gold_positions",
         "--gold-positions",
         type=list[int] | str,
-        default="caliope",
-        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({shortcut})",
+        default="ends-20-50-80",
+        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({GRID_HELP}) ({shortcut})",
     )
     parser.add_argument(
         "--task_param", type=list[str], default=[], help=f"TASK:key=value, also --task-param ({shortcut})"
@@ -196,6 +196,7 @@ def task_name_of(cls: type) -> str:
 
 
 def _gold_positions(value: str | list[int]) -> str | list[int]:
+    refuse_renamed_grid(value)
     if not isinstance(value, str) or value in GRID_NAMES:
         return value
     try:

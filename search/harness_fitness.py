@@ -6,7 +6,7 @@ retrieval) with the relevant item at three indices of k:
     begin = 0,   middle = ⌊(k − 1) / 2⌋,   end = k − 1,
 
 so every source example appears in all three subsets on an otherwise identical
-context (a paired design; the task grids such as 'lpes' have five positions,
+context (a paired design; the task grids such as 'quartiles' have five positions,
 the fitness needs exactly three). `num_examples` source examples give
 3 · num_examples prompts. They are built, tokenised and length-checked once
 by `evaluation.runner.prepare_task` (which also caches the tokens in memory)

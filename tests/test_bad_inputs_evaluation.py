@@ -173,6 +173,17 @@ def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
     return _ev_with(lambda ctx: ["--method", "baseline", "--method", f"lpes:scale_file={scale_file_at(data)(ctx)}"])
 
 
+def _ev_config(text: str) -> Callable[[Context], list[str]]:
+    """`run --config ctx.tmp/eval.yaml` (holding `text`) of a tiny model into a new ctx.tmp/out."""
+
+    def make(ctx: Context) -> list[str]:
+        config = file_at("eval.yaml", text)(ctx)
+        model = repo_model(ctx.tmp)
+        return ["run", "--config", str(config), "--model", str(model), "--out", str(ctx.tmp / "out"), "--no-progress"]
+
+    return make
+
+
 # == setups: insert above this line ==
 
 
@@ -273,7 +284,24 @@ ROWS = [
         "evaluation",
         _ev_fresh("--gold-positions", "first"),
         EXIT_USAGE,
-        "argument --gold-positions: expected one of ['caliope', 'lpes', 'all'] or comma-separated",
+        "argument --gold-positions: expected one of ['ends-20-50-80', 'quartiles', 'all'] or comma-separated",
+    ),
+    BadInput(
+        "eval-gold-positions-old-grid-name",
+        "evaluation",
+        _ev_fresh("--gold-positions", "caliope"),
+        EXIT_USAGE,
+        "the gold-position grid 'caliope' is now called 'ends-20-50-80' (ends-20-50-80 = first, 20%, 50%, 80%, last;",
+    ),
+    BadInput(
+        "eval-config-gold-positions-old-grid-name",
+        "evaluation",
+        _ev_config(
+            "tasks:\n  - class_path: evaluation.tasks.KVRetrievalTask\n"
+            "    init_args: {num_keys: 2, num_examples: 2, gold_positions: lpes}\n"
+        ),
+        EXIT_USAGE,
+        "the gold-position grid 'lpes' is now called 'quartiles'",
     ),
     BadInput(
         "eval-gold-position-out-of-range",
