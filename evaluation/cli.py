@@ -28,7 +28,9 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
-    from evaluation.models import check_tiny_default_options
+    from evaluation.model_loading import (
+        check_tiny_default_options,  # kept local (no cycle, no start-up cost); step 3 may move it to module level
+    )
     from evaluation.report import render_report
     from evaluation.runner import RunInterrupted, check_run_directory, run
     from repo_common.distributed import close_distributed, init_distributed, rank_and_world

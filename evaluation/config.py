@@ -35,7 +35,7 @@ from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, parse_value
-from evaluation.models import DEVICES
+from evaluation.model_loading import DEVICES
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE

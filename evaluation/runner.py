@@ -58,7 +58,7 @@ from evaluation.generation import (
 )
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
-from evaluation.models import (
+from evaluation.model_loading import (
     check_tiny_default_options,
     file_identity,
     load_model,

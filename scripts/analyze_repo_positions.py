@@ -23,7 +23,7 @@ import torch
 from jsonargparse.typing import PositiveInt
 
 from evaluation.head_position_plot import plot_head_positions
-from evaluation.models import load_model
+from evaluation.model_loading import load_model
 from evaluation.repo_position_stats import CHUNK, PATTERNS, position_statistics
 from evaluation.tasks import build_task
 from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic

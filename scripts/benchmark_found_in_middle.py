@@ -39,7 +39,7 @@ from evaluation.attention_probe import probing
 from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
 from evaluation.methods import MethodStack
 from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
 from repo_common.config_cli import ConfigParser, parse_script

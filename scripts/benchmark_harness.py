@@ -27,7 +27,7 @@ from transformers import Olmo2Config, Olmo2ForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, plan_batches, tokenize_prompts
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import DecodeSettings, Generation, collate, generate_batch
 from evaluation.methods import MethodStack
-from evaluation.models import DEVICES, load_model, place_model
+from evaluation.model_loading import DEVICES, load_model, place_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, task_generation
 from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid

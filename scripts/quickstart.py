@@ -254,7 +254,9 @@ def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace
     import torch
 
     from evaluation.head_position_plot import plot_head_positions  # heavy: torch and matplotlib stay out of --help
-    from evaluation.models import load_model
+    from evaluation.model_loading import (
+        load_model,  # kept local (no cycle, no start-up cost); step 3 may move it to module level
+    )
     from evaluation.tasks import build_task
     from repo_train.modeling import record_positions
 

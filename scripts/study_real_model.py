@@ -179,7 +179,10 @@ def _load(model_dir: Path, args):
     """The model as the study's commands load it: the harness's loader, the study's dtype, device and threads."""
     import torch
 
-    from evaluation.models import load_model, place_model
+    from evaluation.model_loading import (  # kept local (no cycle, no start-up cost); step 3 may move it to module level
+        load_model,
+        place_model,
+    )
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(model_dir, args.dtype)

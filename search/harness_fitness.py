@@ -56,7 +56,7 @@ import torch
 
 from evaluation.generation import DecodeSettings, batch_cost, plan_batches
 from evaluation.methods import MethodStack
-from evaluation.models import weights_fingerprint
+from evaluation.model_loading import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
@@ -66,7 +66,7 @@ from repo_train.modeling.scaling import scaled_policies
 from repo_train.modeling.swapping import current_policies
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
-from search.scale_file import config_sha256
+from search.scale_file_writer import config_sha256
 
 #: The task parameter holding k, per search task.
 ITEM_PARAMETER = {"mdqa": "num_documents", "kv": "num_keys"}

@@ -64,7 +64,12 @@ def decode_settings(task) -> Any:
 
 def load_search_model(model_config):
     """Model and tokenizer on the right device: a local directory, or the tiny default."""
-    from evaluation.models import check_tiny_default_options, load_model, place_model, tiny_default
+    from evaluation.model_loading import (  # heavy: torch and transformers only when a model is loaded
+        check_tiny_default_options,
+        load_model,
+        place_model,
+        tiny_default,
+    )
 
     if model_config.path is None:
         check_tiny_default_options(model_config.dtype, model_config.attn_implementation, "--model.")
@@ -78,7 +83,10 @@ def searched_model(model_config, model) -> dict[str, Any]:
     """What a scale file records of the model it was searched for, and evaluation checks before applying it
     (`evaluation.scale_file_model`): the dtype- and path-independent config hash and the weight files (or the
     tiny default's seed)."""
-    from evaluation.models import model_identity, weights_identity
+    from evaluation.model_loading import (  # heavy: torch and transformers only when a model is loaded
+        model_identity,
+        weights_identity,
+    )
 
     path = model_config.path
     files = weights_identity(Path(path).resolve()) if path else {"tiny_default_seed": model_config.seed}

@@ -205,11 +205,15 @@ def diagnose(config, scale_file: str | Path, out: str | Path, seed: int = 0) -> 
     from repo_common.atomic import write_json_atomic
     from repo_common.output_guard import check_output_directory
     from repo_train.modeling.swapping import current_policies
-    from search.diagnostics import smoothness
     from search.harness_fitness import model_fingerprint
     from search.plots import plot_structure
     from search.prepare import load_search_model, searched_model
-    from search.scale_file import load_scale_file
+    from search.scale_file_writer import (
+        load_scale_file,  # kept local (no cycle, no start-up cost); step 3 may move it to module level
+    )
+    from search.smoothness import (
+        smoothness,  # kept local (no cycle, no start-up cost); step 3 may move it to module level
+    )
 
     # missing, empty, or an earlier diagnose's (its structure.json); a file or another program's folder is refused
     out = check_output_directory(out, "structure.json", "a diagnose output directory")

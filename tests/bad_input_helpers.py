@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
 
 import repo_train  # noqa: F401  (registers repo_olmo2)
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 

@@ -49,7 +49,7 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
 
 from evaluation.generation import PromptsTooLongError, fit_to_length, tokenize_and_fit, tokenize_prompts
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 from repo_common.cli_errors import EXIT_USAGE
@@ -409,7 +409,7 @@ BOUNDED = """
 import json, resource, sys, time
 from pathlib import Path
 from evaluation.generation import DecodeSettings, PromptsTooLongError
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from evaluation.runner import prepare_task
 
 model, tokenizer = tiny_default()
@@ -513,7 +513,7 @@ def test_evaluation_on_a_full_disk_names_the_file(tmp_path, monkeypatch, capsys,
 
 def test_lpes_accepts_scales_alone_and_checks_a_curve_when_there_is_one(tmp_path):
     from evaluation.methods import MethodStack
-    from evaluation.methods.lpes.scale_file import ScaleFileError
+    from evaluation.methods.lpes.scale_file_format import ScaleFileError
 
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.5]}))

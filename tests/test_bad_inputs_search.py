@@ -190,7 +190,7 @@ def test_search_on_a_full_disk_names_the_state_file(tmp_path, monkeypatch, capsy
 
 def test_the_fitness_context_includes_the_metric(one_thread):
     """Same search set, same tokens, another metric: another context, so a resumed search reuses nothing."""
-    from evaluation.models import tiny_default
+    from evaluation.model_loading import tiny_default
     from search.harness_fitness import HarnessFitness
 
     model, tokenizer = tiny_default()

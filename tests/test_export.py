@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_train.data import TextData
 from repo_train.export import export_checkpoint
 from repo_train.modeling import RePoOlmo2ForCausalLM

@@ -108,7 +108,7 @@ def resolve_tokenizer(spec: Any):
         )
     if isinstance(spec, str | Path):
         if str(spec) == "byte":
-            from evaluation.models import byte_tokenizer
+            from evaluation.model_loading import byte_tokenizer  # heavy: transformers only when a tokenizer is built
 
             return byte_tokenizer()
         if not Path(spec).is_dir():

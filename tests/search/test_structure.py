@@ -10,7 +10,7 @@ import pytest
 import torch
 from float_checks import assert_close_to_scale
 
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from repo_train.modeling.scaling import ScaledRopePolicy
 from repo_train.modeling.swapping import current_policies
 from search.cli import main
@@ -18,7 +18,7 @@ from search.fitness import FitnessResult, SubsetWeights
 from search.ga import GAConfig
 from search.genome import LayerGenome, SearchSpace
 from search.policy import scaled_model
-from search.scale_file import ScaleFile, config_sha256, search_section, write_scale_file
+from search.scale_file_writer import ScaleFile, config_sha256, search_section, write_scale_file
 from search.structure import VARIANTS, scaling_variants, structure_deviation, structure_deviations, validate_structure
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "search" / "tiny.yaml")

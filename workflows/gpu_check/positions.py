@@ -32,7 +32,7 @@ from evaluation.attention_probe import probe_of
 from evaluation.generation import DecodeSettings, TokenizedPrompt, collate, generate_batch, tokenize_prompts
 from evaluation.methods import Method, MethodStack
 from evaluation.methods.found_in_middle import document_index, redistribute, resolve_layers
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_common.atomic import write_json_atomic
 from repo_train.modeling import RePoOlmo2ForCausalLM, attention_modules
@@ -305,7 +305,9 @@ def real_model_rows(device: str, workdir: Path, model_dir: str | Path = DEFAULT_
                     names: tuple[str, ...] = CASE_NAMES) -> list[Row]:  # fmt: skip
     """The three rows of every evaluation method (those on a RoPE model) on the real pretrained model: 30 layers
     of trained weights and GQA, where the tiny random model has 4 random layers. A missing model is a skip row."""
-    from evaluation.models import load_model
+    from evaluation.model_loading import (
+        load_model,  # kept local (no cycle, no start-up cost); step 3 may move it to module level
+    )
 
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
