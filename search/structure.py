@@ -135,13 +135,6 @@ def structure_deviations(
     return results
 
 
-def structure_deviation(
-    model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], scales: Sequence[float]
-) -> StructureDeviation:
-    """D of one scale vector against all scales 1 (see `structure_deviations`)."""
-    return structure_deviations(model, batches, {"scales": scales})["scales"]
-
-
 def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[str, list[float]]:
     """The scale vectors Figure 3 compares, built from the searched `scales` with a seeded numpy Generator.
 
