@@ -3,11 +3,11 @@
 A row (`BadInput`) builds its input (and any earlier outputs) under a fresh
 directory, names the command line and its arguments, the expected exit code, a
 phrase the one-line message must contain, and optionally a path that must not
-exist afterwards (a crafted file's side effect). `check_row` runs the command's
-`main(argv)` in this process and checks code, message and files
-(`refused_in_one_line`). The tables live beside their package:
+exist afterwards (a crafted file's side effect) or a `check` of its own.
+`check_row` runs the command's `main(argv)` in this process and checks code,
+message and files (`refused_in_one_line`). The tables live beside their package:
 tests/test_bad_inputs_{evaluation,search,training}.py (issue 13) and
-tests/test_bad_inputs_robust2.py (issue 24).
+tests/test_bad_inputs_resume_and_overwrite.py (issue 24).
 """
 
 from __future__ import annotations
@@ -163,6 +163,8 @@ class BadInput:
     """Must appear in the one stderr line."""
     absent: str | None = None
     """A path (relative to ctx.tmp) that must not exist afterwards."""
+    check: Callable[[Context], None] | None = None
+    """More to check afterwards (e.g. that the records are the earlier run's alone)."""
 
 
 EVAL = ["run", "--tasks", "kv", "--num-examples", "2", "--num-keys", "2", "--max-new-tokens", "2", "--no-progress"]
@@ -286,7 +288,8 @@ def refused_in_one_line(cli: str, argv: list[str], root: Path, code: int, phrase
 
 @contextmanager
 def context_in(tmp: Path):
-    """A `Context` in `tmp` whose lock holders are released when the block ends."""
+    """A `Context` in `tmp` (made if missing) whose lock holders are released when the block ends."""
+    tmp.mkdir(parents=True, exist_ok=True)
     context = Context(tmp)
     try:
         yield context
@@ -295,11 +298,14 @@ def context_in(tmp: Path):
 
 
 def check_row(row: BadInput, tmp: Path, capsys, monkeypatch) -> None:
-    """Run one row in `tmp`: refused in one line with the row's code and phrase, files unchanged, `absent` absent."""
+    """Run one row in `tmp`: refused in one line with the row's code and phrase, files unchanged, `absent`
+    absent, and the row's own `check` passed."""
     with context_in(tmp) as ctx:
         refused_in_one_line(row.cli, row.setup(ctx), ctx.tmp, row.code, row.phrase, capsys, monkeypatch)
         if row.absent is not None:
             assert not (ctx.tmp / row.absent).exists()
+        if row.check is not None:
+            row.check(ctx)
 
 
 def full_disk_on(monkeypatch, module, name_part: str) -> None:
