@@ -38,16 +38,15 @@ BUILD_INPUTS = (
 
 CHECK_INSTALL = """
 import json, sys
-from pathlib import Path
 import evaluation, repo_train, search
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, NQ_OPEN_ORACLE
-import repo_train.training
+from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG
 print(json.dumps({
     "files": [evaluation.__file__, repo_train.__file__, search.__file__],
     "sys_path": sys.path,
     "meta_path": [repr(finder) for finder in sys.meta_path],
     "samples": [NQ_OPEN_ORACLE.is_file(), KV_RETRIEVAL_75_KEYS.is_file()],
-    "zero_stage": json.loads(Path(repo_train.training.__file__).with_name("zero2.json").read_text())["zero_optimization"]["stage"],
+    "zero_stage": json.loads(DEFAULT_ZERO2_CONFIG.read_text())["zero_optimization"]["stage"],
 }))
 """
 

@@ -5,15 +5,20 @@ Lightning's `DeepSpeedStrategy` refuses any accelerator but CUDA in
 that check and uses gloo, so the real DeepSpeed engine (partitioned optimizer
 state, its checkpoint layout, `zero_to_fp32`) runs in CPU tests. It is for
 tests and small experiments only: DeepSpeed on CPU is slow. The paper's ZeRO-2
-settings (`zero2.json` beside this module, package data) are what the training
-configs pass to Lightning's own `DeepSpeedStrategy`.
+settings (`DEFAULT_ZERO2_CONFIG`, package data) are what the training configs
+and check-gpu pass to Lightning's own `DeepSpeedStrategy`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from lightning_fabric.utilities.seed import reset_seed
 from pytorch_lightning.strategies import DDPStrategy, DeepSpeedStrategy, StrategyRegistry
+
+#: The paper's ZeRO-2 settings, shipped inside the package so an installed copy finds them without a checkout.
+DEFAULT_ZERO2_CONFIG = Path(__file__).with_name("zero2.json")
 
 
 class CPUDeepSpeedStrategy(DeepSpeedStrategy):

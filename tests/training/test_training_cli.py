@@ -154,8 +154,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_state(tmp_path):
 
 
 def test_shipped_deepspeed_config_is_zero2_with_explicit_clipping():
-    import repo_train.training
+    from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG
 
-    config = json.loads(Path(repo_train.training.__file__).with_name("zero2.json").read_text())
+    config = json.loads(DEFAULT_ZERO2_CONFIG.read_text())
     assert config["zero_optimization"]["stage"] == 2
     assert config["gradient_clipping"] == 1.0  # set explicitly, not left to DeepSpeed's default
