@@ -658,6 +658,22 @@ def test_an_older_run_json_resumes_once_with_a_note_and_gives_a_clean_runs_recor
     assert (resumed / "records.jsonl").read_bytes() == (clean / "records.jsonl").read_bytes()
 
 
+def test_a_run_made_before_the_grids_were_renamed_resumes_under_the_new_name(tmp_path, one_thread):
+    """run.json naming the grid 'caliope' (an older version's): the same positions as 'ends-20-50-80', so resumed."""
+    model = tiny_model(tmp_path, "model")
+    argv = [*EVAL, "--gold-positions", "ends-20-50-80", "--model", str(model), "--out", str(tmp_path / "out")]
+    assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+    manifest = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert manifest["tasks"]["kv"]["params"]["gold_positions"] == "ends-20-50-80"
+    manifest["tasks"]["kv"]["params"]["gold_positions"] = "caliope"
+    (tmp_path / "out" / "run.json").write_text(json.dumps(manifest))
+    assert run_cli("evaluation", argv) == 0
+    assert len(records_of(tmp_path / "out")) == 4  # 2 examples x gold positions 0 and 1 (2 keys), none twice
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["tasks"]["kv"]["params"]["gold_positions"] == (
+        "ends-20-50-80"
+    )
+
+
 def test_a_scale_file_of_another_model_applies_when_asked(tmp_path, capsys, one_thread):
     ctx = Context(tmp_path)
     argv = _lpes_run([1.5] * 4, identity_sha256="0123456789abcdef")(ctx)
