@@ -1,1 +1,1 @@
-"""Evaluation harness: long-context tasks with the answer at every position (issue 4; in progress)."""
+"""Evaluation harness: long-context tasks with the relevant item at each position, calibrators, statistics, reports."""

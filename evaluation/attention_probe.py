@@ -175,7 +175,7 @@ def install_probe(model: nn.Module) -> AttentionProbe:
     if current not in _WRAPPABLE:
         raise ValueError(
             f"the attention probe wraps SDPA, but this model uses attn_implementation={current!r}; "
-            "load it with attn_implementation='sdpa' (evaluation.models.load_model's default)"
+            "load it with attn_implementation='sdpa' (evaluation.model_loading.load_model's default)"
         )
     attns = attention_modules(model)
     if any(hasattr(attn, "attention_probe") for attn in attns):

@@ -28,7 +28,7 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
-    from evaluation.models import check_tiny_default_options  # lazy: keeps --help fast
+    from evaluation.model_loading import check_tiny_default_options  # lazy: keeps --help fast
     from evaluation.report import render_report  # lazy: keeps --help fast
     from evaluation.runner import RunInterrupted, check_run_directory, run  # lazy: keeps --help fast
     from repo_common.distributed import close_distributed, init_distributed, rank_and_world  # lazy: keeps --help fast

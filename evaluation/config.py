@@ -34,11 +34,11 @@ from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, parse_value, register_method
-from evaluation.models import DEVICES
+from evaluation.model_loading import DEVICES
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task, register_task
+from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, class_entry
 from repo_common.user_code import resolve_class
@@ -110,8 +110,8 @@ def add_run_options(parser: ConfigParser) -> None:
         "--gold_positions",
         "--gold-positions",
         type=list[int] | str,
-        default="caliope",
-        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({shortcut})",
+        default="ends-20-50-80",
+        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({GRID_HELP}) ({shortcut})",
     )
     parser.add_argument(
         "--task_param", type=list[str], default=[], help=f"TASK:key=value, also --task-param ({shortcut})"
@@ -195,6 +195,7 @@ def _method_class(cls: type[Method]) -> type[Method]:
 
 
 def _gold_positions(value: str | list[int]) -> str | list[int]:
+    refuse_renamed_grid(value)
     if not isinstance(value, str) or value in GRID_NAMES:
         return value
     try:

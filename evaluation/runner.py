@@ -50,7 +50,7 @@ from evaluation.generation import batch_cost, plan_batches, prompt_limit, tokeni
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
-from evaluation.models import (
+from evaluation.model_loading import (
     check_tiny_default_options,
     file_identity,
     load_model,
@@ -76,7 +76,7 @@ from evaluation.results import (
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
 from evaluation.tasks import TASKS, Task, build_task
-from evaluation.tasks.base import source_fingerprint
+from evaluation.tasks.base import RENAMED_GRIDS, source_fingerprint
 from repo_common.atomic import write_text_atomic
 from repo_common.distributed import balanced_shares, barrier, rank_and_world
 from repo_common.output_guard import OutputRefused, check_output_directory, require_path
@@ -463,6 +463,9 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     for spec in (old.get("tasks") or {}).values():
         if isinstance(spec, dict) and isinstance(spec.get("params"), dict):  # before example_offset: from 0
             spec["params"].setdefault("example_offset", 0)
+            grid = spec["params"].get("gold_positions")
+            if isinstance(grid, str) and grid.lower() in RENAMED_GRIDS:  # before the rename: the same positions
+                spec["params"]["gold_positions"] = RENAMED_GRIDS[grid.lower()]
     unpinned = [key for key in _PINNED_SINCE_V9 if key not in old]
     old.update({key: fresh[key] for key in unpinned})  # unknown for an older run: taken as this run's
     differs = [key for key in ("format_version", "decode") if old.get(key) != fresh[key]]

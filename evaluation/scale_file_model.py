@@ -2,9 +2,9 @@
 
 LPES scales are searched per model: applied to another model they are just
 some numbers. A scale file written by `python -m search run` records the
-model it was made for (`model.identity_sha256`: `evaluation.models.model_identity`'s
+model it was made for (`model.identity_sha256`: `evaluation.model_loading.model_identity`'s
 config hash, which leaves out the dtype, the path and the transformers
-version; `model.weight_files`: `evaluation.models.weights_identity` of its
+version; `model.weight_files`: `evaluation.model_loading.weights_identity` of its
 directory, or the tiny default's seed). `check_scale_file_models` compares
 them with the model a run evaluates and refuses a mismatch in one line naming
 the file and what differs, unless `--allow-other-model-scales` is given (a
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evaluation.methods.lpes.scale_file import read_scale_json
+from evaluation.methods.lpes.scale_file_format import read_scale_json
 
 #: The flag that lets a run apply a scale file searched on another model.
 ALLOW_FLAG = "--allow-other-model-scales"

@@ -1,4 +1,7 @@
-"""repo-train: position methods for RoPE language models (REPO, LPES, calibrators).
+"""The training package: position policies and REPO-OLMo-2 (`modeling`), data, continual pre-training, export.
+
+The LPES search lives in `search/` and the calibrators and evaluation harness in
+`evaluation/`; both use `modeling`.
 
 Importing this package registers `RePoOlmo2Config` / `RePoOlmo2ForCausalLM`
 with transformers' Auto classes (model type "repo_olmo2"), so saved

@@ -8,7 +8,7 @@ Runs the model on prompts of one harness task (built with the model's own
 tokenizer), records the positions z every REPO layer assigns
 (`repo_train.modeling.record_positions`) and reports, per layer and head, the
 range max z − min z and the shares of 16-token chunks that are constant,
-monotonic or hybrid (`evaluation.diagnostics`, whose docstring states the
+monotonic or hybrid (`evaluation.repo_position_stats`, whose docstring states the
 thresholds). Writes OUT/positions.json, OUT/positions.md, a range heat map
 (layer × head) and the positions of every head of every REPO layer for the first
 prompt, in the style of the paper's position figures.
@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 from jsonargparse.typing import PositiveInt
 
-from evaluation.diagnostics import CHUNK, PATTERNS, plot_head_positions, position_statistics
-from evaluation.models import load_model
+from evaluation.head_position_plot import plot_head_positions
+from evaluation.model_loading import load_model
+from evaluation.repo_position_stats import CHUNK, PATTERNS, position_statistics
 from evaluation.tasks import build_task
 from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
@@ -109,7 +110,7 @@ def markdown(layers: list[dict | None], args: argparse.Namespace, tokens: list[i
         (
             f"Model `{args.model}`, {len(tokens)} `{args.task}` prompts of {min(tokens)}–{max(tokens)} tokens. "
             f"Range = max z − min z per head (mean over prompts); shares of {CHUNK}-token chunks that are "
-            "constant (all within ±0.2 of the chunk mean), monotonic or hybrid (evaluation/diagnostics.py)."
+            "constant (all within ±0.2 of the chunk mean), monotonic or hybrid (evaluation/repo_position_stats.py)."
         ),
         "",
         "| layer | head | range | constant | monotonic | hybrid |",

@@ -49,7 +49,7 @@ from evaluation.methods import Method, MethodStack, build_method
 from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
 from evaluation.methods.fim_bias import write_bias_file
 from evaluation.methods.found_in_middle import estimate_bias
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM

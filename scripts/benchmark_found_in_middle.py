@@ -40,7 +40,7 @@ from evaluation.generation import tokenize_prompts
 from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
 from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
 from repo_common.config_cli import ConfigParser, parse_script

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import plan_batches, tokenize_prompts
 from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny

@@ -30,7 +30,7 @@ from evaluation.methods import build_method
 from evaluation.methods.decoding import DecodeSettings
 from evaluation.methods.fim_bias import BiasFile, write_bias_file
 from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
-from evaluation.models import load_model
+from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import prepare_task
 from repo_common.config_cli import ConfigParser, parse_script

@@ -38,7 +38,7 @@ import calibrate_fim_bias as maker
 from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings
 from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file
-from evaluation.models import load_model
+from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.results import compare_with_baseline
 from evaluation.runner import prepare_task, run_stack, task_generation

@@ -52,10 +52,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings, Generation, collate, generate_batch
-from evaluation.models import DEVICES, load_model, place_model
+from evaluation.model_loading import DEVICES, load_model, place_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, task_generation
-from evaluation.tasks import GRID_NAMES
+from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid
 from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.real_model import DEFAULT_OUT
@@ -81,7 +81,7 @@ def build_parser() -> ConfigParser:
         "--gold-positions",
         type=list[int] | str,
         default="all",
-        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints (prompts = questions x positions)",
+        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({GRID_HELP}; prompts = questions x positions)",
     )
     parser.add_argument(
         "--max_new_tokens", "--max-new-tokens", type=PositiveInt | None, default=None, help="default: the task's"
@@ -103,6 +103,7 @@ def build_parser() -> ConfigParser:
 def check_options(args: argparse.Namespace) -> None:
     """Gold positions as the harness takes them; the data file and model directory exist."""
     positions = args.gold_positions
+    refuse_renamed_grid(positions)
     if isinstance(positions, str) and positions not in GRID_NAMES:
         try:
             args.gold_positions = [int(x) for x in positions.split(",")]

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import build_task
 from repo_common.atomic import write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config

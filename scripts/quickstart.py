@@ -253,8 +253,8 @@ def plot_repo_positions(out: Path, model_dir: Path, settings: argparse.Namespace
     and how far each REPO layer's positions spread: {"tokens", "start_layer", "spans": per layer, per head}."""
     import torch
 
-    from evaluation.diagnostics import plot_head_positions
-    from evaluation.models import load_model
+    from evaluation.head_position_plot import plot_head_positions  # heavy: torch and matplotlib stay out of --help
+    from evaluation.model_loading import load_model  # heavy: torch and transformers stay out of --help
     from evaluation.tasks import build_task
     from repo_train.modeling import record_positions
 

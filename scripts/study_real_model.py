@@ -179,7 +179,7 @@ def _load(model_dir: Path, args):
     """The model as the study's commands load it: the harness's loader, the study's dtype, device and threads."""
     import torch
 
-    from evaluation.models import load_model, place_model
+    from evaluation.model_loading import load_model, place_model  # heavy: transformers stays out of --help
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(model_dir, args.dtype)

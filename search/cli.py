@@ -2,7 +2,7 @@
 
 `run` writes, next to `--out scales/NAME.json`:
 
-    NAME.json          the scale file (search/scale_file.py), what evaluation applies
+    NAME.json          the scale file (search/scale_file_writer.py), what evaluation applies
     NAME.log.jsonl     one line per generation: best, mean, diversity, time, ...
     NAME.curve.png     the per-layer scales with the control points
     NAME.fitness.png   fitness over generations
@@ -96,7 +96,7 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
     check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
     config = config_from_options(parser, options)
     if config.model.path is None:  # --model.dtype / attn_implementation would be ignored by the tiny default
-        from evaluation.models import check_tiny_default_options  # lazy: keeps --help fast
+        from evaluation.model_loading import check_tiny_default_options  # lazy: keeps --help fast
 
         check_tiny_default_options(config.model.dtype, config.model.attn_implementation, "--model.")
     if getattr(parser, "tiny_defaults", False):
@@ -343,10 +343,10 @@ def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any
 
 
 def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled) -> float:
-    from search.diagnostics import smoothness  # lazy: keeps --help fast
     from search.plots import plot_curve, plot_fitness  # lazy: keeps --help fast
-    from search.scale_file import ScaleFile, search_section, write_scale_file  # lazy: keeps --help fast
+    from search.scale_file_writer import ScaleFile, search_section, write_scale_file  # lazy: keeps --help fast
     from search.search_log import read_log  # lazy: keeps --help fast
+    from search.smoothness import smoothness  # lazy: keeps --help fast
 
     timing_file = paths["state"].with_name(paths["state"].name + ".timing.json")
     wall_time = json.loads(timing_file.read_text())["wall_s"] if timing_file.is_file() else 0.0
@@ -396,7 +396,7 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
 
 def show(path: str, num_layers: int | None) -> int:
     """Validate a scale file and print what it holds."""
-    from search.scale_file import load_scale_file  # lazy: keeps --help fast
+    from search.scale_file_writer import load_scale_file  # lazy: keeps --help fast
 
     data = load_scale_file(path, expected_num_layers=num_layers)
     scales = data.scales
@@ -418,7 +418,7 @@ def show(path: str, num_layers: int | None) -> int:
         print(f"held-out   baseline {_fmt(held['baseline'])}")
         print(f"           pi:scale={held['pi_mean']['scale']:.4g} {_fmt(held['pi_mean'])}")
         print(f"           lpes     {_fmt(held['lpes'])}")
-    from evaluation.models import TINY_DEFAULT_NAME  # lazy: keeps --help fast
+    from evaluation.model_loading import TINY_DEFAULT_NAME  # lazy: keeps --help fast
 
     model = "" if data.model["name"].startswith(TINY_DEFAULT_NAME) else f"--model {data.model['name']} "
     flags = " ".join(shlex.quote(flag) for flag in evaluation_task_flags(search["task"]))

@@ -6,7 +6,7 @@ retrieval) with the relevant item at three indices of k:
     begin = 0,   middle = ⌊(k − 1) / 2⌋,   end = k − 1,
 
 so every source example appears in all three subsets on an otherwise identical
-context (a paired design; the task grids such as 'lpes' have five positions,
+context (a paired design; the task grids such as 'quartiles' have five positions,
 the fitness needs exactly three). `num_examples` source examples give
 3 · num_examples prompts. They are built, tokenised and length-checked once
 by `evaluation.runner.prepare_task` (which also caches the tokens in memory)
@@ -57,7 +57,7 @@ import torch
 from evaluation.generation import batch_cost, plan_batches
 from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings
-from evaluation.models import weights_fingerprint
+from evaluation.model_loading import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
@@ -67,7 +67,7 @@ from repo_train.modeling.scaling import scaled_policies
 from repo_train.modeling.swapping import current_policies
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
-from search.scale_file import config_sha256
+from search.scale_file_writer import config_sha256
 
 #: The task parameter holding k, per search task.
 ITEM_PARAMETER = {"mdqa": "num_documents", "kv": "num_keys"}

@@ -5,13 +5,12 @@ The core's `ScaledRopePolicy` in every RoPE layer: identical to
 the encoding (base, YaRN, …) is the model's own, so s = 1 reproduces the
 untouched layer bit for bit.
 
-`apply_scales(model, scales)` scales the layers of any model the policy hook
-supports (OLMo-2, Llama, Qwen2, Qwen3, Mistral) and returns the policies it
-replaced, so a search can score many scale vectors on one loaded model and
-put it back afterwards (`repo_train.modeling.restore_policies`, or the
-`scaled_model` context manager). Scales follow the core's one rule: they
-multiply a layer's current scale, so on the unscaled model the search loads
-each candidate's scales are exactly the layers' scales.
+`with scaled_model(model, scales):` scales the layers of any model the policy
+hook supports (OLMo-2, Llama, Qwen2, Qwen3, Mistral) and puts the previous
+policies back afterwards, so a search scores many scale vectors on one loaded
+model. Scales follow the core's one rule: they multiply a layer's current
+scale, so on the unscaled model the search loads each candidate's scales are
+exactly the layers' scales.
 """
 
 from __future__ import annotations
@@ -21,17 +20,8 @@ from contextlib import contextmanager
 
 from torch import nn
 
-from repo_train.modeling import PositionPolicy
 from repo_train.modeling.scaling import scaled_policies
-from repo_train.modeling.swapping import swap_policies, swapped_policies
-
-
-def apply_scales(model: nn.Module, scales: Sequence[float]) -> list[PositionPolicy]:
-    """Divide layer h's positions by `scales[h]`; returns the previous policies (for `restore_policies`).
-
-    NoPE layers are kept; REPO and other non-RoPE policies are refused (see `scaled_policies`).
-    """
-    return swap_policies(model, scaled_policies(model, scales, method="LPES"))
+from repo_train.modeling.swapping import swapped_policies
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.methods.decoding import DecodeSettings
-from evaluation.models import (
+from evaluation.model_loading import (
     check_tiny_default_options,
     load_model,
     model_identity,

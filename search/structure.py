@@ -44,12 +44,12 @@ from evaluation.scale_file_model import model_mismatch
 from repo_common.atomic import write_json_atomic
 from repo_common.output_guard import check_output_directory
 from repo_train.modeling.swapping import current_policies
-from search.diagnostics import smoothness
 from search.harness_fitness import HarnessFitness, model_fingerprint
 from search.plots import plot_structure
 from search.policy import scaled_model
 from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
-from search.scale_file import load_scale_file
+from search.scale_file_writer import load_scale_file
+from search.smoothness import smoothness
 
 FORMAT_VERSION = 1
 VARIANTS = ("searched", "uniform", "noisy", "shuffled", "random")
@@ -143,13 +143,6 @@ def structure_deviations(
         per_layer = (total / count).tolist()
         results[name] = StructureDeviation(per_layer, float(np.mean(per_layer)))
     return results
-
-
-def structure_deviation(
-    model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], scales: Sequence[float]
-) -> StructureDeviation:
-    """D of one scale vector against all scales 1 (see `structure_deviations`)."""
-    return structure_deviations(model, batches, {"scales": scales})["scales"]
 
 
 def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[str, list[float]]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from script_loader import load_script
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 

@@ -2,7 +2,7 @@
 
 The refusals (a file or unwritable `--out`, missing or incomplete checkpoints,
 a tokenizer that is gone or of another model) are rows of
-tests/test_bad_inputs.py; here is what a table row cannot show.
+tests/test_bad_inputs_training.py; here is what a table row cannot show.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_train.data import TextData
 from repo_train.export import export_checkpoint
 from repo_train.modeling import RePoOlmo2ForCausalLM

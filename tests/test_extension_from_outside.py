@@ -17,7 +17,7 @@ import yaml
 
 import evaluation.tasks
 from evaluation import cli
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from evaluation.tasks import TASKS, Task, register_task
 from repo_common import user_code
 

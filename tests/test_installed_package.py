@@ -40,13 +40,13 @@ CHECK_INSTALL = """
 import json, sys
 import evaluation, repo_train, search
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, NQ_OPEN_ORACLE
-from repo_train.training.strategies import load_deepspeed_config
+from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG
 print(json.dumps({
     "files": [evaluation.__file__, repo_train.__file__, search.__file__],
     "sys_path": sys.path,
     "meta_path": [repr(finder) for finder in sys.meta_path],
     "samples": [NQ_OPEN_ORACLE.is_file(), KV_RETRIEVAL_75_KEYS.is_file()],
-    "zero_stage": load_deepspeed_config(None)["zero_optimization"]["stage"],
+    "zero_stage": json.loads(DEFAULT_ZERO2_CONFIG.read_text())["zero_optimization"]["stage"],
 }))
 """
 

@@ -35,8 +35,6 @@ ALL_PROJECT = ("repo_common", *PROJECT_PACKAGES)
 #: Project imports inside functions (session 10: 44, 31 of them in evaluation/cli.py and search/cli.py), each with
 #: its reason. A new one needs a reason, or goes to the top of its module (docs/architecture.md, rule 2).
 IN_FUNCTION_PROJECT_IMPORTS_CAP = 44
-#: Being split by concern by a parallel change (issue 23, clean-up); its imports get their reasons then.
-REASONS_PENDING = ("evaluation/diagnostics.py",)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -280,7 +278,7 @@ def test_no_module_level_import_cycle():
 
 
 def test_every_import_inside_a_function_says_why():
-    found = in_function_imports(skip=REASONS_PENDING)
+    found = in_function_imports()
     assert len(found) > 20, f"only {len(found)} imports inside functions found: is the scan broken?"
     silent = [f"{where}  {statement}" for where, statement, _, reasons in found if not reasons]
     assert not silent, (

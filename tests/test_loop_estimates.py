@@ -33,9 +33,9 @@ def test_evaluation_hours_count_prompts_positions_and_method_passes():
     prefill = (2 * body * tokens + 4 * layers * d * tokens**2) / (0.35 * 989e12)
     assert per_prompt == pytest.approx(prefill + 32 * 0.025 / 8, rel=1e-12)
     # docs/evaluation.md: the 7B MDQA-20 baseline over 2,500 prompts ≈ 9 min on one H100
-    hours, how = estimates.evaluation_hours(model, ["mdqa"], {"mdqa": 20}, 500, "caliope", ["baseline"], 1)
+    hours, how = estimates.evaluation_hours(model, ["mdqa"], {"mdqa": 20}, 500, "ends-20-50-80", ["baseline"], 1)
     assert 7 < hours * 60 < 11 and how == "2,500 prompts"
-    twice, _ = estimates.evaluation_hours(model, ["mdqa"], {"mdqa": 20}, 500, "caliope", ["baseline", "pcd"], 1)
+    twice, _ = estimates.evaluation_hours(model, ["mdqa"], {"mdqa": 20}, 500, "ends-20-50-80", ["baseline", "pcd"], 1)
     assert twice == pytest.approx(3 * hours)  # PCD runs two forwards
     assert estimates.method_cost("fim", 20) == 22 and estimates.positions_count("0,4,9", 10) == 3
     assert estimates.evaluation_hours(model, ["ruler_vt"], {}, 10, "all", ["baseline"], 1) is None  # unknown length

@@ -20,7 +20,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
 from evaluation.methods import Method, MethodStack, PolicyMethod, register_method
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from repo_train.modeling import (
     PositionPolicy,
     RePoOlmo2ForCausalLM,

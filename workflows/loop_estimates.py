@@ -37,7 +37,7 @@ TOKENS_PER_ITEM = {"mdqa": (137.5, 1.0), "kv": (71.2, 66.0)}
 #: Forward passes a method costs relative to the baseline (prefill, decode); fim: K + 2 prefills.
 METHOD_COST = {"pcd": (2, 2), "attention_buckets": (6, 6)}
 #: Gold positions of the named grids (five each); "all" = every item.
-GRID_POSITIONS = {"caliope": 5, "lpes": 5}
+GRID_POSITIONS = {"ends-20-50-80": 5, "quartiles": 5}
 
 
 def _preset(train_config: dict):
@@ -136,7 +136,7 @@ def evaluation_shape(args: Sequence[str]) -> tuple[list[str], dict[str, int], in
 
     tasks = [t.strip() for t in value("--tasks", "mdqa").split(",") if t.strip()]
     items = {"mdqa": int(value("--num-documents", "20")), "kv": int(value("--num-keys", "75"))}
-    return tasks, items, int(value("--num-examples", "500")), value("--gold-positions", "caliope")
+    return tasks, items, int(value("--num-examples", "500")), value("--gold-positions", "ends-20-50-80")
 
 
 def positions_count(grid: str, items: int) -> int:

@@ -20,7 +20,7 @@ second forward through its own KV cache (`SideDecoder`, kept in the batch's
 scratch). Both give the same logits and hold 2× the baseline's K/V; the
 prefill runs the two encodings one after the other in both. β = 0 skips L*
 (exactly greedy).
-`salience_score` is the paper's S(L) (Eq. 1); `pcd_salience` reports it with and without PCD.
+`pcd_salience` reports the paper's S(L) (Eq. 1, `evaluation.salience`) with and without PCD.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from transformers import DynamicCache
 
 from evaluation.methods.base import GenerationState, Method, MethodStack, register_method
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
+from evaluation.salience import salience_score
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy
 from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
@@ -155,21 +156,6 @@ def contrast_logits(logits: torch.Tensor, local_logits: torch.Tensor, beta: floa
     top = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices
     chosen = (1.0 + beta) * logits.gather(-1, top) - beta * local_logits.gather(-1, top)
     return torch.full_like(logits, -math.inf).scatter(-1, top, chosen)
-
-
-def salience_score(logits: torch.Tensor, gold_token_ids: torch.Tensor | Sequence[int]) -> float:
-    """S(L) = mean over queries of 1 / (1 + #{v : P(v) > P(y*)}) (PCD paper, Eq. 1).
-
-    `logits [N, V]` at the first answer step, `gold_token_ids [N]` the first
-    token of each gold answer. Ranks are taken on the logits (the softmax keeps
-    the order); excluded tokens (-inf) rank below every kept one.
-    """
-    logits = logits.float()
-    gold = torch.as_tensor(gold_token_ids, device=logits.device, dtype=torch.long).reshape(-1, 1)
-    if logits.dim() != 2 or gold.shape[0] != logits.shape[0]:
-        raise ValueError(f"salience_score needs logits [N, V] and N gold ids; got {tuple(logits.shape)}, {len(gold)}")
-    above = (logits > logits.gather(1, gold)).sum(dim=1)
-    return float((1.0 / (1.0 + above.double())).mean())
 
 
 @register_method

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from evaluation.tasks.babi import BabiTask
-from evaluation.tasks.base import GRID_NAMES, Task, resolve_gold_positions
+from evaluation.tasks.base import GRID_HELP, GRID_NAMES, Task, refuse_renamed_grid, resolve_gold_positions
 from evaluation.tasks.kv_retrieval import KVRetrievalTask
 from evaluation.tasks.longbench import LongBenchTask
 from evaluation.tasks.mdqa import MDQAReleaseTask, MDQATask
@@ -76,6 +76,7 @@ def build_task(name: str, **params: Any) -> Task:
 
 
 __all__ = [
+    "GRID_HELP",
     "GRID_NAMES",
     "TASKS",
     "BabiTask",
@@ -93,6 +94,7 @@ __all__ = [
     "ScrollsTask",
     "Task",
     "build_task",
+    "refuse_renamed_grid",
     "register_task",
     "resolve_gold_positions",
 ]

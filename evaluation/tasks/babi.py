@@ -143,7 +143,7 @@ class BabiTask(Task):
     num_positions: int = 5
     """Depth buckets of the context (k)."""
     gold_positions: GoldPositions = "all"
-    """Buckets of the first supporting fact to emit: 'all', 'caliope', 'lpes', an int or a list."""
+    """Buckets of the first supporting fact to emit: 'all', 'ends-20-50-80', 'quartiles', an int or a list."""
     num_facts: int = 6
     """Sentences per story, the two supporting facts included."""
 

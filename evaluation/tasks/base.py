@@ -33,14 +33,18 @@ import datasets
 
 from evaluation.metrics import get_metric, score_batch
 
-#: Named gold-position grids, as fractions of the last index (k - 1).
+#: Named gold-position grids, as fractions of the last index (k - 1); each name says where the positions lie.
 GRIDS: dict[str, tuple[Fraction, ...]] = {
-    # CALIOPE's positions: start, 20%, middle, 80%, end.
-    "caliope": tuple(Fraction(x) for x in ("0", "1/5", "1/2", "4/5", "1")),
-    # LPES's positions: quartiles of the context.
-    "lpes": tuple(Fraction(x) for x in ("0", "1/4", "1/2", "3/4", "1")),
+    # first, 20%, middle, 80%, last (the grid of the CALIOPE paper)
+    "ends-20-50-80": tuple(Fraction(x) for x in ("0", "1/5", "1/2", "4/5", "1")),
+    # first, 25%, middle, 75%, last (the grid of the LPES paper)
+    "quartiles": tuple(Fraction(x) for x in ("0", "1/4", "1/2", "3/4", "1")),
 }
 GRID_NAMES = (*GRIDS, "all")
+#: Grid names of earlier versions, which read like methods: refused with the new name.
+RENAMED_GRIDS = {"caliope": "ends-20-50-80", "lpes": "quartiles"}
+#: One line per grid for --help and error messages.
+GRID_HELP = "ends-20-50-80 = first, 20%, 50%, 80%, last; quartiles = first, 25%, 50%, 75%, last; all = every item"
 
 GoldPositions = str | int | Sequence[int]
 
@@ -59,18 +63,29 @@ BASE_FEATURES: dict[str, Any] = {
 }
 
 
+def refuse_renamed_grid(spec: object) -> None:
+    """Raise a one-line ValueError naming the new grid when `spec` is a grid name of an earlier version."""
+    if isinstance(spec, str) and spec.lower() in RENAMED_GRIDS:
+        new = RENAMED_GRIDS[spec.lower()]
+        raise ValueError(
+            f"the gold-position grid {spec!r} is now called {new!r} ({GRID_HELP}); pass --gold-positions {new} "
+            f"(gold_positions: {new} in a config)"
+        )
+
+
 def resolve_gold_positions(spec: GoldPositions, num_positions: int) -> list[int]:
     """Turn a grid name, an int or a list of ints into sorted, distinct 0-based positions.
 
     Named grids scale fractions by k - 1 with exact arithmetic and Python's `round`
-    (round half to even): caliope at k=20 is 0, 3.8, 9.5, 15.2, 19 -> [0, 4, 10, 15, 19];
-    lpes at k=20 is 0, 4.75, 9.5, 14.25, 19 -> [0, 5, 10, 14, 19]. Off-centre halves
+    (round half to even): ends-20-50-80 at k=20 is 0, 3.8, 9.5, 15.2, 19 -> [0, 4, 10, 15, 19];
+    quartiles at k=20 is 0, 4.75, 9.5, 14.25, 19 -> [0, 5, 10, 14, 19]. Off-centre halves
     round to even, which keeps those grids mirror-symmetric; only the exact middle of an
     even k picks a side. Duplicates (small k) are dropped.
     """
     if num_positions < 1:
         raise ValueError(f"the number of positions must be >= 1, got {num_positions}")
     last = num_positions - 1
+    refuse_renamed_grid(spec)
     if isinstance(spec, str):
         name = spec.lower()
         if name == "all":

@@ -151,8 +151,9 @@ class KVRetrievalTask(Task):
     """Release .jsonl(.gz) (ordered_kv_records, key, value); None = generate examples from the seed."""
     num_keys: int | None = None
     """Pairs per example; required when generating, and if given with a file it must match the file."""
-    gold_positions: GoldPositions = "caliope"
-    """Gold pair indices: 'caliope', 'lpes', 'all', an int or a list of 0-based ints."""
+    gold_positions: GoldPositions = "ends-20-50-80"
+    """Gold pair indices: 'ends-20-50-80' (first, 20%, 50%, 80%, last), 'quartiles', 'all', an int or
+    a list of 0-based ints."""
     key_chars: int | None = None
     """Generated examples only: keys and values of this many hex digits instead of full UUIDs (small models)."""
     template: str = "json"

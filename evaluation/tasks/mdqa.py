@@ -91,8 +91,9 @@ class MDQATask(Task):
     shipped with the package (`evaluation.sample_data`: a smoke test, not a benchmark)."""
     num_documents: int = 20
     """k, the total number of documents in each prompt (the gold one included)."""
-    gold_positions: GoldPositions = "caliope"
-    """Gold document indices: 'caliope', 'lpes', 'all', an int or a list of 0-based ints."""
+    gold_positions: GoldPositions = "ends-20-50-80"
+    """Gold document indices: 'ends-20-50-80' (first, 20%, 50%, 80%, last), 'quartiles', 'all', an int or
+    a list of 0-based ints."""
     exclude_answer_distractors: bool = True
     """Skip distractors whose normalized title+text contains a gold answer as whole words (they would leak it)."""
 

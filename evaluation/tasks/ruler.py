@@ -108,7 +108,9 @@ def resolve_tokenizer(spec: Any):
         )
     if isinstance(spec, str | Path):
         if str(spec) == "byte":
-            from evaluation.models import byte_tokenizer  # heavy: torch + transformers, only for tokenizer='byte'
+            from evaluation.model_loading import (
+                byte_tokenizer,  # heavy: torch + transformers, only for tokenizer='byte'
+            )
 
             return byte_tokenizer()
         if not Path(spec).is_dir():
@@ -295,7 +297,7 @@ class HaystackTask(Task):
     depths: int | list[float] | str = 5
     """Anchor depths: an int k (k evenly spaced from 0 to 100), a list of percentages or '0,50,100'."""
     gold_positions: GoldPositions = "all"
-    """Which depths of the grid to emit (indices): 'all', 'caliope', 'lpes', an int or a list."""
+    """Which depths of the grid to emit (indices): 'all', 'ends-20-50-80', 'quartiles', an int or a list."""
     score_mode: str = "fraction"
     """'fraction' (share of expected values found, RULER) or 'all' (1 only when every value is found)."""
 

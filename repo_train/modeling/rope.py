@@ -175,18 +175,3 @@ class RotaryEncoding:
         """q and k rotated by real-valued `positions [B, 1 or H, S]` (`rotate_by_positions`), with YaRN's scale."""
         inv_freq = self.inv_freq.to(device=positions.device)
         return rotate_by_positions(query, key, positions, inv_freq, self.attention_scaling)
-
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32):
-        """`positions [..., S]` (any float/int dtype) -> `cos, sin [..., S, head_dim]`.
-
-        Computed in float32 (bf16 cannot represent positions beyond 256
-        exactly), the same arithmetic as HF's rotary module, so integer
-        positions give bit-identical rotations.
-        """
-        inv_freq = self.inv_freq.to(device=positions.device, dtype=torch.float32)
-        freqs = positions.float()[..., None] * inv_freq
-        # cos/sin on the D/2 distinct angles, then duplicated: half the transcendental work of cat-first.
-        cos, sin = freqs.cos(), freqs.sin()
-        if self.attention_scaling != 1.0:
-            cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
-        return torch.cat((cos, cos), dim=-1).to(dtype), torch.cat((sin, sin), dim=-1).to(dtype)

@@ -1,4 +1,4 @@
-"""Training callbacks: throughput and MFU, DeepSpeed's gradient norm, loss history, progress.
+"""Training callbacks: throughput and MFU, DeepSpeed's gradient norm, progress.
 
 MFU = achieved model FLOPs / peak FLOPs of the devices, with model FLOPs per
 token from `repo_train.modeling.accounting` (what each layer's position policy
@@ -16,7 +16,6 @@ import sys
 import time
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.callbacks import TQDMProgressBar
 
 from repo_common.progress import DEFAULT_SECONDS, Progress, is_terminal
@@ -65,28 +64,6 @@ class ThroughputMonitor(pl.Callback):
         pl_module.log("perf/tflops_per_device", tflops_per_device)
         if self.peak:
             pl_module.log("perf/mfu", tflops_per_device / self.peak)
-
-
-class LossHistory(pl.Callback):
-    """Mean training loss of every optimizer step, over its micro-batches and all processes.
-
-    The number a run with one process and the full batch would report, so runs
-    on different process counts (or interrupted and resumed) can be compared.
-    """
-
-    def __init__(self):
-        self.losses: list[float] = []
-        self._pending: list[torch.Tensor] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if outputs is None or pl_module.last_train_loss is None:
-            return  # a skipped (non-finite) step
-        # Lightning's `outputs` are divided by the accumulation count; the module keeps the plain loss.
-        self._pending.append(pl_module.last_train_loss.float())
-        if (batch_idx + 1) % trainer.accumulate_grad_batches == 0:
-            mean = torch.stack(self._pending).mean()
-            self.losses.append(float(trainer.strategy.reduce(mean, reduce_op="mean")))
-            self._pending = []
 
 
 class StepProgressBar(TQDMProgressBar):

@@ -12,7 +12,7 @@ from repo_train.data.prompt_completion import IGNORE_INDEX
 
 @pytest.fixture
 def byte_tokenizer_dir(tmp_path):
-    from evaluation.models import byte_tokenizer
+    from evaluation.model_loading import byte_tokenizer
 
     byte_tokenizer().save_pretrained(tmp_path / "tok")
     return tmp_path / "tok"

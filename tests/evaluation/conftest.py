@@ -40,7 +40,7 @@ def spread_logits(model, factor: float = 5.0):
 @pytest.fixture
 def tiny_lm():
     """The harness's built-in tiny OLMo-2 (random, logits spread) and its byte tokenizer."""
-    from evaluation.models import tiny_default
+    from evaluation.model_loading import tiny_default
 
     model, tokenizer = tiny_default(seed=0)
     return spread_logits(model), tokenizer

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from evaluation.attention_bias import attention_by_position, bias_curve
 from evaluation.generation import DecodeSettings, TokenizedPrompt
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.runner import prepare_task
 
 MDQA = {"num_documents": 3, "num_examples": 2, "gold_positions": "all"}

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import build_task
 from evaluation.tasks.babi import ACTORS, LOCATIONS, OBJECTS, build_babi_prompt, location_match, make_story
 from evaluation.tasks.ruler import ESSAY_SENTENCES

@@ -24,7 +24,7 @@ from evaluation.methods.fim_bias import (
     MAKE_ONE as FIX,
 )
 from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 
 SETTINGS = DecodeSettings(max_new_tokens=4, batch_size=1)

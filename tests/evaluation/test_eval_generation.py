@@ -20,7 +20,7 @@ from evaluation.generation import (
     tokenize_prompts,
 )
 from evaluation.methods import Method, MethodStack
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 
 PROMPTS = [
     "Document [1] alpha beta gamma.\nQuestion: which?\nAnswer:",

@@ -69,7 +69,7 @@ def test_release_file_gold_at_every_index(kv_path: str) -> None:
 
 
 def test_item_spans_slice_kv_lines(kv_path: str) -> None:
-    for row in KVRetrievalTask(path=kv_path, gold_positions="lpes").build():
+    for row in KVRetrievalTask(path=kv_path, gold_positions="quartiles").build():
         prompt, spans = row["prompt"], row["item_spans"]
         block = prompt.split("JSON data:\n", 1)[1].split("\n\nKey: ", 1)[0]
         assert block == "\n".join(prompt[s:e] for s, e in spans)
@@ -79,7 +79,7 @@ def test_item_spans_slice_kv_lines(kv_path: str) -> None:
 
 
 def test_generator_any_key_count() -> None:
-    task = KVRetrievalTask(num_keys=140, num_examples=3, gold_positions="lpes", seed=7)
+    task = KVRetrievalTask(num_keys=140, num_examples=3, gold_positions="quartiles", seed=7)
     ds = task.build()
     assert [r["gold_position"] for r in ds] == [0, 35, 70, 104, 139] * 3  # 34.75, 69.5, 104.25
     assert ds[0]["id"] == "kv-gen-n140-s7-ex00000-pos000"

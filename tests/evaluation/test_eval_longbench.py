@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import build_task
 from evaluation.tasks.longbench import (
     MAX_NEW_TOKENS,

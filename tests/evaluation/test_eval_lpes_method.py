@@ -10,14 +10,14 @@ import torch
 from evaluation.generation import DecodeSettings, generate
 from evaluation.methods import METHODS, MethodStack, build_method
 from evaluation.methods.lpes import LayerScaledRope, read_scales
-from evaluation.methods.lpes.scale_file import ScaleFileError
+from evaluation.methods.lpes.scale_file_format import ScaleFileError
 from evaluation.runner import RunConfig, run
 from repo_train.modeling import layer_policies, record_positions
 from search.fitness import FitnessResult, SubsetWeights
 from search.ga import GAConfig
 from search.genome import CurveGenome, SearchSpace
 from search.policy import scaled_model
-from search.scale_file import ScaleFile, config_sha256, search_section, write_scale_file
+from search.scale_file_writer import ScaleFile, config_sha256, search_section, write_scale_file
 
 PROMPTS = ["Key: 7f3a\nCorresponding value:", "The first prompt, a little longer than the others.", "third"]
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)

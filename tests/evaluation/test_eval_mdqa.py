@@ -106,7 +106,7 @@ def test_gold_at_every_index_k10(nq_oracle_path: str) -> None:
 
 
 def test_item_spans_slice_document_lines(nq_oracle_path: str) -> None:
-    ds = MDQATask(path=nq_oracle_path, num_documents=7, gold_positions="lpes", num_examples=4).build()
+    ds = MDQATask(path=nq_oracle_path, num_documents=7, gold_positions="quartiles", num_examples=4).build()
     for row in ds:
         prompt, spans = row["prompt"], row["item_spans"]
         assert len(spans) == row["num_positions"] == 7
@@ -120,14 +120,17 @@ def test_item_spans_slice_document_lines(nq_oracle_path: str) -> None:
 
 
 def test_grids() -> None:
-    assert resolve_gold_positions("caliope", 20) == [0, 4, 10, 15, 19]  # 3.8, 9.5, 15.2 rounded half-even
-    assert resolve_gold_positions("lpes", 20) == [0, 5, 10, 14, 19]  # 4.75, 9.5, 14.25
-    assert resolve_gold_positions("caliope", 10) == [0, 2, 4, 7, 9]  # 4.5 -> 4 (half to even)
-    assert resolve_gold_positions("LPES", 7) == [0, 2, 3, 4, 6]  # 1.5 -> 2, 4.5 -> 4: mirror-symmetric
-    assert resolve_gold_positions("caliope", 2) == [0, 1]  # duplicates dropped
+    assert resolve_gold_positions("ends-20-50-80", 20) == [0, 4, 10, 15, 19]  # 3.8, 9.5, 15.2 rounded half-even
+    assert resolve_gold_positions("quartiles", 20) == [0, 5, 10, 14, 19]  # 4.75, 9.5, 14.25
+    assert resolve_gold_positions("ends-20-50-80", 10) == [0, 2, 4, 7, 9]  # 4.5 -> 4 (half to even)
+    assert resolve_gold_positions("Quartiles", 7) == [0, 2, 3, 4, 6]  # 1.5 -> 2, 4.5 -> 4: mirror-symmetric
+    assert resolve_gold_positions("ends-20-50-80", 2) == [0, 1]  # duplicates dropped
     assert resolve_gold_positions("all", 4) == [0, 1, 2, 3]
     assert resolve_gold_positions([3, 1, 3], 4) == [1, 3]
     assert resolve_gold_positions(2, 4) == [2]
+    for old, new in (("caliope", "ends-20-50-80"), ("LPES", "quartiles")):  # the names of earlier versions
+        with pytest.raises(ValueError, match=f"grid '{old}' is now called '{new}'.*--gold-positions {new}"):
+            resolve_gold_positions(old, 20)
     with pytest.raises(ValueError, match=r"unknown gold-position grid 'middle'"):
         resolve_gold_positions("middle", 4)
     with pytest.raises(ValueError, match=r"must be a grid name"):

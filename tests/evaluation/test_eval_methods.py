@@ -20,7 +20,7 @@ from evaluation.methods import (
     parse_method_spec,
     register_method,
 )
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions
 from repo_train.modeling.presets import tiny
 

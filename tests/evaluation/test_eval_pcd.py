@@ -18,7 +18,6 @@ from evaluation.methods.pcd import (
     encoding_policies,
     pcd_encoding,
     pcd_salience,
-    salience_score,
 )
 from repo_train.modeling import (
     RePoOlmo2ForCausalLM,
@@ -56,15 +55,6 @@ def test_contrast_acts_on_the_top_gamma_tokens_only():
     flipped = contrast_logits(logits, torch.tensor([[4.0, 0.0, 0.0, 0.0]]), beta=2.0, top_k=2)
     assert flipped.argmax().item() == 2  # 9 - 8 = 1 < 6 - 0 = 6: the contrast changes the greedy choice
     assert torch.equal(contrast_logits(logits, local, beta=0.0, top_k=4), logits)
-
-
-def test_salience_score_is_the_mean_reciprocal_rank_of_the_gold_token():
-    logits = torch.tensor([[1.0, 5.0, 3.0], [0.0, 0.0, 9.0], [2.0, 2.0, 1.0]])
-    # gold 2 -> one better token (rank 2); gold 2 -> rank 1; gold 0 -> a tie is not "better" -> rank 1
-    assert salience_score(logits, [2, 2, 0]) == pytest.approx((1 / 2 + 1 + 1) / 3)
-    assert salience_score(torch.tensor([[0.0, -math.inf, 1.0]]), [1]) == pytest.approx(1 / 3)
-    with pytest.raises(ValueError, match="logits"):
-        salience_score(logits, [0, 1])
 
 
 @dataclass

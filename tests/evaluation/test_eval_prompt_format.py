@@ -5,7 +5,7 @@ import json
 import pytest
 
 from evaluation.generation import DecodeSettings
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from evaluation.prompt_format import PromptFormat, chat_template_notice
 from evaluation.runner import RunConfig, prepare_task, run
 

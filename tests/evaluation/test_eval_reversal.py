@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import build_task
 from evaluation.tasks.reversal import (
     VOCABULARY,

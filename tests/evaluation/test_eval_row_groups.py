@@ -13,7 +13,7 @@ from method_helpers import batch_of, gqa_llama, tokens
 from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
 from evaluation.methods import Method, MethodStack, build_method
 from evaluation.methods.row_groups import GroupedPolicy, RowGroups
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_train.modeling import NopePolicy, RopePolicy, RotaryEncoding, layer_policies
 from repo_train.modeling.scaling import ScaledRopePolicy

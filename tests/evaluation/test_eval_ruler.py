@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import build_task
 from evaluation.tasks.ruler import (
     ESSAY_SENTENCES,

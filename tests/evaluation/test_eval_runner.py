@@ -198,7 +198,7 @@ def test_methods_see_document_token_spans_and_no_answers(tiny_lm, nq_oracle_path
 
 def test_length_measuring_tasks_get_the_models_tokenizer():
     """RULER needs no tokenizer parameter in the harness: the evaluated model's own is used."""
-    from evaluation.models import tiny_default
+    from evaluation.model_loading import tiny_default
 
     model, tokenizer = tiny_default()
     settings = DecodeSettings(max_new_tokens=4, stop_strings=("\n",))

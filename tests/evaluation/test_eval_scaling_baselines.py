@@ -20,7 +20,7 @@ from evaluation.methods.scaling_baselines import (
     mspoe_ratios,
     outlier_fraction,
 )
-from evaluation.models import byte_tokenizer
+from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions, swapped_policies
 from repo_train.modeling.presets import tiny
 

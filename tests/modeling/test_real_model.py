@@ -28,7 +28,7 @@ from evaluation.methods import Method, MethodStack
 from evaluation.methods.found_in_middle import document_index, redistribute
 from evaluation.methods.pcd import contrast_logits
 from evaluation.methods.scaling_baselines import combine_buckets
-from evaluation.models import load_model
+from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import RunConfig, run
 from evaluation.sample_data import NQ_OPEN_ORACLE
@@ -39,7 +39,7 @@ from repo_train.modeling.swapping import current_policies, swapped_policies
 from search.fitness import FitnessResult, SubsetWeights
 from search.ga import GAConfig
 from search.genome import CurveGenome, SearchSpace
-from search.scale_file import ScaleFile, config_sha256, search_section, write_scale_file
+from search.scale_file_writer import ScaleFile, config_sha256, search_section, write_scale_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

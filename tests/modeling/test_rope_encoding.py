@@ -8,7 +8,13 @@ from float_checks import assert_close_to_scale
 from transformers import Olmo2Config
 from transformers.models.olmo2.modeling_olmo2 import Olmo2RotaryEmbedding
 
-from repo_train.modeling.rope import RotaryEncoding, apply_rotation, default_inv_freq, rotate_by_positions
+from repo_train.modeling.rope import (
+    RotaryEncoding,
+    _scaled_cos_sin,
+    apply_rotation,
+    default_inv_freq,
+    rotate_by_positions,
+)
 
 
 def _config(rope_parameters):
@@ -29,8 +35,9 @@ def test_tables_equal_hf_rotary_module(rope_parameters):
     positions = torch.arange(300)[None]
     hf_cos, hf_sin = hf(torch.zeros(1, dtype=torch.float32), positions)
     ours = RotaryEncoding.from_config(config)
-    cos, sin = ours.cos_sin(positions)
-    assert torch.equal(cos, hf_cos) and torch.equal(sin, hf_sin)
+    # the half tables the rotation uses (pairs j, j + D/2 share an angle), duplicated as HF lays them out
+    cos, sin = _scaled_cos_sin(positions, ours.inv_freq, ours.attention_scaling, torch.float32)
+    assert torch.equal(torch.cat((cos, cos), -1), hf_cos) and torch.equal(torch.cat((sin, sin), -1), hf_sin)
     if rope_parameters["rope_type"] == "yarn":
         assert ours.attention_scaling > 1.0  # YaRN's mscale is carried over
 

@@ -18,7 +18,7 @@ import torch
 from search.cli import main, output_paths, run_search
 from search.config import ConfigError, SearchConfig, load_config
 from search.harness_fitness import HarnessFitness
-from search.scale_file import load_scale_file
+from search.scale_file_writer import load_scale_file
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "search"

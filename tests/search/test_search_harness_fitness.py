@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 from evaluation.generation import DecodeSettings, generate
-from evaluation.models import tiny_default, weights_fingerprint
+from evaluation.model_loading import tiny_default, weights_fingerprint
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 from search.fitness import SubsetWeights

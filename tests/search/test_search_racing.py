@@ -10,7 +10,7 @@ from search.fitness import FitnessResult, SyntheticFitness, SyntheticQuestionFit
 from search.ga import FitnessCache, GAConfig, SearchState, run
 from search.genome import CurveGenome, SearchSpace
 from search.racing import RacingConfig, race
-from search.scale_file import ScaleFile, load_scale_file, search_section, write_scale_file
+from search.scale_file_writer import ScaleFile, load_scale_file, search_section, write_scale_file
 
 SPACE = SearchSpace(10, num_points=3)
 OPTIMUM = CurveGenome((0, 3, 9), (20, 10, 13))

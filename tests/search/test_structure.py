@@ -10,7 +10,7 @@ import pytest
 import torch
 from float_checks import assert_close_to_scale
 
-from evaluation.models import tiny_default
+from evaluation.model_loading import tiny_default
 from repo_train.modeling.scaling import ScaledRopePolicy
 from repo_train.modeling.swapping import current_policies
 from search.cli import main
@@ -18,8 +18,8 @@ from search.fitness import FitnessResult, SubsetWeights
 from search.ga import GAConfig
 from search.genome import LayerGenome, SearchSpace
 from search.policy import scaled_model
-from search.scale_file import ScaleFile, config_sha256, search_section, write_scale_file
-from search.structure import VARIANTS, scaling_variants, structure_deviation, structure_deviations, validate_structure
+from search.scale_file_writer import ScaleFile, config_sha256, search_section, write_scale_file
+from search.structure import VARIANTS, scaling_variants, structure_deviations, validate_structure
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "search" / "tiny.yaml")
 SCALES = [1.0, 1.3, 2.0, 1.1]
@@ -46,6 +46,11 @@ def _left_padded(sequences):
         ids[row, width - len(seq) :] = seq
         mask[row, width - len(seq) :] = 1
     return ids, mask
+
+
+def structure_deviation(model, batches, scales):
+    """D of one scale vector: the one-variant case of `structure_deviations`."""
+    return structure_deviations(model, batches, {"scales": scales})["scales"]
 
 
 def _one_by_one(sequences):

@@ -1,6 +1,6 @@
 """The real `python -m repo_train fit` process prints a user error as exactly one stderr line.
 
-The table in tests/test_bad_inputs.py runs `main(argv)` in-process; this checks
+The table in tests/test_bad_inputs_training.py runs `main(argv)` in-process; this checks
 what only a real process shows: LightningCLI's warning about `args` and
 sys.argv together (printed on every run before) and its ~90-line usage dump
 are gone, and `--help` still prints the options.

@@ -7,7 +7,7 @@ saved lr), and to ignore the data module's (a resume without the original
 given; a given value that differs is an error naming it, unless
 `--allow_hparam_changes true`, which makes the given value win (for real: the
 restored optimizer and schedule take it). The refusals are rows of
-tests/test_bad_inputs.py; the decisions and a real resume are here.
+tests/test_bad_inputs_training.py; the decisions and a real resume are here.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from float_checks import assert_close_to_scale
+from loss_history import LossHistory
 from transformers import Olmo2Config, Olmo2ForCausalLM
 
 from repo_train.data import OlmoNumpyData, SyntheticData
 from repo_train.modeling import layer_policies
 from repo_train.modeling.presets import tiny
-from repo_train.training.callbacks import LossHistory
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
 

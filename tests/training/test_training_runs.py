@@ -10,13 +10,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from float_checks import assert_close_to_scale
+from loss_history import LossHistory
 from pytorch_lightning.callbacks import ModelCheckpoint
 from transformers import AutoModelForCausalLM
 
 import repo_train  # noqa: F401
 from repo_train.data import SyntheticData
 from repo_train.export import export_checkpoint
-from repo_train.training.callbacks import LossHistory
 from repo_train.training.checks import check_resume
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule

@@ -13,13 +13,20 @@ import time
 
 import pytorch_lightning as pl
 import torch
+from loss_history import LossHistory
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from repo_train.data import SyntheticData
-from repo_train.training.callbacks import LossHistory
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
-from repo_train.training.strategies import build_strategy
+from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG, CPUDeepSpeedStrategy
+
+
+def strategy_for(name: str):
+    """`deepspeed_cpu` with the packaged ZeRO-2 settings; `ddp` and `auto` are Lightning's own names."""
+    if name == "deepspeed_cpu":
+        return CPUDeepSpeedStrategy(config=json.loads(DEFAULT_ZERO2_CONFIG.read_text()))
+    return name
 
 
 def main() -> None:
@@ -55,7 +62,7 @@ def main() -> None:
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=args.devices,
-        strategy=build_strategy(args.strategy),
+        strategy=strategy_for(args.strategy),
         max_steps=args.steps,
         gradient_clip_val=1.0,
         precision="32-true",

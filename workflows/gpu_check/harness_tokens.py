@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluation.generation import generate
-from evaluation.models import place_model, tiny_default
+from evaluation.model_loading import place_model, tiny_default
 from evaluation.results import RECORDS_FILE, read_records
 from evaluation.runner import RunConfig, prepare_task, run
 from workflows.gpu_check.positions import fp32_matmul, sharpen

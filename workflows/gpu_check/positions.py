@@ -33,7 +33,7 @@ from evaluation.generation import tokenize_prompts
 from evaluation.methods import Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.methods.found_in_middle import document_index, redistribute, resolve_layers
-from evaluation.models import byte_tokenizer, load_model
+from evaluation.model_loading import byte_tokenizer, load_model
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_common.atomic import write_json_atomic
 from repo_train.modeling import RePoOlmo2ForCausalLM, attention_modules

@@ -7,6 +7,6 @@ reverse. Importing this package registers `lpes:scale_file=PATH`.
 """
 
 from evaluation.methods.lpes.method import LayerScaledRope, read_scales
-from evaluation.methods.lpes.scale_file import ScaleFileError
+from evaluation.methods.lpes.scale_file_format import ScaleFileError
 
 __all__ = ["LayerScaledRope", "ScaleFileError", "read_scales"]

@@ -1,7 +1,7 @@
 """Curves that turn a few control points into one RoPE scaling factor per layer (LPES, Sec. 3 and App. D).
 
 Here, in evaluation's LPES package, because both sides check scale files with
-them (`evaluation.methods.lpes.scale_file`: the scales follow the curve through
+them (`evaluation.methods.lpes.scale_file_format`: the scales follow the curve through
 the control points); the search builds its genomes on them (`search/genome.py`).
 
 LPES does not search L free scales: it searches d+1 control points

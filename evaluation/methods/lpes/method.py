@@ -2,7 +2,7 @@
 
 Identical to `pi` except that the scale is per layer and comes from a file.
 The file is what `python -m search run` writes; its format, reader and field
-checks are `evaluation.methods.lpes.scale_file`, shared with `search`. Applying a
+checks are `evaluation.methods.lpes.scale_file_format`, shared with `search`. Applying a
 file needs only `format_version`, `num_layers` (against the model, at attach)
 and `scales` (one finite number > 0 per layer), so a hand-made file of scales
 alone is accepted; a file with a curve must have scales that follow it through
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evaluation.methods.base import PolicyMethod, register_method
-from evaluation.methods.lpes.scale_file import ScaleFileError, read_scale_file
+from evaluation.methods.lpes.scale_file_format import ScaleFileError, read_scale_file
 from evaluation.search_overlap import FittedExamples
 from repo_train.modeling import PositionPolicy
 from repo_train.modeling.scaling import scaled_policies

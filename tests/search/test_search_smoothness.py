@@ -1,9 +1,9 @@
-"""Smoothness of a scale vector (mean absolute second difference; see search/diagnostics.py)."""
+"""Smoothness of a scale vector (mean absolute second difference; see search/smoothness.py)."""
 
 import pytest
 
-from search.diagnostics import smoothness
 from search.genome import CurveGenome, SearchSpace
+from search.smoothness import smoothness
 
 
 def test_straight_lines_are_perfectly_smooth():

@@ -18,7 +18,7 @@ from transformers import (
 )
 
 from evaluation.generation import DecodeSettings, generate
-from evaluation.models import byte_tokenizer, load_model, model_identity, tiny_default
+from evaluation.model_loading import byte_tokenizer, load_model, model_identity, tiny_default
 from repo_train.modeling import RePoOlmo2ForCausalLM, RepoPolicy, layer_policies
 from repo_train.modeling.presets import tiny
 
@@ -124,7 +124,7 @@ def test_byte_tokenizer_round_trips_any_text_with_offsets():
 
 
 def test_place_model_devices_and_errors():
-    from evaluation.models import place_model, tiny_default
+    from evaluation.model_loading import place_model, tiny_default
 
     model, _ = tiny_default(seed=0)
     assert place_model(model, "cpu").device.type == "cpu"
@@ -138,7 +138,7 @@ def test_place_model_devices_and_errors():
 
 
 def test_dtype_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
-    from evaluation.models import resolve_dtype
+    from evaluation.model_loading import resolve_dtype
 
     assert resolve_dtype("auto", "cuda") == "bfloat16" and resolve_dtype("auto", "cpu") == "float32"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 from search.fitness import FitnessResult, SubsetWeights
 from search.ga import GAConfig
 from search.genome import CurveGenome, LayerGenome, SearchSpace
-from search.scale_file import (
+from search.scale_file_writer import (
     ScaleFile,
     ScaleFileError,
     config_sha256,

@@ -1,6 +1,6 @@
-"""Issue 24 ("Robust II"): nothing silently mixed, nothing written over, no wrong artefact accepted.
+"""Nothing silently mixed, nothing written over, no wrong artefact accepted (issue 24, "Robust II").
 
-`ROWS` extends the bad-input table of tests/test_bad_inputs.py with the cases
+`ROWS` extends the bad-input tables (tests/test_bad_inputs_*.py) with the cases
 that were silently wrong or destructive: a run directory resumed with other
 weights, tokenizer or scale file, records without their run.json, outputs
 over files the project did not write, a scale file of another model or of
@@ -22,22 +22,22 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from test_bad_inputs import (
+from bad_input_helpers import (
     EVAL,
     TINY_SEARCH,
     VOCAB,
+    BadInput,
     Context,
-    _scale_json,
-    _with_tokenizer,
+    check_row,
     lightning_like,
-    refused_in_one_line,
     run_cli,
+    scale_json,
     tree_bytes,
+    with_tokenizer,
 )
 
 from evaluation.results import build_summary, write_json_atomic
@@ -54,7 +54,7 @@ def tiny_model(tmp: Path, name: str, method: str = "rope", seed: int = 0) -> Pat
     torch.manual_seed(seed)
     model = RePoOlmo2ForCausalLM(tiny(vocab_size=VOCAB, pad_token_id=0, eos_token_id=1, position_method=method))
     model.save_pretrained(tmp / name)
-    return _with_tokenizer(tmp / name)
+    return with_tokenizer(tmp / name)
 
 
 def records_of(out: Path) -> list[dict]:
@@ -132,7 +132,7 @@ def _lowercasing_tokenizer(ctx: Context) -> None:
 def _scale_file_at(ctx: Context, scales: list[float], **model) -> Path:
     path = ctx.tmp / "scales.json"
     record = {"name": "tiny", "config_sha256": "0" * 64, **model}
-    data = _scale_json(curve={"type": "none", "degree": None}, control_points=[], scales=scales, model=record)
+    data = scale_json(curve={"type": "none", "degree": None}, control_points=[], scales=scales, model=record)
     path.write_text(json.dumps(data))
     return path
 
@@ -233,60 +233,49 @@ def _earlier_fit_root(name: str) -> Callable[[Context], list[str]]:
 # ----------------------------------------------------------------------------- the table
 
 
-@dataclass(frozen=True)
-class Row:
-    id: str
-    cli: str
-    setup: Callable[[Context], list[str]]
-    code: int
-    phrase: str
-    check: Callable[[Context], None] | None = None
-    """More to check afterwards (e.g. the records are the earlier run's alone)."""
-
-
 ROWS = [
     # -- a run directory pins what its records depend on
-    Row(
+    BadInput(
         "eval-resume-weights-replaced",
         "evaluation",
         _stopped_run(_other_weights),
         EXIT_USAGE,
         "other settings (differs in weights.model.safetensors)",
-        _only_the_first_run,
+        check=_only_the_first_run,
     ),
-    Row(
+    BadInput(
         "eval-resume-tokenizer-replaced",
         "evaluation",
         _stopped_run(_lowercasing_tokenizer),
         EXIT_USAGE,
         "other settings (differs in tokenizer)",
-        _only_the_first_run,
+        check=_only_the_first_run,
     ),
-    Row(
+    BadInput(
         "eval-resume-scale-file-replaced",
         "evaluation",
         _stopped_lpes_run,
         EXIT_USAGE,
         "other settings (differs in methods.lpes:scale_file=",
-        _only_the_first_run,
+        check=_only_the_first_run,
     ),
-    Row(
+    BadInput(
         "eval-resume-data-file-replaced",
         "evaluation",
         _stopped_data_run,
         EXIT_USAGE,
         "other settings (differs in tasks.kv.prompts_sha256: the same task settings give other prompts",
-        _only_the_first_run,
+        check=_only_the_first_run,
     ),
-    Row(
+    BadInput(
         "eval-records-without-run-json",
         "evaluation",
         _stopped_run(lambda ctx: (ctx.tmp / "out" / "run.json").unlink()),
         EXIT_USAGE,
         "holds records (records.jsonl) but no run.json",
-        _only_the_first_run,
+        check=_only_the_first_run,
     ),
-    Row(
+    BadInput(
         "eval-rank-records-without-run-json",
         "evaluation",
         _stopped_run(
@@ -299,70 +288,70 @@ ROWS = [
         "holds records (records.rank1.jsonl) but no run.json",
     ),
     # -- outputs never written over files the project did not write
-    Row(
+    BadInput(
         "eval-out-user-folder",
         "evaluation",
         lambda ctx: [*EVAL, "--model", str(tiny_model(ctx.tmp, "model")), "--out", str(_user_folder(ctx))],
         EXIT_USAGE,
         "is a non-empty directory that this command did not write (config.yaml, report.md; has no run.json",
     ),
-    Row(
+    BadInput(
         "eval-out-empty",
         "evaluation",
         lambda ctx: [*EVAL, "--model", str(tiny_model(ctx.tmp, "model")), "--out", ""],
         EXIT_USAGE,
         "--out is empty",
     ),
-    Row(
+    BadInput(
         "eval-out-dangling-link",
         "evaluation",
         lambda ctx: [*EVAL, "--model", str(tiny_model(ctx.tmp, "model")), "--out", str(_dangling(ctx))],
         EXIT_USAGE,
         "is a symbolic link",
     ),
-    Row(
+    BadInput(
         "search-out-unrelated-json",
         "search",
         _in_scales("s.json", '{"my": "data"}\n'),
         EXIT_USAGE,
         "s.json exists and is not the scale file of a search that can continue (no s.state.json)",
     ),
-    Row(
+    BadInput(
         "search-out-log-without-state",
         "search",
         _in_scales("s.log.jsonl", '{"generation": 0}\n'),
         EXIT_USAGE,
         "s.log.jsonl exists and is not an output of a search that can continue",
     ),
-    Row(
+    BadInput(
         "search-out-other-config",
         "search",
         _in_scales("s.config.yaml", "my: own notes\n"),
         EXIT_USAGE,
         "s.config.yaml exists and is not an output of a search",
     ),
-    Row(
+    BadInput(
         "search-out-resume-without-state",
         "search",
         lambda ctx: [*_in_scales("s.json", '{"my": "data"}\n')(ctx), "--resume"],
         EXIT_USAGE,
         "s.json exists and is not the scale file",
     ),
-    Row(
+    BadInput(
         "search-out-is-a-directory",
         "search",
         lambda ctx: (ctx.tmp / "scales" / "s.json").mkdir(parents=True) or _search_argv(ctx),
         EXIT_USAGE,
         "s.json is a directory, not a file",
     ),
-    Row(
+    BadInput(
         "search-out-empty",
         "search",
         lambda ctx: ["run", "--config", TINY_SEARCH, "--out", ""],
         EXIT_USAGE,
         "--out is empty",
     ),
-    Row(
+    BadInput(
         "diagnose-out-user-folder",
         "search",
         lambda ctx: [
@@ -377,30 +366,30 @@ ROWS = [
         EXIT_USAGE,
         "has no structure.json",
     ),
-    Row(
+    BadInput(
         "export-over-another-hf-directory",
         "repo_train",
         lambda ctx: _export_argv(ctx, str(_hf_directory(ctx))),
         EXIT_USAGE,
         "is a non-empty directory that this command did not write (README.md, config.json",
     ),
-    Row(
+    BadInput(
         "export-over-a-forged-manifest",
         "repo_train",
         lambda ctx: _export_argv(ctx, str(_forged_export(ctx))),
         EXIT_USAGE,
         "its export.json is not an earlier export's",
     ),
-    Row("export-out-empty", "repo_train", lambda ctx: _export_argv(ctx, ""), EXIT_USAGE, "--out is empty"),
-    Row("summarize-out-empty", "evaluation", lambda ctx: ["summarize", "--out", ""], EXIT_USAGE, "--out is empty"),
-    Row(
+    BadInput("export-out-empty", "repo_train", lambda ctx: _export_argv(ctx, ""), EXIT_USAGE, "--out is empty"),
+    BadInput("summarize-out-empty", "evaluation", lambda ctx: ["summarize", "--out", ""], EXIT_USAGE, "--out is empty"),
+    BadInput(
         "report-compare-empty",
         "evaluation",
         lambda ctx: ["report", "--out", str(_summarized_run(ctx)), "--compare", ""],
         EXIT_USAGE,
         "--compare is empty",
     ),
-    Row(
+    BadInput(
         "diagnose-out-empty",
         "search",
         lambda ctx: [
@@ -415,21 +404,21 @@ ROWS = [
         EXIT_USAGE,
         "--out is empty",
     ),
-    Row(
+    BadInput(
         "real-model-out-other-folder",
         "repo_train",
         lambda ctx: ["real-model", "--out", str(_user_folder(ctx))],
         EXIT_USAGE,
         "has no provenance.json",
     ),
-    Row(
+    BadInput(
         "summarize-empty-records",
         "evaluation",
         lambda ctx: ["summarize", "--out", str(_emptied(_summarized_run(ctx))), "--no-report"],
         EXIT_USAGE,
         "holds no records of the tasks and methods in",
     ),
-    Row(
+    BadInput(
         "summarize-under-a-running-run",
         "evaluation",
         lambda ctx: ["summarize", "--out", str(_held(ctx, _summarized_run(ctx))), "--no-report"],
@@ -437,57 +426,59 @@ ROWS = [
         "is in use by pid",
     ),
     # -- wrong artefacts
-    Row(
+    BadInput(
         "eval-lpes-other-model-config",
         "evaluation",
         _lpes_run([1.5] * 4, identity_sha256="0123456789abcdef"),
         EXIT_USAGE,
         "was searched for another model (tiny; differs in config (sha256 0123456789abcdef in the file",
     ),
-    Row(
+    BadInput(
         "eval-lpes-other-model-weights",
         "evaluation",
         _lpes_run([1.5] * 4, weight_files={"model.safetensors": {"size": 1, "sha256": "f" * 32}}),
         EXIT_USAGE,
         "pass --allow-other-model-scales to apply it deliberately",
     ),
-    Row(
+    BadInput(
         "eval-lpes-tiny-default-scales-on-a-model",
         "evaluation",
         _lpes_run([1.5] * 4, weight_files={"tiny_default_seed": 0}),
         EXIT_USAGE,
         "weights (the tiny default of seed 0 in the file",
     ),
-    Row(
+    BadInput(
         "eval-lpes-scales-1e300",
         "evaluation",
         _lpes_run([1e300] * 4),
         EXIT_USAGE,
         "scales must lie within [0.001, 1000]",
     ),
-    Row("eval-lpes-scales-tiny", "evaluation", _lpes_run([1e-9] * 4), EXIT_USAGE, "got (layer, scale) [(0, 1e-09)"),
-    Row(
+    BadInput(
+        "eval-lpes-scales-tiny", "evaluation", _lpes_run([1e-9] * 4), EXIT_USAGE, "got (layer, scale) [(0, 1e-09)"
+    ),
+    BadInput(
         "eval-pi-scale-1e300",
         "evaluation",
         lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", "pi:scale=1e300"),
         EXIT_USAGE,
         "pi: layer 0's scale must be a finite number within [0.001, 1000]",
     ),
-    Row(
+    BadInput(
         "eval-pi-stacked-beyond-range",
         "evaluation",
         lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", "pi:scale=100+pi:scale=100"),
         EXIT_USAGE,
         "got 10000.0",
     ),
-    Row(
+    BadInput(
         "eval-pi-on-nope-model",
         "evaluation",
         lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model", "nope"), "--method", "pi:scale=2"),
         EXIT_USAGE,
         "pi scales RoPE positions, but none of the model's 4 layers uses RoPE",
     ),
-    Row(
+    BadInput(
         "eval-lpes-on-nope-model",
         "evaluation",
         lambda ctx: _eval_argv(
@@ -496,7 +487,7 @@ ROWS = [
         EXIT_USAGE,
         "lpes scales RoPE positions, but none of the model's 4 layers uses RoPE",
     ),
-    Row(
+    BadInput(
         "report-seeds-other-task-settings",
         "evaluation",
         lambda ctx: [
@@ -510,7 +501,7 @@ ROWS = [
         EXIT_USAGE,
         "is not a seed of the setup of",
     ),
-    Row(
+    BadInput(
         "report-seeds-other-model",
         "evaluation",
         lambda ctx: [
@@ -525,28 +516,28 @@ ROWS = [
         "(differs in model.name)",
     ),
     # -- with a real search's outputs (configs/search/tiny.yaml, run once for the module)
-    Row(
+    BadInput(
         "search-resume-other-settings-keeps-config",
         "search",
         lambda ctx: _tiny_search(ctx) and _search_argv(ctx, "--resume", "--ga.seed", "5"),
         EXIT_USAGE,
         "used other GA settings ['seed']",
     ),
-    Row(
+    BadInput(
         "search-rerun-after-state-deleted",
         "search",
         lambda ctx: _without_state(_tiny_search(ctx)) and _search_argv(ctx),
         EXIT_USAGE,
         "s.json exists and is not the scale file of a search that can continue (no s.state.json)",
     ),
-    Row(
+    BadInput(
         "eval-searched-scales-on-another-model",
         "evaluation",
         lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", f"lpes:scale_file={_tiny_search(ctx)}"),
         EXIT_USAGE,
         "weights (the tiny default of seed 0 in the file",
     ),
-    Row(
+    BadInput(
         "diagnose-scales-of-another-model",
         "search",
         lambda ctx: [
@@ -564,28 +555,28 @@ ROWS = [
         "was searched for another model (tiny-default(seed=0); differs in config (sha256",
     ),
     # -- options the tiny default would ignore (and a config record as used)
-    Row(
+    BadInput(
         "search-dtype-without-model",
         "search",
         lambda ctx: _search_argv(ctx, "--model.dtype", "int8"),
         EXIT_USAGE,
         "--model.dtype int8 applies to a model loaded from a directory, and none is given",
     ),
-    Row(
+    BadInput(
         "search-attention-without-model",
         "search",
         lambda ctx: _search_argv(ctx, "--model.attn_implementation", "eager"),
         EXIT_USAGE,
         "--model.attn_implementation eager applies to a model loaded from a directory",
     ),
-    Row(
+    BadInput(
         "eval-dtype-without-model",
         "evaluation",
         lambda ctx: [*EVAL, "--dtype", "bfloat16", "--out", str(ctx.tmp / "out")],
         EXIT_USAGE,
         "--dtype bfloat16 applies to a model loaded from a directory",
     ),
-    Row(
+    BadInput(
         "validate-without-checkpoint-or-data",
         "repo_train",
         lambda ctx: ["validate", "--trainer.default_root_dir", str(ctx.tmp / "run")],
@@ -593,14 +584,14 @@ ROWS = [
         "validate needs --data.val SOURCE (the data to validate on) and --ckpt_path CKPT or --model.init_from DIR",
     ),
     # -- training restarted silently
-    Row(
+    BadInput(
         "fit-afresh-beside-last-ckpt",
         "repo_train",
         _earlier_fit_root("last.ckpt"),
         EXIT_USAGE,
         "holds an earlier run's checkpoint",
     ),
-    Row(
+    BadInput(
         "fit-afresh-beside-a-step-checkpoint",
         "repo_train",
         _earlier_fit_root("step=3.ckpt"),
@@ -638,19 +629,9 @@ def _held(ctx: Context, out: Path) -> Path:
     return out
 
 
-@pytest.fixture
-def ctx(tmp_path):
-    context = Context(tmp_path / "row")
-    context.tmp.mkdir()
-    yield context
-    context.release_all()
-
-
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
-def test_refused_before_any_write(row: Row, ctx, capsys, monkeypatch, one_thread):
-    refused_in_one_line(row.cli, row.setup(ctx), ctx.tmp, row.code, row.phrase, capsys, monkeypatch)
-    if row.check is not None:
-        row.check(ctx)
+def test_refused_before_any_write(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
+    check_row(row, tmp_path / "row", capsys, monkeypatch)  # in a subdirectory: some rows share files beside it
 
 
 # ----------------------------------------------------------------------------- what must still work
@@ -675,6 +656,22 @@ def test_an_older_run_json_resumes_once_with_a_note_and_gives_a_clean_runs_recor
     assert run_cli("evaluation", argv) == 0  # pinned now: no note
     assert "did not pin" not in capsys.readouterr().err
     assert (resumed / "records.jsonl").read_bytes() == (clean / "records.jsonl").read_bytes()
+
+
+def test_a_run_made_before_the_grids_were_renamed_resumes_under_the_new_name(tmp_path, one_thread):
+    """run.json naming the grid 'caliope' (an older version's): the same positions as 'ends-20-50-80', so resumed."""
+    model = tiny_model(tmp_path, "model")
+    argv = [*EVAL, "--gold-positions", "ends-20-50-80", "--model", str(model), "--out", str(tmp_path / "out")]
+    assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+    manifest = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert manifest["tasks"]["kv"]["params"]["gold_positions"] == "ends-20-50-80"
+    manifest["tasks"]["kv"]["params"]["gold_positions"] = "caliope"
+    (tmp_path / "out" / "run.json").write_text(json.dumps(manifest))
+    assert run_cli("evaluation", argv) == 0
+    assert len(records_of(tmp_path / "out")) == 4  # 2 examples x gold positions 0 and 1 (2 keys), none twice
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["tasks"]["kv"]["params"]["gold_positions"] == (
+        "ends-20-50-80"
+    )
 
 
 def test_a_scale_file_of_another_model_applies_when_asked(tmp_path, capsys, one_thread):

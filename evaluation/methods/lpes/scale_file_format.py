@@ -1,6 +1,6 @@
 """The LPES scale file format: one RoPE scale per layer, plus how it was found.
 
-Shared by `search` (which writes the files, search/scale_file.py) and the
+Shared by `search` (which writes the files, search/scale_file_writer.py) and the
 `lpes` method beside this module (which applies them): `search` imports
 `evaluation`, never the reverse, so the format lives here.
 
@@ -184,7 +184,7 @@ def _validate_sections(data: dict[str, Any], source: str) -> None:
         fail(
             source,
             f"model.config_sha256 must be 64 lowercase hex digits, got {digest!r}",
-            "compute it with search.scale_file.config_sha256(model.config)",
+            "compute it with search.scale_file_writer.config_sha256(model.config)",
         )
     search = data["search"]
     if not isinstance(search, dict):

@@ -1,19 +1,16 @@
-"""Diagnostics of a per-layer scale vector: how smooth it is across layers.
+"""Smoothness of a per-layer scale vector across layers (lower = smoother).
 
-The paper measures the smoothness S of the scaling factors across layers
+The LPES paper measures the smoothness S of the scaling factors across layers
 (its Eq. 14) to argue that curve-constrained scales beat free per-layer ones.
-I could not recall the exact form of Eq. 14, so `smoothness` is NOT the
-paper's formula: it is the mean absolute second difference
+`smoothness` is this project's stand-in, not checked against Eq. 14: the mean
+absolute second difference
 
     S = 1 / (L − 2) · Σ_{h=1}^{L−2} |s_{h+1} − 2 s_h + s_{h−1}|,
 
-0 for any straight line, larger for rougher vectors (lower is smoother).
-Replace it with Eq. 14 once checked against the paper.
-
-The paper's representational structure deviation D (Eq. 12–13) needs the
-model's hidden states; our stand-in for it (also not the paper's formula) is
-in search/structure.py, and `python -m search diagnose` reports D and S of a
-scale file and its variants side by side.
+which is 0 for any straight line and grows with roughness. The structure
+deviation D (Eq. 12–13) has a stand-in of its own in search/structure.py;
+`python -m search diagnose` reports D and S of a scale file and its variants
+side by side.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The scale file: what an LPES search hands to evaluation (one RoPE scale per layer, plus how it was found).
 
 The format (`format_version` 1, every field) and its reader and field checks
-are in `evaluation.methods.lpes.scale_file`, beside evaluation's `lpes`
+are in `evaluation.methods.lpes.scale_file_format`, beside evaluation's `lpes`
 method, including the check that for curve types `scales` follow the control
 points (the same check whenever evaluation's `lpes` method reads a file with a
 curve). This module writes scale files (`ScaleFile`, `write_scale_file`) and
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.methods.lpes.scale_file import (
+from evaluation.methods.lpes.scale_file_format import (
     FORMAT_VERSION,
     REQUIRED_KEYS,
     ScaleFileError,

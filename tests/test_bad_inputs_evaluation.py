@@ -1,0 +1,529 @@
+"""Bad inputs to `python -m evaluation` are refused in one line and leave earlier outputs byte-identical.
+
+`ROWS` is the evaluation part of the bad-input table (issue 13; the row and the
+check are in tests/bad_input_helpers.py): weights that do not fit the model,
+the model directory, data and options, the output directory and earlier
+results. Add a row per new bad input.
+
+Below the table, the checks that are not one command line: the too-long refusal
+of a large KV task in bounded memory (a subprocess under an address-space cap),
+bounded tokenising and the chunked task build giving the same prompts, a full
+disk naming the file being written, lpes scale files with and without a curve.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import datasets
+import pytest
+from bad_input_helpers import (
+    EVAL,
+    ROOT,
+    BadInput,
+    Context,
+    check_row,
+    damaged_weights,
+    file_at,
+    foreign_lock,
+    full_disk_on,
+    gpt2_model,
+    llama_as_olmo2,
+    olmo2_other_ffn,
+    repo_model,
+    run_cli,
+    scale_file_at,
+    scale_json,
+    tiny_fields,
+    tmp_args,
+    with_tokenizer,
+    write_config,
+)
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
+
+from evaluation.generation import PromptsTooLongError, fit_to_length, tokenize_and_fit, tokenize_prompts
+from evaluation.model_loading import byte_tokenizer
+from evaluation.sample_data import NQ_OPEN_ORACLE
+from evaluation.tasks import build_task
+from repo_common.cli_errors import EXIT_USAGE
+from repo_common.run_lock import LOCK_FILE
+
+
+def llama_as_repo(tmp: Path) -> Path:
+    path = tmp / "llama_as_repo"
+    LlamaForCausalLM(LlamaConfig(**tiny_fields())).save_pretrained(path)
+    write_config(path, model_type="repo_olmo2", architectures=["RePoOlmo2ForCausalLM"], position_method="rope")
+    return with_tokenizer(path)
+
+
+def repo_partial(tmp: Path) -> Path:
+    """A REPO checkpoint missing one layer's predictor."""
+    path = repo_model(tmp, "repo_partial")
+    state = load_file(path / "model.safetensors")
+    del state["model.layers.3.self_attn.final_map.weight"]
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+def repo_weights_as_olmo2(tmp: Path) -> Path:
+    """REPO weights under a plain OLMo-2 config.json (no pe_config): the predictors would be dropped."""
+    path = repo_model(tmp, "repo_as_olmo2")
+    write_config(path, model_type="olmo2", architectures=["Olmo2ForCausalLM"], position_method=None)
+    return path
+
+
+def published_without_repo_weights(tmp: Path) -> Path:
+    """The published RePo layout (olmo2 + pe_config) whose REPO predictor weights are absent."""
+    path = tmp / "published_no_repo"
+    Olmo2ForCausalLM(Olmo2Config(**tiny_fields())).save_pretrained(path)
+    write_config(path, pe_config={"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 1})
+    return with_tokenizer(path)
+
+
+def _earlier_run(out: Path) -> Path:
+    """An evaluation run directory with earlier results."""
+    out.mkdir(parents=True)
+    (out / "records.jsonl").write_text('{"id": "a", "task": "kv", "method": "baseline", "score": 1.0}\n')
+    (out / "run.json").write_text('{"format_version": 1}\n')
+    return out
+
+
+def _eval(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: [*EVAL, "--model", str(model(ctx.tmp)), "--out", str(_earlier_run(ctx.tmp / "out"))]
+
+
+def _locked_eval(ctx: Context) -> list[str]:
+    out = _earlier_run(ctx.tmp / "out")
+    ctx.hold(out / LOCK_FILE)
+    return [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(out)]
+
+
+def _foreign_eval(ctx: Context) -> list[str]:
+    out = _earlier_run(ctx.tmp / "out")
+    foreign_lock(out / LOCK_FILE)
+    return [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(out)]
+
+
+def _ev_fresh(*extra: str, model: Callable[[Path], Path] = repo_model) -> Callable[[Context], list[str]]:
+    """EVAL of a tiny model into a new ctx.tmp/out (removed again when refused); `{tmp}` in `extra` is ctx.tmp."""
+    return lambda ctx: [*EVAL, *tmp_args(ctx, extra), "--model", str(model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+
+def _ev_with(make: Callable[[Context], list[str]]) -> Callable[[Context], list[str]]:
+    """EVAL of a tiny model into a new ctx.tmp/out, plus the arguments `make` returns after building its files."""
+    return lambda ctx: [*EVAL, *make(ctx), "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+
+def _ev_data_dir(files: dict[str, str], *extra: str) -> Callable[[Context], list[str]]:
+    """`--data-dir ctx.tmp/data` holding `files` (name -> text), plus `extra` options."""
+
+    def make(ctx: Context) -> list[str]:
+        data = ctx.tmp / "data"
+        data.mkdir()
+        for name, text in files.items():
+            (data / name).write_text(text)
+        return ["--data-dir", str(data), *extra]
+
+    return _ev_with(make)
+
+
+def _ev_earlier(edit: Callable[[Path], None]) -> Callable[[Context], list[str]]:
+    """An earlier run of the same command stopped after one record (`--max-records 1`), then `edit(out)`."""
+
+    def make(ctx: Context) -> list[str]:
+        argv = [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+        assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+        edit(ctx.tmp / "out")
+        return argv
+
+    return make
+
+
+def _duplicate_first_record(out: Path) -> None:
+    """records.jsonl gets its first record again, with another prediction and score (two writers?)."""
+    record = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    record.update(prediction="another answer", score=1.0 - record["score"])
+    with open(out / "records.jsonl", "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def _manifest_without_metric(out: Path) -> None:
+    """run.json as an older version wrote it: no metric in the task entry (kv then scored best_subspan_em)."""
+    manifest = json.loads((out / "run.json").read_text())
+    del manifest["tasks"]["kv"]["metric"]
+    (out / "run.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _other_width(tmp: Path) -> Path:
+    """A tiny model (hidden size 64) whose config.json says 128."""
+    path = repo_model(tmp, "other_width")
+    write_config(path, hidden_size=128)
+    return path
+
+
+def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
+    """baseline and `lpes:scale_file=` a scale file holding `data`."""
+    return _ev_with(lambda ctx: ["--method", "baseline", "--method", f"lpes:scale_file={scale_file_at(data)(ctx)}"])
+
+
+def _ev_config(text: str) -> Callable[[Context], list[str]]:
+    """`run --config ctx.tmp/eval.yaml` (holding `text`) of a tiny model into a new ctx.tmp/out."""
+
+    def make(ctx: Context) -> list[str]:
+        config = file_at("eval.yaml", text)(ctx)
+        model = repo_model(ctx.tmp)
+        return ["run", "--config", str(config), "--model", str(model), "--out", str(ctx.tmp / "out"), "--no-progress"]
+
+    return make
+
+
+# == setups: insert above this line ==
+
+
+ROWS = [
+    # -- weights that do not fit the model (issue 13, item 2): evaluation and search loading
+    BadInput(
+        "eval-llama-weights-olmo2-config",
+        "evaluation",
+        _eval(llama_as_olmo2),
+        EXIT_USAGE,
+        "do not fit Olmo2ForCausalLM",
+    ),
+    BadInput("eval-llama-weights-repo-config", "evaluation", _eval(llama_as_repo), EXIT_USAGE, "12 missing"),
+    BadInput("eval-mis-shaped-mlp", "evaluation", _eval(olmo2_other_ffn), EXIT_USAGE, "mis-shaped (model.layers.0.mlp"),
+    BadInput("eval-partial-repo", "evaluation", _eval(repo_partial), EXIT_USAGE, "its REPO weights are partial"),
+    BadInput("eval-repo-weights-dropped", "evaluation", _eval(repo_weights_as_olmo2), EXIT_USAGE, "9 unexpected"),
+    BadInput(
+        "eval-published-no-repo", "evaluation", _eval(published_without_repo_weights), EXIT_USAGE, "no REPO weights"
+    ),
+    # -- one writer per output (item 3)
+    BadInput("eval-out-locked", "evaluation", _locked_eval, EXIT_USAGE, "is in use by pid"),
+    BadInput("eval-out-locked-other-host", "evaluation", _foreign_eval, EXIT_USAGE, "on host elsewhere.example"),
+    # -- evaluation: prompts that cannot fit (issue 13, item 5), refused from lengths alone
+    BadInput(
+        "eval-kv-75-keys-over-max-length",
+        "evaluation",
+        _ev_fresh("--num-keys", "75", "--max-length", "2048"),
+        EXIT_USAGE,
+        "10 of 10 prompts exceed the 2046-token prompt limit (longest 6231 tokens; the limit is --max-length",
+    ),
+    # -- evaluation: the model directory
+    BadInput(
+        "eval-truncated-safetensors",
+        "evaluation",
+        _eval(damaged_weights(lambda data: data[: len(data) // 2])),
+        EXIT_USAGE,
+        "damaged/model.safetensors is not a readable safetensors file",
+    ),
+    BadInput(
+        "eval-corrupt-safetensors",
+        "evaluation",
+        _eval(damaged_weights(lambda data: random.Random(1).randbytes(len(data)))),
+        EXIT_USAGE,
+        "is truncated or corrupt; copy it again",
+    ),
+    BadInput(
+        "eval-other-width",
+        "evaluation",
+        _eval(_other_width),
+        EXIT_USAGE,
+        "[258, 64] in the checkpoint, [258, 128] here",
+    ),
+    BadInput(
+        "eval-pi-on-gpt2",
+        "evaluation",
+        _ev_fresh("--method", "pi:scale=2", model=gpt2_model),
+        EXIT_USAGE,
+        "GPT2LMHeadModel does not look like a HF decoder",
+    ),
+    # -- evaluation: data and options
+    BadInput(
+        "eval-empty-mdqa-file",
+        "evaluation",
+        _ev_data_dir({"nq-open-oracle.jsonl": ""}, "--tasks", "mdqa", "--num-documents", "3"),
+        EXIT_USAGE,
+        "nq-open-oracle.jsonl' is empty (no JSON lines)",
+    ),
+    BadInput(
+        "eval-empty-kv-file",
+        "evaluation",
+        _ev_data_dir({"kv-retrieval-2_keys.jsonl": "\n\n"}),
+        EXIT_USAGE,
+        "kv-retrieval-2_keys.jsonl' is empty (no JSON lines)",
+    ),
+    BadInput(
+        "eval-data-dir-without-kv-file",
+        "evaluation",
+        _ev_data_dir({"README": "not the data\n"}),
+        EXIT_USAGE,
+        "no kv-retrieval-2_keys.jsonl(.gz) in --data-dir",
+    ),
+    BadInput(
+        "eval-data-dir-missing",
+        "evaluation",
+        _ev_fresh("--data-dir", "{tmp}/no_such_dir"),
+        EXIT_USAGE,
+        "no_such_dir' is not a directory",
+    ),
+    BadInput(
+        "eval-batch-size-zero",
+        "evaluation",
+        _ev_fresh("--batch-size", "0"),
+        EXIT_USAGE,
+        "option --batch_size: expected a positive integer, got 0 (see python -m evaluation run --help)",
+    ),
+    BadInput(
+        "eval-bad-gold-positions",
+        "evaluation",
+        _ev_fresh("--gold-positions", "first"),
+        EXIT_USAGE,
+        "argument --gold-positions: expected one of ['ends-20-50-80', 'quartiles', 'all'] or comma-separated",
+    ),
+    BadInput(
+        "eval-gold-positions-old-grid-name",
+        "evaluation",
+        _ev_fresh("--gold-positions", "caliope"),
+        EXIT_USAGE,
+        "the gold-position grid 'caliope' is now called 'ends-20-50-80' (ends-20-50-80 = first, 20%, 50%, 80%, last;",
+    ),
+    BadInput(
+        "eval-config-gold-positions-old-grid-name",
+        "evaluation",
+        _ev_config(
+            "tasks:\n  - class_path: evaluation.tasks.KVRetrievalTask\n"
+            "    init_args: {num_keys: 2, num_examples: 2, gold_positions: lpes}\n"
+        ),
+        EXIT_USAGE,
+        "the gold-position grid 'lpes' is now called 'quartiles'",
+    ),
+    BadInput(
+        "eval-gold-position-out-of-range",
+        "evaluation",
+        _ev_fresh("--gold-positions", "0,5"),
+        EXIT_USAGE,
+        "gold position(s) [5] outside [0, 1] for 2 items",
+    ),
+    BadInput(
+        "eval-unknown-method", "evaluation", _ev_fresh("--method", "nosuch"), EXIT_USAGE, "unknown method 'nosuch'"
+    ),
+    BadInput(
+        "eval-unknown-method-parameter",
+        "evaluation",
+        _ev_fresh("--method", "pi:factor=2"),
+        EXIT_USAGE,
+        "unknown parameter(s) ['factor'] for method 'pi'; valid parameters are ['scale']",
+    ),
+    BadInput(
+        "eval-lpes-curve-mismatch",
+        "evaluation",
+        _ev_lpes(scale_json(scales=[1.0, 1.0, 1.0, 1.0])),
+        EXIT_USAGE,
+        "scales differ from the bezier curve through control_points",
+    ),
+    BadInput(
+        "eval-lpes-format-version",
+        "evaluation",
+        _ev_lpes(scale_json(format_version=2)),
+        EXIT_USAGE,
+        "format_version 2 is not supported",
+    ),
+    BadInput(
+        "eval-lpes-other-layer-count",
+        "evaluation",
+        _ev_lpes({"format_version": 1, "num_layers": 8, "scales": [1.0] * 8}),
+        EXIT_USAGE,
+        "has scales for 8 layers, the model has 4",
+    ),
+    # -- evaluation: the output directory and earlier results
+    BadInput(
+        "eval-out-is-a-file",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(file_at("out.txt", "notes\n")(ctx))],
+        EXIT_USAGE,
+        "out.txt is a file; pass --out a directory",
+    ),
+    BadInput(
+        "eval-records-duplicate-id-other-result",
+        "evaluation",
+        _ev_earlier(_duplicate_first_record),
+        EXIT_USAGE,
+        "records.jsonl:2 repeats prompt",
+    ),
+    BadInput(
+        "eval-resume-run-without-metric",
+        "evaluation",
+        _ev_earlier(_manifest_without_metric),
+        EXIT_USAGE,
+        "other settings (differs in tasks.kv.metric)",
+    ),
+    BadInput(
+        "eval-truncated-run-json",
+        "evaluation",
+        _ev_earlier(lambda out: (out / "run.json").write_text((out / "run.json").read_text()[:60])),
+        EXIT_USAGE,
+        "is not a JSON object, truncated or corrupt",
+    ),
+    BadInput(
+        "report-truncated-summary",
+        "evaluation",
+        lambda ctx: [
+            "report",
+            "--out",
+            str(file_at("out/summary.json", '{"format_version": 2, "results"')(ctx).parent),
+        ],
+        EXIT_USAGE,
+        "is truncated or corrupt; rerun the `python -m evaluation run` command",
+    ),
+    # == rows: insert above this line ==
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
+    check_row(row, tmp_path, capsys, monkeypatch)
+
+
+def test_an_evaluation_run_leaves_no_lock_and_no_directory_when_refused_early(tmp_path):
+    from evaluation.runner import RunConfig, run
+
+    out = tmp_path / "new"
+    with pytest.raises(ValueError, match="unknown method"):
+        run(RunConfig(out=str(out), tasks={"kv": {"num_examples": 1}}, methods=["no-such-method"]))
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- not command lines
+
+
+NQ = NQ_OPEN_ORACLE
+
+
+BOUNDED = """
+import json, resource, sys, time
+from pathlib import Path
+from evaluation.generation import DecodeSettings, PromptsTooLongError
+from evaluation.model_loading import tiny_default
+from evaluation.runner import prepare_task
+
+model, tokenizer = tiny_default()
+statm = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+cap = statm + int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+params = {"num_keys": 75, "num_examples": 40, "gold_positions": "all", "seed": 0}
+try:
+    prepare_task("kv", params, model, tokenizer, DecodeSettings(max_new_tokens=8, max_length=2048))
+    outcome = "accepted"
+except PromptsTooLongError as err:
+    outcome = [err.too_long, err.total, err.limit, err.longest, str(err)]
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) * 1024
+print(json.dumps({"outcome": outcome, "seconds": time.perf_counter() - start, "rss_growth": grown}))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter; 3,000 prompts of 6,000 tokens tokenised
+def test_a_kv_task_too_long_for_the_model_is_refused_in_bounded_memory():
+    """3,000 KV prompts of 75 keys (~6,200 tokens each) for a 2,048-token budget: refused in < 400 MB more.
+
+    Before the fix every prompt was tokenised (with offsets) before the length
+    check: ~1.2 MB a prompt, 3.6 GB here, 45 GB for the release's 75-key file at
+    every position (37,500 prompts). The refusal now keeps one chunk at a time.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", BOUNDED, str(2**30)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    too_long, total, limit, longest, message = report["outcome"]
+    assert (too_long, total, limit) == (3000, 3000, 2040) and longest > 6000
+    assert "3000 of 3000 prompts exceed the 2040-token prompt limit" in message and "--truncate middle|left" in message
+    assert report["rss_growth"] < 400 * 2**20, report  # ~220 MB: one call of ~87 prompts with offsets
+
+
+def _mdqa_prompts(num_examples: int = 4) -> datasets.Dataset:
+    task = build_task("mdqa", path=str(NQ), num_documents=3, num_examples=num_examples, gold_positions="all", seed=3)
+    return task.build()
+
+
+@pytest.mark.parametrize(("chunk_size", "chars"), [(1, None), (5, None), (256, None), (5, 3000), (256, 3000)])
+def test_tokenize_and_fit_gives_the_prompts_of_tokenize_then_fit(chunk_size, chars, monkeypatch):
+    """Same tokens, spans and truncation as one tokenizer call followed by `fit_to_length`; same refusal."""
+    import evaluation.generation
+
+    tokenizer = byte_tokenizer()
+    dataset = _mdqa_prompts()
+    prompts, spans = list(dataset["prompt"]), list(dataset["item_spans"])
+    whole = tokenize_prompts(tokenizer, prompts, spans, chunk_size=len(prompts))
+    lengths = sorted(len(p.input_ids) for p in whole)
+    if chars is not None:  # calls of a few prompts (of 1,300-2,500 characters) within each chunk
+        monkeypatch.setattr(evaluation.generation, "TOKENIZE_CHARS", chars)
+    assert tokenize_prompts(tokenizer, prompts, spans, chunk_size=chunk_size) == whole
+    for limit in (None, lengths[-1], lengths[len(lengths) // 2], lengths[0] - 1):
+        for truncate in (None, "middle", "left"):
+            try:
+                expected = fit_to_length(whole, limit, truncate)
+            except PromptsTooLongError as err:
+                expected = str(err)
+            try:
+                got = tokenize_and_fit(tokenizer, dataset["prompt"], dataset["item_spans"], limit, truncate, chunk_size)
+            except PromptsTooLongError as err:
+                got = str(err)
+            assert got == expected, (limit, truncate)
+
+
+def test_task_build_in_chunks_equals_one_build(monkeypatch):
+    from evaluation.tasks import base
+
+    task = build_task("kv", num_keys=5, num_examples=4, gold_positions="all", seed=1)
+    whole = datasets.Dataset.from_list(list(task.rows()), features=task.features())
+    monkeypatch.setattr(base, "BUILD_CHUNK", 7)  # 20 rows: chunks of 7, 7, 6
+    chunked = task.build()
+    assert chunked.features == whole.features and chunked.to_list() == whole.to_list()
+
+
+@pytest.mark.parametrize("name", ["records.jsonl", "summary.json", "run.json"])
+def test_evaluation_on_a_full_disk_names_the_file(tmp_path, monkeypatch, capsys, name, one_thread):
+    import evaluation.results
+    import repo_common.atomic
+    from evaluation.cli import main
+
+    module = evaluation.results if name == "records.jsonl" else repo_common.atomic
+    full_disk_on(monkeypatch, module, name)
+    out = tmp_path / "out"
+    code = main([*EVAL, "--out", str(out)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "no --model" not in line]
+    assert code == 2 and len(lines) == 1, lines
+    assert f"No space left on device while writing {out / name}; free space" in lines[0]
+
+
+def test_lpes_accepts_scales_alone_and_checks_a_curve_when_there_is_one(tmp_path):
+    from evaluation.methods import MethodStack
+    from evaluation.methods.lpes.scale_file_format import ScaleFileError
+
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.5]}))
+    MethodStack.parse(f"lpes:scale_file={bare}")  # hand-made scales: fine
+    linear = {"curve": {"type": "linear", "degree": 1}, "control_points": [[0, 1.0], [1, 1.5]]}
+    bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.5], **linear}))
+    MethodStack.parse(f"lpes:scale_file={bare}")  # scales on the curve: fine
+    bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.4], **linear}))
+    with pytest.raises(ScaleFileError, match=r"^lpes: scale file .* scales differ from the linear curve"):
+        MethodStack.parse(f"lpes:scale_file={bare}")
+    bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.5], "curve": linear["curve"]}))
+    with pytest.raises(ScaleFileError, match=r"has curve but lacks \['control_points'\]"):
+        MethodStack.parse(f"lpes:scale_file={bare}")

@@ -1,0 +1,108 @@
+"""Model directories that are not this model's are refused from config.json alone, before any model is built.
+
+`RePoOlmo2Config.from_pretrained` / `RePoOlmo2ForCausalLM.from_pretrained` on
+another architecture's directory (also under a memory cap, so a regression
+fails instead of eating the machine), and the loads that stay allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bad_input_helpers import (
+    config_only,
+    olmo2_other_ffn,
+    tiny_fields,
+    write_config,
+)
+from transformers import Olmo2Config, Olmo2ForCausalLM
+
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
+
+WRONG_DIRECTORIES = {
+    "no-config": ({}, "has no config.json"),
+    "gpt2": ({"model_type": "gpt2", "n_embd": 64}, "model_type 'gpt2'"),
+    "llama": ({"model_type": "llama", "hidden_size": 64}, "model_type 'llama'"),
+    "no-model-type": ({"hidden_size": 64}, "no model_type"),
+}
+
+
+MEMORY_CAPPED = """
+import json, resource, sys, time
+cap = 3 * 2**30
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
+results = {}
+for path in sys.argv[1:]:
+    for load in (RePoOlmo2Config.from_pretrained, RePoOlmo2ForCausalLM.from_pretrained):
+        start = time.perf_counter()
+        try:
+            load(path)
+            outcome = "loaded"
+        except (ValueError, OSError) as err:
+            outcome = f"{type(err).__name__}: {err}"
+        except BaseException as err:  # MemoryError, RuntimeError from the allocator: the regression
+            outcome = f"CRASH {type(err).__name__}: {str(err)[:200]}"
+        results[f"{path}|{load.__qualname__}"] = [outcome, time.perf_counter() - start]
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("loader", ["config", "model"])
+@pytest.mark.parametrize("name", WRONG_DIRECTORIES)
+def test_from_pretrained_refuses_other_directories_before_building(tmp_path, name, loader, monkeypatch):
+    """Refused from config.json alone: building any model (the 7B default shape) fails this test."""
+    config, phrase = WRONG_DIRECTORIES[name]
+    path = config_only(tmp_path, name, **config)
+
+    def tripwire(self, *args, **kwargs):
+        raise AssertionError("a model was built from a directory that should have been refused")
+
+    monkeypatch.setattr(RePoOlmo2ForCausalLM, "__init__", tripwire)
+    load = RePoOlmo2Config.from_pretrained if loader == "config" else RePoOlmo2ForCausalLM.from_pretrained
+    start = time.perf_counter()
+    with pytest.raises((ValueError, FileNotFoundError), match=phrase) as info:
+        load(path)
+    assert time.perf_counter() - start < 1.0
+    message = str(info.value)
+    assert "\n" not in message and "'olmo2'" in message and "'repo_olmo2'" in message and "pe_config" in message
+
+
+@pytest.mark.slow
+def test_from_pretrained_refuses_under_a_memory_cap(tmp_path):
+    """The same refusals in a process limited to 3 GB of address space (a regression fails, not the machine)."""
+    paths = [str(config_only(tmp_path, name, **WRONG_DIRECTORIES[name][0])) for name in WRONG_DIRECTORIES]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_CAPPED, *paths], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(results) == 2 * len(WRONG_DIRECTORIES)
+    for key, (outcome, seconds) in results.items():
+        name = Path(key.split("|")[0]).name
+        assert WRONG_DIRECTORIES[name][1] in outcome, (key, outcome)
+        assert seconds < 1.0, (key, seconds)
+
+
+def test_fresh_repo_weights_only_when_asked_for(tmp_path):
+    """A vanilla OLMo-2 with position_method='repo' starts REPO fresh; the same directory claiming REPO does not."""
+    path = tmp_path / "vanilla"
+    Olmo2ForCausalLM(Olmo2Config(**tiny_fields())).save_pretrained(path)
+    model = RePoOlmo2ForCausalLM.from_pretrained(path, position_method="repo", repo_start_layer=2)
+    assert model.config.position_method == "repo"
+    write_config(path, pe_config={"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 2})
+    with pytest.raises(ValueError, match="holds no REPO weights .* pass position_method='repo'"):
+        RePoOlmo2ForCausalLM.from_pretrained(path)
+    # transformers' own opt-in for mis-shaped weights stays available
+    wide = olmo2_other_ffn(tmp_path)
+    with pytest.raises(ValueError, match="mis-shaped"):
+        RePoOlmo2ForCausalLM.from_pretrained(wide, position_method="rope")
+    model = RePoOlmo2ForCausalLM.from_pretrained(wide, position_method="rope", ignore_mismatched_sizes=True)
+    assert model.config.intermediate_size == 96

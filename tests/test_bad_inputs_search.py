@@ -1,0 +1,209 @@
+"""Bad inputs to `python -m search` are refused in one line and leave earlier outputs byte-identical.
+
+`ROWS` is the search part of the bad-input table (issue 13; the row and the
+check are in tests/bad_input_helpers.py). Add a row per new bad input. Below
+the table: a full disk naming the state file, the fitness context including the
+metric, the held-out default.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bad_input_helpers import (
+    TINY_SEARCH,
+    BadInput,
+    Context,
+    check_row,
+    damaged_weights,
+    full_disk_on,
+    gpt2_model,
+    llama_as_olmo2,
+    repo_model,
+    scale_file_at,
+    scale_json,
+    tmp_args,
+)
+
+from repo_common.cli_errors import EXIT_USAGE
+
+
+def _search(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: ["run", "--model", str(model(ctx.tmp)), "--out", str(ctx.tmp / "scales" / "s.json")]
+
+
+def _locked_search(ctx: Context) -> list[str]:
+    scales = ctx.tmp / "scales"
+    scales.mkdir()
+    (scales / "s.state.json").write_text('{"earlier": true}\n')
+    ctx.hold(scales / "s.lock")
+    return ["run", "--model", str(repo_model(ctx.tmp)), "--out", str(scales / "s.json"), "--resume"]
+
+
+def _se_run(*extra: str, make: Callable[[Context], list[str]] | None = None) -> Callable[[Context], list[str]]:
+    """`search run` of configs/search/tiny.yaml to ctx.tmp/scales/s.json, plus `extra` and what `make` returns."""
+    return lambda ctx: [
+        "run", "--config", TINY_SEARCH, "--out", str(ctx.tmp / "scales" / "s.json"), *tmp_args(ctx, extra),
+        *(make(ctx) if make is not None else []),
+    ]  # fmt: skip
+
+
+def _se_config(text: str) -> Callable[[Context], list[str]]:
+    def make(ctx: Context) -> list[str]:
+        (ctx.tmp / "search.yaml").write_text(text)
+        return ["--config", str(ctx.tmp / "search.yaml")]
+
+    return make
+
+
+def _truncated_state(ctx: Context) -> list[str]:
+    """scales/s.state.json cut off mid-way (a disk that filled up, a copy that broke off)."""
+    (ctx.tmp / "scales").mkdir()
+    state = '{"state_version": 1, "space": {"num_layers": 4, "num_points": 3, "curve": "bezier"}, "config": {"popu'
+    (ctx.tmp / "scales" / "s.state.json").write_text(state)
+    return ["--resume"]
+
+
+def _kv_release_file(ctx: Context, examples: int, keys: int = 4) -> Path:
+    """A kv-retrieval-<keys>_keys.jsonl in the release's format with `examples` lines, in ctx.tmp/data."""
+    data = ctx.tmp / "data"
+    data.mkdir(exist_ok=True)
+    lines = []
+    for index in range(examples):
+        pairs = [[f"key-{index}-{k}", f"value-{index}-{k}"] for k in range(keys)]
+        lines.append(json.dumps({"ordered_kv_records": pairs, "key": pairs[1][0], "value": pairs[1][1]}))
+    path = data / f"kv-retrieval-{keys}_keys.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _search_show(data: dict) -> Callable[[Context], list[str]]:
+    return lambda ctx: ["show", str(scale_file_at(data)(ctx))]
+
+
+# == setups: insert above this line ==
+
+
+ROWS = [
+    # -- weights that do not fit the model (issue 13, item 2): evaluation and search loading
+    BadInput("search-llama-weights", "search", _search(llama_as_olmo2), EXIT_USAGE, "do not fit Olmo2ForCausalLM"),
+    # -- one writer per output (item 3)
+    BadInput("search-out-locked", "search", _locked_search, EXIT_USAGE, "is in use by pid"),
+    # -- search
+    BadInput(
+        "search-truncated-state",
+        "search",
+        _se_run(make=_truncated_state),
+        EXIT_USAGE,
+        "s.state.json is not valid JSON (Unterminated string starting at: line 1, column 97): it is truncated or "
+        "corrupt; delete it to start the search over",
+    ),
+    BadInput(
+        "search-unsupported-architecture",
+        "search",
+        lambda ctx: _se_run("--model", str(gpt2_model(ctx.tmp)))(ctx),
+        EXIT_USAGE,
+        "GPT2LMHeadModel does not look like a HF decoder",
+    ),
+    BadInput(
+        "search-truncated-safetensors",
+        "search",
+        _search(damaged_weights(lambda data: data[:4096])),
+        EXIT_USAGE,
+        "model.safetensors is not a readable safetensors file",
+    ),
+    BadInput(
+        "search-config-unknown-key",
+        "search",
+        _se_run(make=_se_config("task:\n  name: kv\n  num_itemz: 4\n")),
+        EXIT_USAGE,
+        "unknown key 'task.num_itemz' in task",
+    ),
+    BadInput(
+        "search-population-below-parents",
+        "search",
+        _se_run(make=_se_config("ga: {population: 2, parents: 3, mutation_offspring: 0, crossover_offspring: 0}\n")),
+        EXIT_USAGE,
+        "population 2 is smaller than parents 3",
+    ),
+    BadInput(
+        "search-held-out-beyond-the-data",
+        "search",
+        _se_run(make=lambda ctx: ["--data-dir", str(_kv_release_file(ctx, examples=6).parent)]),
+        EXIT_USAGE,
+        "the held-out check after the search needs 8 source examples",
+    ),
+    BadInput(
+        "search-unknown-task",
+        "search",
+        _se_run("--task", "ruler"),
+        EXIT_USAGE,
+        "option --task.name: expected one of ['mdqa', 'kv'], got 'ruler'",
+    ),
+    BadInput(
+        "search-show-format-version",
+        "search",
+        _search_show(scale_json(format_version=2)),
+        EXIT_USAGE,
+        "format_version 2 is not supported",
+    ),
+    BadInput(
+        "search-show-curve-mismatch",
+        "search",
+        _search_show(scale_json(scales=[1.0, 1.5, 1.5, 1.0])),
+        EXIT_USAGE,
+        "scales differ from the bezier curve",
+    ),
+    # == rows: insert above this line ==
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
+    check_row(row, tmp_path, capsys, monkeypatch)
+
+
+# ----------------------------------------------------------------------------- not command lines
+
+
+def test_search_on_a_full_disk_names_the_state_file(tmp_path, monkeypatch, capsys, one_thread):
+    import repo_common.atomic
+    from search.cli import main
+
+    full_disk_on(monkeypatch, repo_common.atomic, "s.state.json")
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "task: {name: kv, num_items: 3, num_examples: 1, max_new_tokens: 1}\nspace: {num_points: 2}\n"
+        "ga: {population: 3, parents: 1, generations: 0, mutation_offspring: 1, crossover_offspring: 1}\n"
+        "held_out: {num_examples: 0}\n"
+    )
+    out = tmp_path / "scales" / "s.json"
+    code = main(["run", "--config", str(config), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"No space left on device while writing {out.with_suffix('')}.state.json; free space" in err
+
+
+def test_the_fitness_context_includes_the_metric(one_thread):
+    """Same search set, same tokens, another metric: another context, so a resumed search reuses nothing."""
+    from evaluation.model_loading import tiny_default
+    from search.harness_fitness import HarnessFitness
+
+    model, tokenizer = tiny_default()
+    release = HarnessFitness(model, tokenizer, "kv", {"num_keys": 3}, num_examples=1)
+    older = HarnessFitness(model, tokenizer, "kv", {"num_keys": 3, "metric": "best_subspan_em"}, num_examples=1)
+    assert (release.metric, older.metric) == ("kv_containment", "best_subspan_em")
+    assert release.data_sha256 == older.data_sha256 and release.context != older.context
+    assert release.describe()["metric"] == "kv_containment"
+
+
+def test_held_out_default_is_the_papers_500():
+    from search.config import HeldOutConfig
+    from search.harness_fitness import evaluate_held_out
+
+    default = inspect.signature(evaluate_held_out).parameters["num_examples"].default
+    assert default == HeldOutConfig().num_examples == 500

@@ -1,0 +1,702 @@
+"""Bad inputs to `python -m repo_train` (fit, export) are refused in one line and leave files as they were.
+
+`ROWS` is the training and export part of the bad-input table (issue 13; the
+row and the check are in tests/bad_input_helpers.py): parser errors, data
+sources and files, the root dir, checkpoints, init_from, export's output and
+tokenizer. Below the table: the Python-API checks that are not command lines
+(the training `init_from` load, export's weights-only reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from bad_input_helpers import (
+    BadInput,
+    Context,
+    check_row,
+    config_only,
+    file_at,
+    lightning_like,
+    llama_as_olmo2,
+    tiny_fields,
+    with_tokenizer,
+)
+
+from repo_common.cli_errors import EXIT_USAGE
+from repo_common.run_lock import LOCK_FILE
+from repo_train.data import DataSource, OlmoNumpyData, PromptCompletionData, SyntheticData, TextData
+
+
+class Evil:
+    """Unpickling this creates the file named by `target` (what a crafted checkpoint could do)."""
+
+    def __init__(self, target: Path):
+        self.target = str(target)
+
+    def __reduce__(self):
+        return (open, (self.target, "w"))
+
+
+def zero_dir_with(tmp: Path, payload) -> Path:
+    """A DeepSpeed ZeRO checkpoint directory layout whose model and optimizer shards are `payload`."""
+    path = tmp / "zero.ckpt"
+    (path / "checkpoint").mkdir(parents=True)
+    (path / "latest").write_text("checkpoint")
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"):
+        torch.save(payload, path / "checkpoint" / name)
+    return path
+
+
+def _export(make: Callable[[Context], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: ["export", "--checkpoint", str(make(ctx)), "--out", str(ctx.tmp / "hf")]
+
+
+def _bytes(name: str, data: bytes) -> Callable[[Context], Path]:
+    def make(ctx: Context) -> Path:
+        (ctx.tmp / name).write_bytes(data)
+        return ctx.tmp / name
+
+    return make
+
+
+def _truncated(ctx: Context) -> Path:
+    whole = lightning_like(ctx.tmp / "whole.ckpt").read_bytes()
+    (ctx.tmp / "cut.ckpt").write_bytes(whole[: len(whole) // 2])
+    return ctx.tmp / "cut.ckpt"
+
+
+def _saved(name: str, obj) -> Callable[[Context], Path]:
+    def make(ctx: Context) -> Path:
+        payload = obj(ctx) if callable(obj) else obj
+        torch.save(payload, ctx.tmp / name)
+        return ctx.tmp / name
+
+    return make
+
+
+def _locked_training(ctx: Context) -> list[str]:
+    root = ctx.tmp / "run"
+    root.mkdir()
+    (root / "earlier.txt").write_text("an earlier run's file\n")
+    ctx.hold(root / LOCK_FILE)
+    return ["fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(root)]
+
+
+def _init_from(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
+    return lambda ctx: [
+        "fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(ctx.tmp / "run"),
+        "--model.init_from", str(model(ctx.tmp)),
+    ]  # fmt: skip
+
+
+def _gpt2_dir(tmp: Path) -> Path:
+    return config_only(tmp, "gpt2", model_type="gpt2", n_embd=64, n_layer=2)
+
+
+FIT = ["fit", "--trainer.max_steps", "1"]
+
+
+def _fit(*args: str) -> Callable[[Context], list[str]]:
+    """The fast `fit` of the tiny default under ctx.tmp/run; `{tmp}` in an argument is replaced by ctx.tmp."""
+    return lambda ctx: (
+        [*FIT, "--trainer.default_root_dir", str(ctx.tmp / "run")]
+        + [arg.replace("{tmp}", str(ctx.tmp)) for arg in args]
+    )
+
+
+def _fit_with(make: Callable[[Context], list[str]]) -> Callable[[Context], list[str]]:
+    """`fit` plus the arguments `make` returns after building its files under ctx.tmp."""
+    return lambda ctx: [*FIT, "--trainer.default_root_dir", str(ctx.tmp / "run"), *make(ctx)]
+
+
+def _data(
+    source: type[DataSource], file: Callable[[Context], Path] | None = None, **options
+) -> Callable[[Context], list[str]]:
+    """`--data.train` of one source reading `file` (text sources get the byte tokenizer saved under ctx.tmp)."""
+
+    def make(ctx: Context) -> list[str]:
+        train = dict(options)
+        if file is not None:
+            train["mix_file" if source is OlmoNumpyData else "paths"] = (
+                str(file(ctx)) if source is OlmoNumpyData else [str(file(ctx))]
+            )
+        if source in (TextData, PromptCompletionData):
+            train["tokenizer"] = str(with_tokenizer(ctx.tmp / "tokenizer"))
+        return ["--data.train", json.dumps(source(**train).to_config())]
+
+    return make
+
+
+def _numpy_mix(shard: bytes | None) -> Callable[[Context], Path]:
+    """A mix file listing shard.npy, which holds `shard` (None: the shard is not there)."""
+
+    def make(ctx: Context) -> Path:
+        if shard is not None:
+            (ctx.tmp / "shard.npy").write_bytes(shard)
+        (ctx.tmp / "mix.txt").write_text("shard.npy\n")
+        return ctx.tmp / "mix.txt"
+
+    return make
+
+
+NUMPY = {"seq_len": 16, "vocab_size": 256, "eos_token_id": 1, "pad_token_id": 0, "check_token_ids": False}
+
+
+def _unwritable(ctx: Context, name: str) -> Path:
+    """A path no file can be created at: under a 0o555 directory, or (root ignores modes) under sysfs."""
+    if os.geteuid() != 0:
+        parent = ctx.tmp / "read-only"
+        parent.mkdir()
+        parent.chmod(0o555)
+        return parent / name
+    return Path("/sys/fs/repo-train-bad-input") / name
+
+
+SAVED_MODEL = {"init_from": None, "preset_name": "tiny", "position_method": "repo", "lr": 0.01}
+
+
+SAVED_DATA = {"train": SyntheticData(seq_len=32).to_config(), "global_batch_size": 16, "micro_batch_size": 4}
+
+
+def _run_checkpoint(ctx: Context, model: dict | None = None, data: dict | None = None, weights: bool = True) -> Path:
+    """A .ckpt as `fit` writes it: tiny model weights, model_config and both modules' hyperparameters."""
+    state = torch.load(lightning_like(ctx.tmp / "base.ckpt"), weights_only=True) if weights else {"state_dict": {}}
+    (ctx.tmp / "base.ckpt").unlink(missing_ok=True)
+    state["hyper_parameters"] = {**SAVED_MODEL, **(model or {}), "_instantiator": "pytorch_lightning.cli.x"}
+    state["datamodule_hyper_parameters"] = {**SAVED_DATA, **(data or {})}
+    torch.save(state, ctx.tmp / "run.ckpt")
+    return ctx.tmp / "run.ckpt"
+
+
+def _resume(*args: str, model: dict | None = None, data: dict | None = None) -> Callable[[Context], list[str]]:
+    """`fit --ckpt_path` of a checkpoint saved with SAVED_MODEL/SAVED_DATA (+ changes), with `args` given."""
+    return _fit_with(lambda ctx: ["--ckpt_path", str(_run_checkpoint(ctx, model, data, weights=False)), *args])
+
+
+def _ckpt(make: Callable[[Context], Path]) -> Callable[[Context], list[str]]:
+    return _fit_with(lambda ctx: ["--ckpt_path", str(make(ctx))])
+
+
+def _zero_without(*names: str) -> Callable[[Context], Path]:
+    """A ZeRO checkpoint directory (tiny shards) missing `names` (relative paths inside it)."""
+
+    def make(ctx: Context) -> Path:
+        path = zero_dir_with(ctx.tmp, {"optimizer_state_dict": {"zero_stage": 2}})
+        for name in names:
+            (path / name).unlink()
+        return path
+
+    return make
+
+
+def _init_dir(ctx: Context, weights: str | None, shards: list[str] = ()) -> Path:
+    """An OLMo-2 config.json with only `weights` (a file name) or an index naming `shards` that are absent."""
+    path = ctx.tmp / "base"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "olmo2", **tiny_fields()}))
+    if weights is not None:
+        index = {"metadata": {}, "weight_map": {f"w{i}": shard for i, shard in enumerate(shards)}}
+        (path / weights).write_text(json.dumps(index))
+    return path
+
+
+def _export_to(out: Callable[[Context], Path], checkpoint=lambda ctx: lightning_like(ctx.tmp / "run.ckpt"), *extra):
+    return lambda ctx: ["export", "--checkpoint", str(checkpoint(ctx)), "--out", str(out(ctx)), *extra]
+
+
+def _dir_with_file(ctx: Context) -> Path:
+    (ctx.tmp / "results").mkdir()
+    (ctx.tmp / "results" / "notes.txt").write_text("not a model\n")
+    return ctx.tmp / "results"
+
+
+def _run_tokenizer_checkpoint(tokenizer: Callable[[Context], Path]) -> Callable[[Context], Path]:
+    """A checkpoint whose run read text with the tokenizer `tokenizer(ctx)` (what export takes by default).
+
+    Its data is the `source:` dict of checkpoints written before data sources were classes."""
+
+    def make(ctx: Context) -> Path:
+        data = {"train": {"source": "text", "tokenizer": str(tokenizer(ctx)), "paths": ["a.txt"], "seq_len": 16}}
+        return _run_checkpoint(ctx, data=data)
+
+    return make
+
+
+def _big_tokenizer(ctx: Context) -> Path:
+    """A tokenizer with more ids (258) than the tiny model's 256 embeddings: not this model's."""
+    return with_tokenizer(ctx.tmp / "big_tokenizer")
+
+
+# == setups: insert above this line ==
+
+
+ROWS = [
+    # -- another architecture's config.json (item 1): training init_from refuses before writing anything
+    BadInput(
+        "fit-init-from-gpt2", "repo_train", _init_from(_gpt2_dir), EXIT_USAGE, "config.json has model_type 'gpt2'"
+    ),
+    BadInput(
+        "fit-init-from-no-model-type",
+        "repo_train",
+        _init_from(lambda tmp: config_only(tmp, "typeless", hidden_size=64)),
+        EXIT_USAGE,
+        "config.json has no model_type",
+    ),
+    # -- one writer per output (item 3)
+    BadInput("fit-root-locked", "repo_train", _locked_training, EXIT_USAGE, "training root dir"),
+    # -- checkpoints export reads (item 6)
+    BadInput(
+        "export-crafted-pickle",
+        "repo_train",
+        _export(_saved("evil.ckpt", lambda ctx: {"state_dict": {}, "x": Evil(ctx.tmp / "pwned")})),
+        EXIT_USAGE,
+        "refused to unpickle",
+        absent="pwned",
+    ),
+    BadInput(
+        "export-random-bytes",
+        "repo_train",
+        _export(_bytes("r.ckpt", random.Random(0).randbytes(4096))),
+        EXIT_USAGE,
+        "not a readable",
+    ),
+    BadInput("export-empty-file", "repo_train", _export(_bytes("e.ckpt", b"")), EXIT_USAGE, "empty file"),
+    BadInput("export-truncated", "repo_train", _export(_truncated), EXIT_USAGE, "not a readable PyTorch checkpoint"),
+    BadInput(
+        "export-not-a-dict",
+        "repo_train",
+        _export(_saved("l.ckpt", [1, 2])),
+        EXIT_USAGE,
+        "holds no Lightning state_dict",
+    ),
+    BadInput(
+        "export-no-model-config",
+        "repo_train",
+        _export(_saved("n.ckpt", {"state_dict": {}})),
+        EXIT_USAGE,
+        "has no 'model_config'",
+    ),
+    # -- training: parser errors are one line (not LightningCLI's ~90-line usage)
+    BadInput("fit-unknown-option", "repo_train", _fit("--model.no_such_key", "1"), EXIT_USAGE, "--model.no_such_key"),
+    BadInput(
+        "fit-max-steps-not-int", "repo_train", _fit("--trainer.max_steps", "abc"), EXIT_USAGE, "'abc' is not valid"
+    ),
+    BadInput(
+        "fit-config-not-a-mapping",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(file_at("list.yaml", "- model\n- data\n")(ctx))]),
+        EXIT_USAGE,
+        "the config is not a YAML mapping",
+    ),
+    BadInput(
+        "fit-config-missing", "repo_train", _fit("--config", "{tmp}/nowhere.yaml"), EXIT_USAGE, "File does not exist"
+    ),
+    BadInput(
+        "fit-config-broken-yaml",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(file_at("broken.yaml", "model: {lr: [\n")(ctx))]),
+        EXIT_USAGE,
+        "the config is not valid YAML",
+    ),
+    BadInput(
+        "fit-config-unknown-key",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(file_at("typo.yaml", "model:\n  learning_rate: 0.1\n")(ctx))]),
+        EXIT_USAGE,
+        "does not accept option 'model.learning_rate'",
+    ),
+    # -- training: data sources are classes (class_path + init_args); the old `source:` dicts name their replacement
+    BadInput(
+        "fit-data-old-source-dict",
+        "repo_train",
+        _fit("--data.train", '{"source": "synthetic", "seq_len": 16}'),
+        EXIT_USAGE,
+        "data.train: the 'source:' form was replaced by class_path + init_args; write {class_path: "
+        "repo_train.data.SyntheticData, init_args: {seq_len: 16}}",
+    ),
+    BadInput(
+        "fit-data-old-source-in-config",
+        "repo_train",
+        _fit_with(
+            lambda ctx: ["--config", str(file_at("old.yaml", "data:\n  val: {source: text, seq_len: 8}\n")(ctx))]
+        ),
+        EXIT_USAGE,
+        "data.val: the 'source:' form was replaced by class_path + init_args; write {class_path: "
+        "repo_train.data.TextData, init_args: {seq_len: 8}}",
+    ),
+    BadInput(
+        "fit-data-not-a-source",
+        "repo_train",
+        _fit("--data.train", "WikiData"),
+        EXIT_USAGE,
+        "--data.train: 'WikiData' is not a data source; name one of SyntheticData, OlmoNumpyData",
+    ),
+    BadInput(
+        "fit-data-unknown-option",
+        "repo_train",
+        _fit("--data.train", "SyntheticData", "--data.train.seqlen", "16"),
+        EXIT_USAGE,
+        "--data.train: SyntheticData has no option 'seqlen'; its options are num_samples, seq_len,",
+    ),
+    BadInput(
+        "fit-data-option-not-int",
+        "repo_train",
+        _fit("--data.train", "SyntheticData", "--data.train.seq_len", "long"),
+        EXIT_USAGE,
+        "--data.train.seq_len: 'long' is not valid for SyntheticData (expected int)",
+    ),
+    BadInput(
+        "fit-data-option-without-class",
+        "repo_train",
+        _fit("--data.train.seq_len", "16"),
+        EXIT_USAGE,
+        "--data.train.seq_len needs the source's class first (no config names one): e.g. --data.train SyntheticData",
+    ),
+    # -- training: model and batch settings
+    BadInput(
+        "fit-unknown-position-method",
+        "repo_train",
+        _fit("--model.position_method", "alibi"),
+        EXIT_USAGE,
+        "unknown position_method 'alibi'",
+    ),
+    BadInput(
+        "fit-batch-not-divisible",
+        "repo_train",
+        _fit("--data.global_batch_size", "10", "--data.micro_batch_size", "4"),
+        EXIT_USAGE,
+        "global_batch_size=10 is not divisible by micro_batch_size",
+    ),
+    # -- training: the root dir
+    BadInput(
+        "fit-root-is-a-file",
+        "repo_train",
+        lambda ctx: [*FIT, "--trainer.default_root_dir", str(file_at("root", "a file\n")(ctx))],
+        EXIT_USAGE,
+        "is a file, not a directory",
+    ),
+    BadInput(
+        "fit-root-unwritable",
+        "repo_train",
+        lambda ctx: [*FIT, "--trainer.default_root_dir", str(_unwritable(ctx, "run"))],
+        EXIT_USAGE,
+        "cannot be written",
+    ),
+    # -- training: --ckpt_path that is not a readable checkpoint (read weights-only, as export does)
+    BadInput("fit-ckpt-missing", "repo_train", _fit("--ckpt_path", "{tmp}/no.ckpt"), EXIT_USAGE, "does not exist"),
+    BadInput(
+        "fit-ckpt-random-bytes",
+        "repo_train",
+        _ckpt(_bytes("r.ckpt", random.Random(1).randbytes(4096))),
+        EXIT_USAGE,
+        "not a readable PyTorch checkpoint",
+    ),
+    BadInput("fit-ckpt-truncated", "repo_train", _ckpt(_truncated), EXIT_USAGE, "truncated"),
+    BadInput("fit-ckpt-empty", "repo_train", _ckpt(_bytes("e.ckpt", b"")), EXIT_USAGE, "empty file"),
+    BadInput(
+        "fit-ckpt-crafted-pickle",
+        "repo_train",
+        _ckpt(_saved("evil.ckpt", lambda ctx: {"state_dict": {}, "x": Evil(ctx.tmp / "pwned")})),
+        EXIT_USAGE,
+        "refused to unpickle",
+        absent="pwned",
+    ),
+    BadInput(
+        "fit-ckpt-zero-incomplete",
+        "repo_train",
+        _ckpt(_zero_without("checkpoint/mp_rank_00_model_states.pt")),
+        EXIT_USAGE,
+        "incomplete DeepSpeed ZeRO checkpoint",
+    ),
+    # -- training: given values that differ from the resumed checkpoint's (issue 13, item 7)
+    BadInput(
+        "fit-ckpt-other-lr",
+        "repo_train",
+        _resume("--model.lr", "0.1"),
+        EXIT_USAGE,
+        "model.lr = 0.01 in the checkpoint, 0.1 given",
+    ),
+    BadInput(
+        "fit-ckpt-other-position-method",
+        "repo_train",
+        _resume("--model.position_method", "rope", "--allow_hparam_changes", "true"),
+        EXIT_USAGE,
+        "model.position_method = 'repo' in the checkpoint, 'rope' given",
+    ),
+    BadInput(
+        "fit-ckpt-other-data",
+        "repo_train",
+        _resume("--data.micro_batch_size", "2"),
+        EXIT_USAGE,
+        "data.micro_batch_size = 4 in the checkpoint, 2 given",
+    ),
+    # -- training: init_from that is not a whole OLMo-2 directory
+    BadInput(
+        "fit-init-from-missing-dir",
+        "repo_train",
+        _fit("--model.init_from", "{tmp}/nowhere"),
+        EXIT_USAGE,
+        "does not exist",
+    ),
+    BadInput(
+        "fit-init-from-no-weights",
+        "repo_train",
+        _fit_with(lambda ctx: ["--model.init_from", str(_init_dir(ctx, None))]),
+        EXIT_USAGE,
+        "has a config.json but no weights",
+    ),
+    BadInput(
+        "fit-init-from-missing-shard",
+        "repo_train",
+        _fit_with(
+            lambda ctx: [
+                "--model.init_from",
+                str(
+                    _init_dir(
+                        ctx, "model.safetensors.index.json", ["model-1-of-2.safetensors", "model-2-of-2.safetensors"]
+                    )
+                ),
+            ]
+        ),
+        EXIT_USAGE,
+        "2 of the 2 weight shards",
+    ),
+    # -- training: data files (named with file and line)
+    BadInput(
+        "fit-text-jsonl-empty",
+        "repo_train",
+        _fit_with(_data(TextData, file_at("docs.jsonl", ""), seq_len=16)),
+        EXIT_USAGE,
+        "docs.jsonl' is empty",
+    ),
+    BadInput(
+        "fit-text-jsonl-broken-line",
+        "repo_train",
+        _fit_with(_data(TextData, file_at("docs.jsonl", '{"text": "a b"}\n{"text": "c\n'), seq_len=16)),
+        EXIT_USAGE,
+        "docs.jsonl:2 is not valid JSON",
+    ),
+    BadInput(
+        "fit-text-jsonl-not-an-object",
+        "repo_train",
+        _fit_with(_data(TextData, file_at("docs.jsonl", '{"text": "a b"}\n["a", "b"]\n'), seq_len=16)),
+        EXIT_USAGE,
+        "docs.jsonl:2 holds a JSON list, not an object",
+    ),
+    BadInput(
+        "fit-text-txt-empty",
+        "repo_train",
+        _fit_with(_data(TextData, file_at("docs.txt", ""), seq_len=16)),
+        EXIT_USAGE,
+        "docs.txt' is empty",
+    ),
+    BadInput(
+        "fit-text-txt-not-utf8",
+        "repo_train",
+        _fit_with(_data(TextData, file_at("docs.txt", b"one line\n\xff\xfe binary\n"), seq_len=16)),
+        EXIT_USAGE,
+        "docs.txt:2 is not UTF-8 text",
+    ),
+    BadInput(
+        "fit-prompt-completion-broken-line",
+        "repo_train",
+        _fit_with(
+            _data(PromptCompletionData, file_at("pc.jsonl", '{"prompt": "a", "completion": "b"}\n{"prompt": "a"\n'))
+        ),
+        EXIT_USAGE,
+        "pc.jsonl:2 is not valid JSON",
+    ),
+    BadInput(
+        "fit-prompt-completion-empty",
+        "repo_train",
+        _fit_with(_data(PromptCompletionData, file_at("pc.jsonl", "\n"))),
+        EXIT_USAGE,
+        "no prompt/completion examples",
+    ),
+    BadInput(
+        "fit-prompt-completion-not-utf8",
+        "repo_train",
+        _fit_with(_data(PromptCompletionData, file_at("pc.jsonl", b'{"prompt": "a", "completion": "\xff"}\n'))),
+        EXIT_USAGE,
+        "pc.jsonl:1 is not UTF-8 text",
+    ),
+    BadInput(
+        "fit-olmo-numpy-no-mix-file",
+        "repo_train",
+        _fit_with(_data(OlmoNumpyData, lambda ctx: ctx.tmp / "nowhere.txt", **NUMPY)),
+        EXIT_USAGE,
+        "nowhere.txt' does not exist",
+    ),
+    BadInput(
+        "fit-olmo-numpy-missing-shard",
+        "repo_train",
+        _fit_with(_data(OlmoNumpyData, _numpy_mix(None), **NUMPY)),
+        EXIT_USAGE,
+        "shard.npy' does not exist",
+    ),
+    BadInput(
+        "fit-olmo-numpy-empty-shard",
+        "repo_train",
+        _fit_with(_data(OlmoNumpyData, _numpy_mix(b""), **NUMPY)),
+        EXIT_USAGE,
+        "shard.npy' is empty",
+    ),
+    # -- export: where it writes (atomically: no staging directory is left behind)
+    BadInput(
+        "export-out-is-a-file",
+        "repo_train",
+        _export_to(file_at("hf", "a file\n")),
+        EXIT_USAGE,
+        "is a file, not a directory",
+    ),
+    BadInput(
+        "export-out-unwritable",
+        "repo_train",
+        _export_to(lambda ctx: _unwritable(ctx, "hf")),
+        EXIT_USAGE,
+        "cannot write the export to",
+    ),
+    BadInput(
+        "export-out-not-an-export",
+        "repo_train",
+        _export_to(_dir_with_file),
+        EXIT_USAGE,
+        "is a non-empty directory that this command did not write (notes.txt; has no export.json",
+    ),
+    # -- export: checkpoints that are not there or not whole
+    BadInput(
+        "export-checkpoint-missing",
+        "repo_train",
+        _export_to(lambda ctx: ctx.tmp / "hf", lambda ctx: ctx.tmp / "no.ckpt"),
+        EXIT_USAGE,
+        "no.ckpt does not exist",
+    ),
+    BadInput(
+        "export-zero-no-latest",
+        "repo_train",
+        _export(_zero_without("latest")),
+        EXIT_USAGE,
+        "not a DeepSpeed ZeRO checkpoint (no 'latest' file",
+    ),
+    BadInput(
+        "export-zero-no-model-states",
+        "repo_train",
+        _export(_zero_without("checkpoint/mp_rank_00_model_states.pt")),
+        EXIT_USAGE,
+        "without mp_rank_00_model_states.pt",
+    ),
+    BadInput(
+        "export-zero-no-optimizer-shards",
+        "repo_train",
+        _export(_zero_without("checkpoint/zero_pp_rank_0_mp_rank_00_optim_states.pt")),
+        EXIT_USAGE,
+        "no *_optim_states.pt shard",
+    ),
+    # -- export: the tokenizer written next to the weights
+    BadInput(
+        "export-tokenizer-dir-without-files",
+        "repo_train",
+        lambda ctx: [
+            *_export(lambda c: lightning_like(c.tmp / "run.ckpt"))(ctx),
+            "--tokenizer",
+            str(file_at("empty/notes.txt", "")(ctx).parent),
+        ],
+        EXIT_USAGE,
+        "has none of tokenizer.json",
+    ),
+    BadInput(
+        "export-run-tokenizer-gone",
+        "repo_train",
+        _export_to(lambda ctx: ctx.tmp / "hf", _run_tokenizer_checkpoint(lambda ctx: ctx.tmp / "moved_tokenizer")),
+        EXIT_USAGE,
+        "the tokenizer data.train.tokenizer",
+    ),
+    BadInput(
+        "export-tokenizer-of-another-model",
+        "repo_train",
+        _export_to(lambda ctx: ctx.tmp / "hf", _run_tokenizer_checkpoint(_big_tokenizer)),
+        EXIT_USAGE,
+        "is not this model's tokenizer",
+    ),
+    # -- export: its own options (argparse errors are one line too)
+    BadInput(
+        "export-without-out",
+        "repo_train",
+        lambda ctx: ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt"))],
+        EXIT_USAGE,
+        "missing option --out",
+    ),
+    BadInput(
+        "export-unknown-dtype",
+        "repo_train",
+        lambda ctx: [*_export(lambda c: lightning_like(c.tmp / "run.ckpt"))(ctx), "--dtype", "int8"],
+        EXIT_USAGE,
+        "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'int8'",
+    ),
+    # == rows: insert above this line ==
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
+    check_row(row, tmp_path, capsys, monkeypatch)
+
+
+def test_training_init_from_refuses_weights_of_another_architecture(tmp_path):
+    from repo_train.training.module import RePoLightningModule
+
+    module = RePoLightningModule(init_from=str(llama_as_olmo2(tmp_path)), position_method="repo")
+    with pytest.raises(ValueError, match="do not fit RePoOlmo2ForCausalLM as configured: 12 missing"):
+        module.configure_model()
+    assert module.model is None
+
+
+def test_export_reads_a_real_lightning_checkpoint_with_weights_only(tmp_path, one_thread):
+    """A checkpoint Lightning really wrote (1 step) exports; nothing in it needs an allow-listed global."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from repo_train.export import export_checkpoint
+    from repo_train.training.datamodule import RePoDataModule
+    from repo_train.training.module import RePoLightningModule
+
+    pl.seed_everything(0, verbose=False)
+    data = RePoDataModule(
+        train=SyntheticData(seq_len=16, num_samples=32, seed=1),
+        global_batch_size=4,
+        micro_batch_size=4,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1)],
+    )
+    trainer.fit(RePoLightningModule(lr=1e-3, attn_implementation="sdpa"), data)
+    checkpoint = next((tmp_path / "ckpt").glob("*.ckpt"))
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(checkpoint) == []
+    model = export_checkpoint(checkpoint, tmp_path / "hf")
+    assert model.config.position_method == "repo"
+
+
+def test_export_refuses_a_crafted_zero_shard(tmp_path):
+    """The ZeRO path: DeepSpeed's reader asks for weights_only=False; export forces weights_only anyway."""
+    from repo_train.export import export_checkpoint
+
+    path = zero_dir_with(tmp_path, {"optimizer_state_dict": {"zero_stage": 2}, "x": Evil(tmp_path / "pwned")})
+    with pytest.raises(ValueError, match="refused to unpickle"):
+        export_checkpoint(path, tmp_path / "hf")
+    assert not (tmp_path / "pwned").exists()
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
