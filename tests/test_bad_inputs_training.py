@@ -249,6 +249,29 @@ ROWS = [
         EXIT_USAGE,
         "config.json has no model_type",
     ),
+    # -- Lightning's own checks and settings that lose resumability: one line, nothing written (Robust II)
+    BadInput("fit-max-steps-negative", "repo_train", _fit("--trainer.max_steps", "-5"), EXIT_USAGE, "`max_steps` must"),
+    BadInput(
+        "fit-gpu-without-cuda",
+        "repo_train",
+        _fit("--trainer.accelerator", "gpu"),
+        EXIT_USAGE,
+        "the trainer refused these settings",
+    ),
+    BadInput(
+        "fit-checkpoint-every-0",
+        "repo_train",
+        _fit("--checkpoint.every_n_train_steps", "0"),
+        EXIT_USAGE,
+        "every_n_train_steps must be >= 1",
+    ),
+    BadInput(
+        "fit-old-curriculum-key",
+        "repo_train",
+        _fit("--model.repo_curriculum_steps", "10"),
+        EXIT_USAGE,
+        "write model.position_options: {curriculum_steps: ...}",
+    ),
     # -- one writer per output (item 3)
     BadInput("fit-root-locked", "repo_train", _locked_training, EXIT_USAGE, "training root dir"),
     # -- checkpoints export reads (item 6)

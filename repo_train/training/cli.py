@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import yaml
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
@@ -199,6 +200,12 @@ class RePoCLI(LightningCLI):
         check_no_earlier_run(str(trainer.default_root_dir), ckpt_path)
         check_resume(ckpt_path, trainer.world_size)
         continue_logger_version(trainer.loggers, ckpt_path)
+        every = self.config[self.subcommand].get("checkpoint.every_n_train_steps")
+        if every is not None and every < 1:
+            raise ValueError(
+                f"checkpoint.every_n_train_steps must be >= 1, got {every}: without step checkpoints a stopped run "
+                "cannot resume; give N (the paper runs use 1000)"
+            )
         if trainer._accelerator_connector.use_distributed_sampler:
             raise ValueError(
                 "set trainer.use_distributed_sampler: false; RePoDataModule shards and resumes the data itself."
@@ -437,6 +444,12 @@ def run(argv: list[str]) -> int:
     except argparse.ArgumentError as err:
         subcommand = argv[0] if argv and not argv[0].startswith("-") else None
         raise ValueError(parse_error_line(str(err), subcommand)) from None
+    except MisconfigurationException as err:  # Lightning's own checks of the trainer settings
+        subcommand = argv[0] if argv and not argv[0].startswith("-") else "fit"
+        raise ValueError(
+            f"the trainer refused these settings: {' '.join(str(err).split())} (python -m repo_train {subcommand} "
+            "--help lists the options)"
+        ) from None
     return 0
 
 
