@@ -29,7 +29,7 @@ import dataclasses
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
@@ -37,10 +37,12 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from evaluation.methods import METHODS, Method, MethodStack, parse_value
 from evaluation.models import DEVICES
 from evaluation.prompt_format import PromptFormat
-from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task
 from repo_common.config_cli import ConfigParser, class_entry
+
+if TYPE_CHECKING:
+    from evaluation.runner import RunConfig
 
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
@@ -303,6 +305,8 @@ def resolve(options: Namespace) -> ResolvedRun:
     labels = [stack.label for stack in stacks]
     if len(set(labels)) != len(labels):
         raise ValueError(f"the same method stack is listed twice: {labels}")
+    from evaluation.runner import RunConfig  # heavy: keeps --help fast (datasets, the generation loop)
+
     max_new = options.max_new_tokens or (TINY_DEFAULTS["max_new_tokens"] if options.model is None else None)
     config = {
         "model": options.model,

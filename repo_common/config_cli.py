@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,21 @@ class ConfigParser(ArgumentParser):
         print(f"{self.prog}: error: {text} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
+    @contextlib.contextmanager
+    def _nothing_required(self):
+        """While parsing for `--print_config`: required options and positionals may be missing (printed as null), so
+        the printed YAML is a template to fill in; given values are still checked."""
+        changed = [(action, action.required, action.nargs) for action in self._actions if action.required]
+        for action, _, nargs in changed:
+            action.required = False
+            if not action.option_strings and nargs is None:  # a positional: optional only this once
+                action.nargs = "?"
+        try:
+            yield
+        finally:
+            for action, required, nargs in changed:
+                action.required, action.nargs = required, nargs
+
     def parse_or_raise(self, argv: Sequence[str]) -> Namespace:
         """`parse`, for checking another command's options from inside a script: its one-line error raised as a
         ValueError (the message without `prog: error:`) instead of printed with exit 2."""
@@ -195,7 +211,8 @@ class ConfigParser(ArgumentParser):
             values, args = self._take(args, flag)
             args += [f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else []
         try:
-            options = self.parse_args(args)
+            with self._nothing_required() if show else contextlib.nullcontext():
+                options = self.parse_args(args)
         except (argparse.ArgumentError, TypeError, ValueError) as err:  # type checks of options and config files
             self.fail(str(err))
         for key, value in list(options.items()):  # PositiveInt & co. as plain numbers (YAML and JSON writers)
@@ -288,6 +305,11 @@ def script_config(parser: ConfigParser, options: argparse.Namespace) -> dict[str
     }
 
 
+def printable_options(options: Namespace) -> dict[str, Any]:
+    """A command's parsed options as the config file that sets them: without `config` and `print_config`."""
+    return {key: value for key, value in options.as_dict().items() if key not in ("config", "print_config")}
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -309,6 +331,17 @@ def class_entry(obj: Any, fields: Callable[[Any], Mapping[str, Any]]) -> dict[st
     return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": dict(fields(obj))}
 
 
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """`module.name`, imported when first called: a command table names its options and action without importing
+    them, so `PROG --help` and the other commands load none of that command's imports (torch and the like)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = f"{module}.{name}"
+    return call
+
+
 def dispatch(
     prog: str,
     description: str,
@@ -316,12 +349,17 @@ def dispatch(
     argv: Sequence[str] | None,
     errors: tuple[type[Exception], ...] = (ValueError, OSError),
     more_commands: Mapping[str, str] | None = None,
+    resolves_config: Collection[str] = (),
 ) -> int:
     """`PROG COMMAND [options]`: each command is a `ConfigParser` (its options, `--config`, one-line errors).
 
     `commands` maps a name to (help, add_options(parser), action(options, parser) -> exit code). A user mistake
     raised by the action (one of `errors`) is one line on stderr and exit code 2. `more_commands` (name -> help)
     are listed in the help only: the caller runs them itself (LightningCLI's fit / validate).
+
+    `--print_config` prints the parsed options as YAML and exits 0 without running the action, required options
+    left out printed as null; a command in `resolves_config` runs its action with `options.print_config` True
+    instead, to print what it resolves them to (tasks and methods as classes, a search's defaults).
     """
     from repo_common.cli_errors import report_user_errors
 
@@ -348,4 +386,7 @@ def dispatch(
             return EXIT_USAGE
         raise
     options.print_config = show
+    if show and name not in resolves_config:
+        print(dump_config(printable_options(options)), end="")
+        return 0
     return report_user_errors(f"{prog} {name}", lambda: action(options, parser), errors)

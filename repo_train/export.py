@@ -34,12 +34,8 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
-
 from repo_common.atomic import atomic_directory
 from repo_common.output_guard import check_output_directory
-from repo_train.checkpoints import load_lightning_checkpoint
-from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -163,6 +159,11 @@ def export_checkpoint(
 
     `tokenizer` None takes the run's own (see the module doc); `with_tokenizer=False` writes the weights alone.
     """
+    import torch  # heavy: keeps --help fast
+
+    from repo_train.checkpoints import load_lightning_checkpoint  # heavy: keeps --help fast (torch)
+    from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM  # heavy: keeps --help fast
+
     checkpoint = Path(checkpoint)
     out = check_out(out)
     state = load_lightning_checkpoint(checkpoint)  # also: a missing path, a damaged file, one line each

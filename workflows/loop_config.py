@@ -27,8 +27,6 @@ from pathlib import Path
 
 import yaml
 
-from repo_train.data.config import legacy_source_message
-
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
 #: Placeholders every command string may use, and those known only after the search (evaluation strings only).
@@ -228,6 +226,8 @@ def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> lis
         for split in ("train", "val"):
             source = data.get(split) or {}
             if "source" in source:  # the old form: training would refuse it, say so now
+                from repo_train.data.config import legacy_source_message  # heavy: keeps --help fast (torch, datasets)
+
                 problems.append(
                     f"train.methods.{name} ({train_config}): {legacy_source_message(source, f'data.{split}')}"
                 )
