@@ -21,12 +21,12 @@ def main() -> None:
         module, args = target[1], target[2:]
         sys.argv = [module, *args]
         sys.path.insert(0, os.getcwd())
-        run = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)  # noqa: E731
+        run = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
         script, args = target[0], target[1:]
         sys.argv = [script, *args]
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-        run = lambda: runpy.run_path(script, run_name="__main__")  # noqa: E731
+        run = lambda: runpy.run_path(script, run_name="__main__")
     code = 0
     try:
         run()
