@@ -275,13 +275,17 @@ def parse_script(
     """A script's options, taken as every command takes them: `--config`, old flag spellings, `--print_config`.
 
     `check` holds the script's domain checks (its ValueError is the one-line error, exit code 2) and may add
-    values it derives; `--print_config` then prints `script_config` and exits 0. The options come back as a
+    values it derives; `--print_config` then prints `script_config` and exits 0. Without a required option,
+    `--print_config` prints a template (that option null) and skips `check`, which needs every option. The options come back as a
     plain `argparse.Namespace`, as the scripts had them (an option may be called `keys` without meeting
     jsonargparse's `Namespace.keys`); the `--config` files are merged into them, so there is no `config` key.
     """
     parsed, show = parser.parse(argv)
     options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key != "config"})
-    if check is not None:
+    template = show and any(
+        action.required and getattr(options, action.dest, None) is None for action in parser._actions
+    )
+    if check is not None and not template:  # a template (`--print_config` without a required option) is not checked
         try:
             check(options)
         except ValueError as err:

@@ -33,7 +33,9 @@ FAST = [
     "scripts/quickstart.py",
     "scripts/reproduce_position_bias.py",
     "scripts/make_tiny_dip_base.py",
+    "scripts/make_tiny_repo_pair.py",
     "scripts/check_gpu.py",
+    "scripts/benchmark_startup.py",
 ]
 #: Every script that takes options (its parser is a `config_cli.ConfigParser`), and scripts/check_gpu.py.
 SCRIPTS = sorted(

@@ -40,7 +40,9 @@ COMMANDS = {
     "scripts/quickstart.py": (["--steps", "none"], "--steps"),
     "scripts/reproduce_position_bias.py": (["--eval-examples", "0"], "--eval-examples must be"),
     "scripts/make_tiny_dip_base.py": (["--seed", "x"], "--seed"),
+    "scripts/make_tiny_repo_pair.py": (["--steps", "x"], "--steps"),
     "scripts/check_gpu.py": (["--pairs", "0"], "--pairs"),
+    "scripts/benchmark_startup.py": (["--rounds", "0"], "--rounds"),
 }
 
 
