@@ -83,6 +83,7 @@ def test_the_moved_check_gpu_spelling_is_refused_without_loading_anything():
     assert code == 2 and "python -m workflows check-gpu" in err and heavy == []
 
 
+@pytest.mark.slow  # each loads torch (fit: Lightning too): 13-18 s on two cores at load 2-3
 @pytest.mark.parametrize(
     ("command", "expected"),
     [("python -m evaluation run", {"torch"}), ("python -m repo_train fit", {"torch", "pytorch_lightning"})],
