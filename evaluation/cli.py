@@ -15,19 +15,21 @@ from pathlib import Path
 
 from jsonargparse import Namespace
 
-from evaluation.config import EPILOG, REPEATED_FLAGS, TINY_DEFAULTS, add_run_options, resolve
 from repo_common.config_cli import ConfigParser, dispatch, dump_config
 
 EXIT_INTERRUPTED = 3
 
 
 def _add_run(parser: ConfigParser) -> None:
+    from evaluation.config import EPILOG, REPEATED_FLAGS, add_run_options  # heavy: keeps --help fast (the classes)
+
     parser.epilog = EPILOG
     parser.repeated_flags = REPEATED_FLAGS
     add_run_options(parser)
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
+    from evaluation.config import TINY_DEFAULTS, resolve  # heavy: keeps --help fast (the classes)
     from evaluation.model_loading import check_tiny_default_options  # lazy: keeps --help fast
     from evaluation.report import render_report  # lazy: keeps --help fast
     from evaluation.runner import RunInterrupted, check_run_directory, run  # lazy: keeps --help fast
@@ -126,4 +128,5 @@ def main(argv: list[str] | None = None) -> int:
         "at each position; write per-example records, a summary, plots and a report.",
         COMMANDS,
         argv,
+        resolves_config={"run"},
     )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
@@ -36,12 +36,14 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from evaluation.methods import METHODS, Method, MethodStack, parse_value, register_method
 from evaluation.model_loading import DEVICES
 from evaluation.prompt_format import PromptFormat
-from evaluation.runner import RunConfig
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, class_entry
 from repo_common.user_code import resolve_class
+
+if TYPE_CHECKING:
+    from evaluation.runner import RunConfig
 
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
@@ -305,6 +307,8 @@ def resolve(options: Namespace) -> ResolvedRun:
     labels = [stack.label for stack in stacks]
     if len(set(labels)) != len(labels):
         raise ValueError(f"the same method stack is listed twice: {labels}")
+    from evaluation.runner import RunConfig  # heavy: keeps --help fast (datasets, the generation loop)
+
     max_new = options.max_new_tokens or (TINY_DEFAULTS["max_new_tokens"] if options.model is None else None)
     config = {
         **({user_code.KEY: imports} if imports else {}),  # the user's modules, so a replay imports them first

@@ -33,10 +33,10 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 import regex
-from rouge_score import rouge_scorer
 
 if TYPE_CHECKING:
     import evaluate
+    from rouge_score import rouge_scorer
 
 Metric = Callable[[str, Sequence[str]], float]
 
@@ -136,6 +136,8 @@ def token_f1(prediction: str, answers: Sequence[str]) -> float:
 
 @lru_cache(maxsize=4)
 def _rouge_scorer(use_stemmer: bool) -> rouge_scorer.RougeScorer:
+    from rouge_score import rouge_scorer  # heavy: keeps --help fast (nltk, scikit-learn)
+
     return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
 
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,21 @@ class ConfigParser(ArgumentParser):
         print(f"{self.prog}: error: {text} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
+    @contextlib.contextmanager
+    def _nothing_required(self):
+        """While parsing for `--print_config`: required options and positionals may be missing (printed as null), so
+        the printed YAML is a template to fill in; given values are still checked."""
+        changed = [(action, action.required, action.nargs) for action in self._actions if action.required]
+        for action, _, nargs in changed:
+            action.required = False
+            if not action.option_strings and nargs is None:  # a positional: optional only this once
+                action.nargs = "?"
+        try:
+            yield
+        finally:
+            for action, required, nargs in changed:
+                action.required, action.nargs = required, nargs
+
     def parse_or_raise(self, argv: Sequence[str]) -> Namespace:
         """`parse`, for checking another command's options from inside a script: its one-line error raised as a
         ValueError (the message without `prog: error:`) instead of printed with exit 2."""
@@ -232,7 +248,8 @@ class ConfigParser(ArgumentParser):
             values, args = self._take(args, flag)
             args += [f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else []
         try:
-            options = self.parse_args(args)
+            with self._nothing_required() if show else contextlib.nullcontext():
+                options = self.parse_args(args)
         except (argparse.ArgumentError, TypeError, ValueError) as err:  # type checks of options and config files
             self.fail(str(err))
         for key, value in list(options.items()):  # PositiveInt & co. as plain numbers (YAML and JSON writers)
@@ -295,13 +312,17 @@ def parse_script(
     """A script's options, taken as every command takes them: `--config`, old flag spellings, `--print_config`.
 
     `check` holds the script's domain checks (its ValueError is the one-line error, exit code 2) and may add
-    values it derives; `--print_config` then prints `script_config` and exits 0. The options come back as a
+    values it derives; `--print_config` then prints `script_config` and exits 0. Without a required option,
+    `--print_config` prints a template (that option null) and skips `check`, which needs every option. The options come back as a
     plain `argparse.Namespace`, as the scripts had them (an option may be called `keys` without meeting
     jsonargparse's `Namespace.keys`); the `--config` files are merged into them, so there is no `config` key.
     """
     parsed, show = parser.parse(argv)
     options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key != "config"})
-    if check is not None:
+    template = show and any(
+        action.required and getattr(options, action.dest, None) is None for action in parser._actions
+    )
+    if check is not None and not template:  # a template (`--print_config` without a required option) is not checked
         try:
             check(options)
         except ValueError as err:
@@ -325,6 +346,11 @@ def script_config(parser: ConfigParser, options: argparse.Namespace) -> dict[str
     }
 
 
+def printable_options(options: Namespace) -> dict[str, Any]:
+    """A command's parsed options as the config file that sets them: without `config` and `print_config`."""
+    return {key: value for key, value in options.as_dict().items() if key not in ("config", "print_config")}
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -346,6 +372,17 @@ def class_entry(obj: Any, fields: Callable[[Any], Mapping[str, Any]]) -> dict[st
     return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": dict(fields(obj))}
 
 
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """`module.name`, imported when first called: a command table names its options and action without importing
+    them, so `PROG --help` and the other commands load none of that command's imports (torch and the like)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = f"{module}.{name}"
+    return call
+
+
 def dispatch(
     prog: str,
     description: str,
@@ -353,12 +390,17 @@ def dispatch(
     argv: Sequence[str] | None,
     errors: tuple[type[Exception], ...] = (ValueError, OSError),
     more_commands: Mapping[str, str] | None = None,
+    resolves_config: Collection[str] = (),
 ) -> int:
     """`PROG COMMAND [options]`: each command is a `ConfigParser` (its options, `--config`, one-line errors).
 
     `commands` maps a name to (help, add_options(parser), action(options, parser) -> exit code). A user mistake
     raised by the action (one of `errors`) is one line on stderr and exit code 2. `more_commands` (name -> help)
     are listed in the help only: the caller runs them itself (LightningCLI's fit / validate).
+
+    `--print_config` prints the parsed options as YAML and exits 0 without running the action, required options
+    left out printed as null; a command in `resolves_config` runs its action with `options.print_config` True
+    instead, to print what it resolves them to (tasks and methods as classes, a search's defaults).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -383,4 +425,7 @@ def dispatch(
             return EXIT_USAGE
         raise
     options.print_config = show
+    if show and name not in resolves_config:
+        print(dump_config(printable_options(options)), end="")
+        return 0
     return report_user_errors(f"{prog} {name}", lambda: action(options, parser), errors)

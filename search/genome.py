@@ -21,8 +21,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evaluation.methods.lpes.curves import CURVES, MAX_POINTS, MIN_POINTS, curve_scales
-
 #: Table 7: scales from 1.0 to 2.0 in steps of 0.1, as integer tenths.
 Y_MIN_TENTHS = 10
 Y_MAX_TENTHS = 20
@@ -99,6 +97,9 @@ class SearchSpace:
     """Largest scale, in tenths (20 = 2.0)."""
 
     def __post_init__(self) -> None:
+        # evaluation.methods (the curves' package) loads every method, with torch and transformers
+        from evaluation.methods.lpes.curves import CURVES, MAX_POINTS, MIN_POINTS  # heavy: keeps --help fast
+
         if self.num_layers < 2:
             raise ValueError(f"LPES needs a model with >= 2 layers, got num_layers={self.num_layers}")
         if self.curve != NO_CURVE and self.curve not in CURVES:
@@ -166,6 +167,8 @@ class SearchSpace:
         if isinstance(genome, LayerGenome):
             return [y / 10 for y in genome.ys]
         ys = [y / 10 for y in genome.ys]
+        from evaluation.methods.lpes.curves import curve_scales  # heavy: keeps --help fast (see __post_init__)
+
         return [float(s) for s in curve_scales(self.curve, genome.xs, ys, self.num_layers)]
 
     def to_json(self) -> dict[str, Any]:

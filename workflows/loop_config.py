@@ -27,10 +27,6 @@ from pathlib import Path
 
 import yaml
 
-from evaluation.methods.base import METHODS, parse_method_spec, spec_fields, split_stack_spec
-from repo_common.config_cli import ConfigParser
-from repo_train.data.config import legacy_source_message
-
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
 #: Placeholders every command string may use, and those known only after the search (evaluation strings only).
@@ -230,6 +226,8 @@ def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> lis
         for split in ("train", "val"):
             source = data.get(split) or {}
             if "source" in source:  # the old form: training would refuse it, say so now
+                from repo_train.data.config import legacy_source_message  # heavy: keeps --help fast (torch, datasets)
+
                 problems.append(
                     f"train.methods.{name} ({train_config}): {legacy_source_message(source, f'data.{split}')}"
                 )
@@ -258,6 +256,13 @@ def check_evaluations(config: LoopConfig) -> None:
 
     from evaluation.cli import COMMANDS  # heavy: the harness's metrics (nltk, sklearn); keeps quickstart --help fast
     from evaluation.config import resolve  # heavy: the harness's metrics (nltk, sklearn); keeps quickstart --help fast
+    from evaluation.methods.base import (  # heavy: torch and the model core; keeps quickstart --help fast
+        METHODS,
+        parse_method_spec,
+        spec_fields,
+        split_stack_spec,
+    )
+    from repo_common.config_cli import ConfigParser  # heavy: jsonargparse, only when a loop file is checked
 
     stand_in = dict.fromkeys(PLACEHOLDERS + AFTER_SEARCH, "1")
     for name, specs in config.evaluate.methods.items():

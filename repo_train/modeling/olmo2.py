@@ -27,7 +27,15 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import Olmo2ForCausalLM, Olmo2Model, PreTrainedConfig, modeling_utils
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    Olmo2ForCausalLM,
+    Olmo2Model,
+    PreTrainedConfig,
+    modeling_utils,
+)
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.olmo2.modeling_olmo2 import Olmo2PreTrainedModel
 
@@ -234,3 +242,13 @@ class RePoOlmo2ForCausalLM(RePoOlmo2PreTrainedModel, Olmo2ForCausalLM):
         if not isinstance(out, CausalLMOutputWithPast):
             return (*out, tuple(recorder.positions))
         return RePoCausalLMOutput(**out, positions=tuple(recorder.positions))
+
+
+def _register_auto_classes() -> None:
+    """model type "repo_olmo2" -> these classes in transformers' Auto classes (no `trust_remote_code`)."""
+    AutoConfig.register(RePoOlmo2Config.model_type, RePoOlmo2Config, exist_ok=True)
+    AutoModel.register(RePoOlmo2Config, RePoOlmo2Model, exist_ok=True)
+    AutoModelForCausalLM.register(RePoOlmo2Config, RePoOlmo2ForCausalLM, exist_ok=True)
+
+
+_register_auto_classes()  # wherever the classes are loaded, saved checkpoints load through the Auto classes

@@ -7,7 +7,10 @@ continues from (OLMo-2-0425-1B and OLMo-2-1124-7B configs): dolma2 tokenizer
 
 from __future__ import annotations
 
-from repo_train.modeling.configuration import RePoOlmo2Config
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from repo_train.modeling.configuration import RePoOlmo2Config
 
 _DOLMA2_TOKENS = dict(vocab_size=100352, eos_token_id=100257, pad_token_id=100277, bos_token_id=None)
 
@@ -31,6 +34,8 @@ def tiny(**overrides) -> RePoOlmo2Config:
         tie_word_embeddings=False,
     )
     fields.update(overrides)
+    from repo_train.modeling.configuration import RePoOlmo2Config  # heavy: keeps --help fast (transformers)
+
     return RePoOlmo2Config(**fields)
 
 
@@ -49,6 +54,8 @@ def _olmo2(hidden: int, ffn: int, layers: int, heads: int, overrides: dict) -> R
         **_DOLMA2_TOKENS,
     )
     fields.update(overrides)
+    from repo_train.modeling.configuration import RePoOlmo2Config  # heavy: keeps --help fast (transformers)
+
     return RePoOlmo2Config(**fields)
 
 

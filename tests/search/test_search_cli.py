@@ -245,8 +245,8 @@ if __name__ == "__main__":  # the torchrun worker of test_two_processes_equal_on
 def test_short_kv_keys_reach_the_task(tmp_path):
     import dataclasses
 
-    from search.cli import task_parameters
     from search.config import TaskConfig
+    from search.prepare import task_parameters
 
     task = dataclasses.replace(TaskConfig(), name="kv", num_items=6, key_chars=4)
     assert task_parameters(task) == {"path": None, "num_keys": 6, "key_chars": 4}
@@ -258,8 +258,8 @@ def test_short_kv_keys_reach_the_task(tmp_path):
 def test_distinct_keys_reach_the_task():
     import dataclasses
 
-    from search.cli import task_parameters
     from search.config import TaskConfig
+    from search.prepare import task_parameters
 
     task = dataclasses.replace(TaskConfig(), name="kv", num_items=30, key_chars=1, template="pairs", distinct_keys=8)
     params = task_parameters(task)

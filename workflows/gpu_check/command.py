@@ -20,12 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
-from repo_common.config_cli import dump_config
 from repo_train.real_model import DEFAULT_OUT
-from workflows.gpu_check.method_cases import CASE_NAMES
 from workflows.gpu_check.rows import Row, exit_code, guarded, render_table
 
 CHECKS = ("positions", "real_model", "harness", "training", "throughput")
@@ -35,8 +32,9 @@ NO_CUDA = "no CUDA: nothing checked"
 def add_arguments(parser) -> None:
     """The options of `check-gpu` (also keys of a `--config` file)."""
     parser.add_argument("--checks", type=str, default=",".join(CHECKS), help="comma-separated groups to run")
-    parser.add_argument("--methods", type=str, default=",".join(CASE_NAMES),
-                        help="comma-separated position methods of the positions group")  # fmt: skip
+    parser.add_argument("--methods", type=str | None, default=None,
+                        help="comma-separated position methods of the positions group (default: every registered "
+                             "one: the model's position methods, then the evaluation methods)")  # fmt: skip
     parser.add_argument("--train_processes", "--train-processes", type=PositiveInt, default=1,
                         help="GPUs (torchrun processes) of the DeepSpeed runs")  # fmt: skip
     parser.add_argument("--real_model", "--real-model", type=str, default=DEFAULT_OUT,
@@ -61,6 +59,8 @@ def chosen(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
 
 def environment_line(device: str) -> str:
     """What ran: the device, torch and its CUDA, and flash-attn's version when installed."""
+    import torch  # heavy: keeps --help fast
+
     try:
         flash = importlib.metadata.version("flash-attn")
     except importlib.metadata.PackageNotFoundError:
@@ -95,11 +95,12 @@ def run_checks(device: str, checks: list[str], methods: list[str], workdir: Path
 
 
 def run(options, _parser=None) -> int:
-    if getattr(options, "print_config", False):
-        print(dump_config({k: v for k, v in options.items() if k not in ("config", "print_config")}), end="")
-        return 0
+    import torch  # heavy: keeps --help fast
+
+    from workflows.gpu_check.method_cases import CASE_NAMES  # heavy: keeps --help fast (the method registries)
+
     checks = chosen(options.checks, CHECKS, "--checks")
-    methods = chosen(options.methods, CASE_NAMES, "--methods")
+    methods = chosen(options.methods or ",".join(CASE_NAMES), CASE_NAMES, "--methods")
     if not torch.cuda.is_available():
         print(NO_CUDA)
         return 0

@@ -13,8 +13,10 @@ import math
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 RESULTS = (PASS, FAIL, SKIP)
@@ -43,6 +45,8 @@ def relative_difference(actual: torch.Tensor, expected: torch.Tensor) -> float:
     values, not per element. Non-finite entries (masked logits) must match in
     place and value; a mismatch, or a shape mismatch, is an infinite difference.
     """
+    import torch  # heavy: keeps --help fast
+
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
     if a.shape != e.shape:

@@ -1,0 +1,118 @@
+"""How long each command takes to answer `--help`, a refusal that needs no model, and `--print_config`.
+
+    python scripts/benchmark_startup.py [--rounds 5] [--compare OTHER_CHECKOUT] [--only help]
+
+Each case is a fresh interpreter (`python -m PACKAGE ...` or `python scripts/X.py ...`) with
+OMP_NUM_THREADS=1, timed wall-clock from start to exit. The cases run in interleaved rounds (every case once
+per round, in the same order), so a load that comes and goes hits them all alike; the table gives the median
+and the range over the rounds. `--compare DIR` times the same cases in another checkout of the project (e.g.
+an older commit, unpacked with `git archive`) in the same rounds, right after each case here, and adds its
+median and the ratio: the only way to compare on a shared machine. The target of issue 24 is <= 2 s on two
+quiet cores for every case except the ones the README's table names (LightningCLI's fit / validate, and the
+commands that resolve tasks and methods as classes).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jsonargparse.typing import PositiveInt
+
+from repo_common.config_cli import ConfigParser, parse_script
+
+ROOT = Path(__file__).resolve().parents[1]
+#: (kind, command line after `python`): every command's --help and one model-free refusal; the two heavy
+#: --print_config cases and LightningCLI's fit --help are timed too, to say what they cost.
+CASES = [
+    ("help", "-m repo_train --help"),
+    ("help", "-m repo_train demo --help"),
+    ("help", "-m repo_train export --help"),
+    ("help", "-m repo_train real-model --help"),
+    ("help", "-m repo_train fit --help"),
+    ("help", "-m evaluation --help"),
+    ("help", "-m evaluation run --help"),
+    ("help", "-m evaluation report --help"),
+    ("help", "-m evaluation summarize --help"),
+    ("help", "-m search run --help"),
+    ("help", "-m search show --help"),
+    ("help", "-m search diagnose --help"),
+    ("help", "-m workflows check-gpu --help"),
+    ("help", "scripts/quickstart.py --help"),
+    ("help", "scripts/reproduce_position_bias.py --help"),
+    ("refusal", "-m repo_train demo --steps 0"),
+    ("refusal", "-m repo_train export --out x"),
+    ("refusal", "-m evaluation report"),
+    ("refusal", "-m search run --ga.population many"),
+    ("refusal", "-m workflows check-gpu --train_processes 0"),
+    ("refusal", "scripts/quickstart.py --steps none"),
+    ("print_config", "-m repo_train demo --print_config"),
+    ("print_config", "-m evaluation run --print_config"),
+    ("print_config", "-m search run --print_config"),
+    ("print_config", "scripts/quickstart.py --print_config"),
+]
+
+
+def build_parser() -> ConfigParser:
+    parser = ConfigParser.for_command("scripts/benchmark_startup.py", __doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=PositiveInt, default=5, help="interleaved rounds (median and range)")
+    parser.add_argument("--compare", type=str | None, help="another checkout of the project, timed alongside")
+    parser.add_argument("--only", type=str | None, help="comma-separated kinds: help, refusal, print_config")
+    return parser
+
+
+def check_options(options) -> None:
+    if options.compare is not None and not (Path(options.compare) / "repo_common").is_dir():
+        raise ValueError(f"--compare {options.compare!r} is not a checkout of this project (no repo_common/)")
+    kinds = {kind for kind, _ in CASES}
+    if options.only is not None and not set(options.only.split(",")) <= kinds:
+        raise ValueError(f"--only {options.only!r}: choose comma-separated kinds from {sorted(kinds)}")
+
+
+def time_once(root: Path, command: str) -> tuple[float, int]:
+    """(seconds, exit code) of `python COMMAND` in `root`, its own code first on the path."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, *command.split()], cwd=root, env=env, capture_output=True, timeout=600, check=False
+    )
+    return time.perf_counter() - start, done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_script(build_parser(), argv, check_options)
+    cases = [(kind, cmd) for kind, cmd in CASES if options.only is None or kind in options.only.split(",")]
+    roots = {"here": ROOT, **({"compare": Path(options.compare).resolve()} if options.compare else {})}
+    times: dict[tuple[str, str], list[float]] = {(name, cmd): [] for name in roots for _, cmd in cases}
+    codes: dict[tuple[str, str], int] = {}
+    for round_index in range(options.rounds):
+        for _, command in cases:
+            for name, root in roots.items():
+                seconds, code = time_once(root, command)
+                times[name, command].append(seconds)
+                codes[name, command] = code
+        print(f"round {round_index + 1}/{options.rounds} done", file=sys.stderr, flush=True)
+    header = f"| {'command':48s} | kind | exit | median s | range s |"
+    if options.compare:
+        header += " compare median s | compare exit | speed-up |"
+    print(header)
+    print("|" + "|".join("---" for _ in range(header.count("|") - 1)) + "|")
+    for kind, command in cases:
+        here = times["here", command]
+        row = f"| `{command}`".ljust(50) + f" | {kind} | {codes['here', command]} | {statistics.median(here):.2f} |"
+        row += f" {min(here):.2f}-{max(here):.2f} |"
+        if options.compare:
+            other = times["compare", command]
+            ratio = statistics.median(other) / statistics.median(here)
+            row += f" {statistics.median(other):.2f} | {codes['compare', command]} | {ratio:.1f}x |"
+        print(row)
+    print(f"\n{options.rounds} interleaved rounds, OMP_NUM_THREADS=1, load average {os.getloadavg()[0]:.1f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Start-up: `--help` and the refusals that need no model load no ML package (issue 24, "Start-up").
+
+Each command runs in a fresh interpreter (`startup_probe.py`), which reports the heavy packages in
+`sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
+`scripts/benchmark_startup.py`'s). Two commands are known exceptions and are checked to stay what they are:
+`python -m evaluation run` builds its parser from the method classes (`evaluation.methods` imports torch at
+module level), and `fit` / `validate` are LightningCLI's, whose parser is built from the LightningModule.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).with_name("startup_probe.py")
+#: What `--help` must not load: each costs seconds of start-up on two cores.
+HEAVY = ("torch", "transformers", "pytorch_lightning", "lightning", "deepspeed", "matplotlib", "datasets")
+
+#: (command, one refusal of it that needs no model: its arguments, a phrase of its one line)
+COMMANDS = {
+    "python -m repo_train": ([], None),
+    "python -m repo_train demo": (["--steps", "0"], "--steps"),
+    "python -m repo_train export": (["--out", "x"], "missing option --checkpoint"),
+    "python -m repo_train real-model": (["--dtype", "int3"], "--dtype"),
+    "python -m repo_train check-gpu": None,  # moved: the refusal alone (below)
+    "python -m evaluation": (["nope"], "unknown command 'nope'"),
+    "python -m evaluation report": ([], "missing option --out"),
+    "python -m evaluation summarize": (["--out", "r", "--colour"], "--colour"),
+    "python -m search": (["nope"], "unknown command 'nope'"),
+    "python -m search run": (["--ga.population", "many"], "--ga.population"),
+    "python -m search show": ([], "scale_file"),
+    "python -m search diagnose": (["--out", "d"], "missing option --scale_file"),
+    "python -m workflows": (["nope"], "unknown command 'nope'"),
+    "python -m workflows check-gpu": (["--train_processes", "0"], "--train_processes"),
+    "scripts/quickstart.py": (["--steps", "none"], "--steps"),
+    "scripts/reproduce_position_bias.py": (["--eval-examples", "0"], "--eval-examples must be"),
+    "scripts/make_tiny_dip_base.py": (["--seed", "x"], "--seed"),
+    "scripts/make_tiny_repo_pair.py": (["--steps", "x"], "--steps"),
+    "scripts/check_gpu.py": (["--pairs", "0"], "--pairs"),
+    "scripts/benchmark_startup.py": (["--rounds", "0"], "--rounds"),
+}
+
+
+def probe(command: str, args: list[str]) -> tuple[int, str, list[str]]:
+    """(exit code, stderr, heavy packages loaded) of `command args` in a fresh interpreter."""
+    words = command.split()
+    target = ["-m", words[2], *words[3:]] if words[:2] == ["python", "-m"] else [str(ROOT / words[0])]
+    result = subprocess.run(
+        [sys.executable, str(PROBE), ",".join(HEAVY), *target, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    report = result.stdout.strip().splitlines()[-1]  # the probe's last line: its JSON report
+    loaded = json.loads(report)
+    return loaded["code"], result.stderr, loaded["heavy"]
+
+
+@pytest.mark.parametrize("command", [c for c, case in COMMANDS.items() if case is not None])
+def test_help_loads_no_heavy_package(command):
+    code, err, heavy = probe(command, ["--help"])
+    assert code == 0, err
+    assert heavy == [], f"{command} --help imported {heavy}"
+
+
+@pytest.mark.parametrize("command", [c for c, case in COMMANDS.items() if case and case[1]])
+def test_a_refusal_that_needs_no_model_loads_no_heavy_package(command):
+    args, phrase = COMMANDS[command]
+    code, err, heavy = probe(command, args)
+    assert code == 2 and phrase in err and len(err.strip().splitlines()) == 1, err
+    assert heavy == [], f"{command} {' '.join(args)} imported {heavy} before refusing"
+
+
+def test_the_moved_check_gpu_spelling_is_refused_without_loading_anything():
+    code, err, heavy = probe("python -m repo_train", ["check-gpu"])
+    assert code == 2 and "python -m workflows check-gpu" in err and heavy == []
+
+
+@pytest.mark.slow  # each loads torch (fit: Lightning too): 13-18 s on two cores at load 2-3
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [("python -m evaluation run", {"torch"}), ("python -m repo_train fit", {"torch", "pytorch_lightning"})],
+)
+def test_the_known_exceptions_still_need_their_packages_for_help(command, expected):
+    """If one of these stops importing them, move it to COMMANDS above (the README's table says why it is slow)."""
+    code, err, heavy = probe(command, ["--help"])
+    assert code == 0, err
+    assert expected <= set(heavy)
