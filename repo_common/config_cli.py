@@ -134,14 +134,7 @@ class ConfigParser(ArgumentParser):
         """`--import MODULE` (repeatable, or `import: [...]` in a config file): the user's own modules, imported
         before parsing so their classes can be named; any other class_path outside the project is refused."""
         self.takes_user_code = True
-        self.add_argument(
-            user_code.FLAG,
-            dest=user_code.KEY,
-            type=list[str],
-            default=[],
-            help="your own module (a.b.c or file.py) to import first: its tasks, methods or policies can then be "
-            "named (repeatable; see docs/configuring.md)",
-        )
+        user_code.add_import_argument(self)
 
     def _import_user_code(self, args: list[str]) -> list[str]:
         """Import the modules named by `--import` and the config files' `import:` lists, then refuse every

@@ -24,6 +24,19 @@ FLAG = "--import"
 KEY = "import"
 
 
+def add_import_argument(parser: Any) -> None:
+    """`--import` on a jsonargparse parser (the project's ConfigParser or LightningCLI's): a list of modules,
+    also `import: [...]` in a config file, so a run's saved config replays its imports."""
+    parser.add_argument(
+        FLAG,
+        dest=KEY,
+        type=list[str],
+        default=[],
+        help="your own module (a.b.c or file.py) to import first: its tasks, methods, policies or data sources "
+        "can then be named (repeatable; docs/configuring.md)",
+    )
+
+
 def split_names(values: Iterable[str]) -> list[str]:
     """`--import a,b --import c` (or a YAML list) as ["a", "b", "c"]."""
     names: list[str] = []

@@ -1,9 +1,10 @@
 """The extension points, used as a newcomer would: a trainable policy and a training-free calibrator.
 
-Each is one class plus one registry line, written here and nowhere else. If
-any test below needed an edit outside this file, the interface would be
-incomplete: FLOPs (MFU), weight init, loading, training, cached decoding and
-the harness's method stack all have to take the new classes as they are.
+The policy is one class plus one registry line, written here; the calibrator is the user's example
+(`examples/extension/clamp_calibrator.py`, also run through its command in
+tests/test_extension_from_outside.py). If any test below needed an edit in the project's packages, the
+interface would be incomplete: FLOPs (MFU), weight init, loading, training, cached decoding and the
+harness's method stack all have to take the new classes as they are.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from evaluation.generation import DecodeSettings, collate, generate_batch, tokenize_prompts
-from evaluation.methods import Method, MethodStack, PolicyMethod, register_method
+from evaluation.methods import Method, MethodStack
 from evaluation.model_loading import tiny_default
+from examples.extension.clamp_calibrator import ClampedRopePolicy
 from repo_train.modeling import (
     PositionPolicy,
     RePoOlmo2ForCausalLM,
-    RopePolicy,
     RotaryEncoding,
     Rotation,
     build_policies,
@@ -166,30 +167,6 @@ def test_cached_decoding_equals_recomputation():
     assert_greedy(full[:, 14:-1], generated[:, 15:])
 
 
-class ClampedRopePolicy(RopePolicy):
-    """Identical to `RopePolicy(encoding)` except that positions stop growing at `limit`."""
-
-    def __init__(self, encoding: RotaryEncoding, limit: float):
-        super().__init__(encoding)
-        self.limit = limit
-
-    def rotation(self, attention, hidden_states, position_ids, shared, record):
-        return Rotation.from_positions(self.encoding, linear_positions(position_ids).clamp(max=self.limit))
-
-
-@register_method
-@dataclass
-class ClampPositions(PolicyMethod):
-    """Toy training-free calibrator `test_clamp:limit=L`: every RoPE layer sees positions min(i, L)."""
-
-    name: ClassVar[str] = "test_clamp"
-    limit: float = 8.0
-
-    def layer_policies(self, model, current):
-        encoding = RotaryEncoding.from_config(model.config)
-        return [ClampedRopePolicy(encoding, self.limit) if type(p) is RopePolicy else p for p in current]
-
-
 @dataclass
 class FirstLogits(Method):
     """Records the step-0 logits (not registered: a helper of this test)."""
@@ -210,8 +187,8 @@ def test_the_harness_runs_a_toy_calibrator_and_restores_the_model(limit):
     model, tokenizer = tiny_default(seed=0)
     before = layer_policies(model)
     batch = collate(tokenize_prompts(tokenizer, ["a short prompt", "a somewhat longer second prompt"]), 0)
-    stack = MethodStack.parse(f"test_clamp:limit={limit}")
-    assert stack.label == f"test_clamp:limit={limit}"
+    stack = MethodStack.parse(f"clamp:limit={limit}")
+    assert stack.label == f"clamp:limit={limit}"
     tap = FirstLogits()
     with stack.attached(model, tokenizer), record_positions(model) as rec:
         assert all(isinstance(p, ClampedRopePolicy) for p in layer_policies(model))

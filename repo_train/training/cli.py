@@ -129,14 +129,7 @@ class RePoCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ThroughputMonitor, "throughput")
         parser.add_lightning_class_args(ProgressLog, "progress_log")
-        parser.add_argument(
-            user_code.FLAG,
-            dest=user_code.KEY,
-            type=list[str],
-            default=[],
-            help="your own module (a.b.c or file.py) imported first, e.g. one that registers a position policy "
-            "(repeatable; docs/configuring.md)",
-        )
+        user_code.add_import_argument(parser)
         parser.add_argument(
             f"--{ALLOW_HPARAM_CHANGES}",
             type=bool,
