@@ -277,10 +277,41 @@ def take_flag(args: Sequence[str], flag: str) -> tuple[list[str], list[str]]:
     return values, rest
 
 
+#: What a config file may hold: its bytes, and its values once YAML's aliases (`*name`) are expanded, as the
+#: parser expands them (a few nested aliases can stand for billions of values).
+MAX_CONFIG_BYTES = 10 * 2**20
+MAX_CONFIG_VALUES = 100_000
+
+
+def expanded_size(value: Any, limit: int = MAX_CONFIG_VALUES) -> int:
+    """How many values `value` holds with every alias expanded, counting stopped just past `limit`."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def config_size_problem(path: str, data: Any) -> str:
+    """One line when a loaded config file expands past `MAX_CONFIG_VALUES` values, else ""."""
+    if expanded_size(data) > MAX_CONFIG_VALUES:
+        return (
+            f"{path} expands to more than {MAX_CONFIG_VALUES:,} values (YAML aliases repeated inside each other?); "
+            "write the values out, without nested aliases"
+        )
+    return ""
+
+
 def _config_file_ok(path: str) -> tuple[bool, str]:
     """(use it, why not): a missing, unreadable or non-mapping file is an error; an empty one sets nothing."""
     if not Path(path).is_file():
         return False, f"no config file at {path}; pass --config an existing YAML file"
+    if Path(path).stat().st_size > MAX_CONFIG_BYTES:
+        return False, f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file; pass the YAML of the options"
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
@@ -289,7 +320,8 @@ def _config_file_ok(path: str) -> tuple[bool, str]:
         return False, ""
     if not isinstance(data, dict):
         return False, f"{path}: the top level must be a mapping of keys to values, got {type(data).__name__}"
-    return True, ""
+    problem = config_size_problem(path, data)
+    return not problem, problem
 
 
 def dump_config(config: Mapping[str, Any]) -> str:

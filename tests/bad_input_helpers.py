@@ -332,3 +332,13 @@ def full_disk_on(monkeypatch, module, name_part: str) -> None:
         return FullDisk(handle) if name_part in Path(file).name and set(mode) & set("wa") else handle
 
     monkeypatch.setattr(module, "open", fake_open, raising=False)
+
+
+#: A YAML file of nested aliases: a few lines that stand for ten million values.
+ALIAS_BOMB = "".join(
+    [
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n",
+        *(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef", strict=True)),
+        "g: [" + ", ".join(["*f"] * 10) + "]\n",
+    ]
+)  # 10^7 values once expanded, from 7 short lines

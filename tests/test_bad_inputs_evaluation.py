@@ -24,6 +24,7 @@ from pathlib import Path
 import datasets
 import pytest
 from bad_input_helpers import (
+    ALIAS_BOMB,
     EVAL,
     ROOT,
     BadInput,
@@ -188,6 +189,9 @@ def _ev_config(text: str) -> Callable[[Context], list[str]]:
 
 
 ROWS = [
+    BadInput(
+        "eval-config-alias-bomb", "evaluation", _ev_config(ALIAS_BOMB), EXIT_USAGE, "expands to more than 100,000"
+    ),
     # -- weights that do not fit the model (issue 13, item 2): evaluation and search loading
     BadInput(
         "eval-llama-weights-olmo2-config",

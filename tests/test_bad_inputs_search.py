@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from bad_input_helpers import (
+    ALIAS_BOMB,
     TINY_SEARCH,
     BadInput,
     Context,
@@ -115,6 +116,13 @@ ROWS = [
         _search(damaged_weights(lambda data: data[:4096])),
         EXIT_USAGE,
         "model.safetensors is not a readable safetensors file",
+    ),
+    BadInput(
+        "search-config-alias-bomb",
+        "search",
+        _se_run(make=_se_config(ALIAS_BOMB)),
+        EXIT_USAGE,
+        "expands to more than 100,000 values",
     ),
     BadInput(
         "search-config-unknown-key",

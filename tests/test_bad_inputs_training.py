@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from bad_input_helpers import (
+    ALIAS_BOMB,
     BadInput,
     Context,
     check_row,
@@ -320,6 +321,13 @@ ROWS = [
     ),
     BadInput(
         "fit-config-missing", "repo_train", _fit("--config", "{tmp}/nowhere.yaml"), EXIT_USAGE, "File does not exist"
+    ),
+    BadInput(
+        "fit-config-alias-bomb",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(file_at("bomb.yaml", ALIAS_BOMB)(ctx))]),
+        EXIT_USAGE,
+        "expands to more than 100,000 values",
     ),
     BadInput(
         "fit-config-broken-yaml",

@@ -43,7 +43,7 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_common import user_code
-from repo_common.config_cli import take_flag
+from repo_common.config_cli import MAX_CONFIG_BYTES, config_size_problem, take_flag
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
@@ -385,10 +385,14 @@ def import_named_modules(argv: list[str]) -> list[str]:
     files, _ = take_flag(rest, "--config")
     from_files, class_paths = [], []
     for path in files:
+        if Path(path).is_file() and Path(path).stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file")
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
         except (yaml.YAMLError, UnicodeDecodeError):
             continue  # the parser reports a broken file in its own words
+        if config_size_problem(path, data):
+            raise ValueError(config_size_problem(path, data))
         if isinstance(data, dict):
             from_files += list(data.get(user_code.KEY) or [])
             class_paths += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]
