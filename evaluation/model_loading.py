@@ -39,6 +39,7 @@ import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.olmo2 import load_checked
 from repo_train.modeling.presets import tiny
+from repo_train.modeling.size_estimate import check_fits_in_memory
 
 TINY_DEFAULT_NAME = "tiny-default"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -162,6 +163,7 @@ def load_model(
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(_DTYPES)}")
     path = Path(path)
     raw_config = _check_directory(path)
+    check_fits_in_memory(raw_config, _DTYPES[dtype].itemsize, f"{path / 'config.json'}")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     kwargs = dict(local_files_only=True, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
     model_type = raw_config.get("model_type")

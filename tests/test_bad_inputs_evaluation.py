@@ -169,6 +169,13 @@ def _other_width(tmp: Path) -> Path:
     return path
 
 
+def _huge_shape(tmp: Path) -> Path:
+    """A tiny model whose config.json claims a million-wide, thousand-layer decoder (petabytes of weights)."""
+    path = repo_model(tmp, "huge_shape")
+    write_config(path, hidden_size=1_000_000, intermediate_size=4_000_000, num_hidden_layers=1000)
+    return path
+
+
 def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
     """baseline and `lpes:scale_file=` a scale file holding `data`."""
     return _ev_with(lambda ctx: ["--method", "baseline", "--method", f"lpes:scale_file={scale_file_at(data)(ctx)}"])
@@ -232,6 +239,9 @@ ROWS = [
         _eval(damaged_weights(lambda data: random.Random(1).randbytes(len(data)))),
         EXIT_USAGE,
         "is truncated or corrupt; copy it again",
+    ),
+    BadInput(
+        "eval-huge-shape", "evaluation", _eval(_huge_shape), EXIT_USAGE, "of memory available (hidden_size=1000000"
     ),
     BadInput(
         "eval-other-width",
