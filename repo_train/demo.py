@@ -39,6 +39,18 @@ def _copy_batch(vocab: int, seq_len: int, batch: int, generator: torch.Generator
     return torch.cat([first, first, torch.ones(batch, seq_len - 2 * half, dtype=torch.long)], dim=1)
 
 
+def check_lengths(seq_len: int, new_tokens: int, context: int) -> None:
+    """Refuse at once, with the numbers, lengths the tiny model's context cannot hold (they would run for hours)."""
+    if not 8 <= seq_len <= context:
+        raise ValueError(f"--seq-len {seq_len}: the tiny model trains on 8 to {context} tokens (its context)")
+    prompt = seq_len // 2 + 4
+    if prompt + new_tokens > context:
+        raise ValueError(
+            f"--new-tokens {new_tokens}: the {prompt}-token prompt plus {new_tokens} new tokens exceed the tiny model's "
+            f"{context}-token context; ask for at most {context - prompt}"
+        )
+
+
 def run(args, _parser=None) -> int:
     import torch  # heavy: keeps --help fast
 
@@ -51,6 +63,7 @@ def run(args, _parser=None) -> int:
         print(f"[demo] {args.preset} with {args.method}: {config_parameter_report(config)}")
         print("[demo] only the tiny preset is run on this machine; larger ones report their size.")
         return 0
+    check_lengths(args.seq_len, args.new_tokens, config.max_position_embeddings)
     model = RePoOlmo2ForCausalLM(config)
     print(f"[demo] tiny OLMo-2, {config.num_hidden_layers} layers, d={config.hidden_size}, method={args.method}")
     print(f"[demo] policies per layer: {[p.describe() for p in model.position_policies]}")

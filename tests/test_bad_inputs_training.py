@@ -273,6 +273,15 @@ ROWS = [
         EXIT_USAGE,
         "write model.position_options: {curriculum_steps: ...}",
     ),
+    # -- a demo the tiny model's context cannot hold: refused at once, not run for hours (Robust II)
+    BadInput("demo-huge-seq-len", "repo_train", lambda ctx: ["demo", "--seq-len", "10000000"], EXIT_USAGE, "8 to 2048"),
+    BadInput(
+        "demo-huge-new-tokens",
+        "repo_train",
+        lambda ctx: ["demo", "--new-tokens", "100000000"],
+        EXIT_USAGE,
+        "ask for at most 2012",
+    ),
     # -- one writer per output (item 3)
     BadInput("fit-root-locked", "repo_train", _locked_training, EXIT_USAGE, "training root dir"),
     # -- checkpoints export reads (item 6)
