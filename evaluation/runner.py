@@ -46,7 +46,7 @@ from typing import Any
 
 import datasets
 
-from evaluation.generation import batch_cost, plan_batches, prompt_limit, tokenize_and_fit
+from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
@@ -253,12 +253,15 @@ def prepare_task(
     task = build_task(name, **build_params)
     key_parts = {"task": name, **params, "tokenizer": tokenizer_fingerprint(tokenizer) if injected else None}
     key = json.dumps(key_parts, sort_keys=True, default=str)
+    prompt_format = prompt_format or PromptFormat()
+    limit = prompt_limit(model, settings)
     if key not in _DATASETS:
+        if settings.truncate is None and limit is not None:
+            refuse_if_first_prompt_too_long(name, task, tokenizer, prompt_format, limit)
         _DATASETS[key] = task.build()
     dataset = _DATASETS[key]
     if len(dataset) == 0:
         raise ValueError(f"task {name!r} built no rows with {dict(params)}; check num_examples and the data file")
-    prompt_format = prompt_format or PromptFormat()
     if prompt_format.chat_template and scores_by_loglikelihood(task):
         raise ValueError(
             f"task {name!r} is scored by log-likelihood, which reads the raw context; --chat_template applies to "
@@ -267,7 +270,6 @@ def prepare_task(
     texts, spans = dataset["prompt"], dataset["item_spans"]  # lazy columns: read a chunk at a time below
     if prompt_format.chat_template:
         texts, spans = prompt_format.apply(tokenizer, texts, spans)
-    limit = prompt_limit(model, settings)
     described = json.dumps(prompt_format.describe(tokenizer), sort_keys=True)
     token_key = (tokenizer_fingerprint(tokenizer), key, limit, settings.truncate, described)
     if token_key not in _TOKENS_CACHE:
@@ -279,6 +281,23 @@ def prepare_task(
     rows = dataset.select_columns(columns).to_list()
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
     return PreparedTask(name, task, rows, fitted, settings, plan, texts, prompt_format.add_special_tokens, dataset)
+
+
+def refuse_if_first_prompt_too_long(name: str, task: Task, tokenizer, prompt_format: PromptFormat, limit: int) -> None:
+    """Tokenise the task's first prompt before building the rest: when it already exceeds the limit, the grid is
+    refused in seconds with its numbers (the prompts of a task are about as long as each other), not after
+    building and counting every prompt of a grid that may hold millions of tokens."""
+    first = next(iter(task.rows()), None)
+    if first is None:
+        return
+    texts, _ = prompt_format.apply(tokenizer, [first["prompt"]], [first.get("item_spans") or []])
+    length = next(token_lengths(tokenizer, texts, add_special_tokens=prompt_format.add_special_tokens))
+    if length > limit:
+        raise ValueError(
+            f"task {name!r}: its first prompt has {length} tokens, so its prompts exceed the {limit}-token prompt "
+            "limit (--max-length, else the model's max_position_embeddings, minus --max-new-tokens); use fewer items "
+            "per prompt (--num-keys / --num-documents), raise --max-length, or pass --truncate middle|left"
+        )
 
 
 def run_stack(
