@@ -18,6 +18,7 @@ noise).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -155,6 +156,18 @@ def _unreadable_weights(path: Path, err: Exception) -> str:
     )
 
 
+def check_attention_kernel(attn_implementation: str) -> None:
+    """flash_attention_2 needs CUDA and the flash-attn package: refused in one line where either is missing."""
+    if attn_implementation != "flash_attention_2":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError("--attn_implementation flash_attention_2 needs a CUDA GPU; use sdpa on the CPU")
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ValueError(
+            "--attn_implementation flash_attention_2 needs the flash-attn package (pip install flash-attn)"
+        )
+
+
 def load_model(
     path: str | Path, dtype: str = "float32", attn_implementation: str = "sdpa"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -164,7 +177,14 @@ def load_model(
     path = Path(path)
     raw_config = _check_directory(path)
     check_fits_in_memory(raw_config, _DTYPES[dtype].itemsize, f"{path / 'config.json'}")
+    check_attention_kernel(attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    vocab = raw_config.get("vocab_size")
+    if isinstance(vocab, int) and len(tokenizer) > vocab:
+        raise ValueError(
+            f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {vocab} (ids past it "
+            "have no embedding); the tokenizer belongs to another model: save this model's own tokenizer there"
+        )
     kwargs = dict(local_files_only=True, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
     model_type = raw_config.get("model_type")
     try:

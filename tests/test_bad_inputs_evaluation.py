@@ -177,6 +177,17 @@ def _huge_shape(tmp: Path) -> Path:
     return path
 
 
+def _bigger_tokenizer(tmp: Path) -> Path:
+    """A tiny model whose tokenizer has ten more tokens than its vocabulary (another model's tokenizer)."""
+    from transformers import AutoTokenizer
+
+    path = repo_model(tmp, "bigger_tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(10)])
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
     """baseline and `lpes:scale_file=` a scale file holding `data`."""
     return _ev_with(lambda ctx: ["--method", "baseline", "--method", f"lpes:scale_file={scale_file_at(data)(ctx)}"])
@@ -240,6 +251,14 @@ ROWS = [
         _eval(damaged_weights(lambda data: random.Random(1).randbytes(len(data)))),
         EXIT_USAGE,
         "is truncated or corrupt; copy it again",
+    ),
+    BadInput("eval-tokenizer-past-vocab", "evaluation", _eval(_bigger_tokenizer), EXIT_USAGE, "268 tokens but"),
+    BadInput(
+        "eval-flash-attention-on-cpu",
+        "evaluation",
+        _ev_with(lambda ctx: ["--attn-implementation", "flash_attention_2"]),
+        EXIT_USAGE,
+        "flash_attention_2 needs",
     ),
     BadInput(
         "eval-huge-shape", "evaluation", _eval(_huge_shape), EXIT_USAGE, "of memory available (hidden_size=1000000"
