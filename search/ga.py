@@ -375,6 +375,10 @@ class SearchState:
                 f"search state {path} is not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}): it is "
                 f"truncated or corrupt; {restart}"
             ) from err
+        except RecursionError:
+            raise ValueError(
+                f"search state {path} nests its JSON thousands of levels deep: not a state; {restart}"
+            ) from None
         if not isinstance(data, dict):
             raise ValueError(f"search state {path} is not a JSON object: {restart}")  # noqa: TRY004  (user error)
         try:

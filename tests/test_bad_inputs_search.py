@@ -21,6 +21,7 @@ from bad_input_helpers import (
     Context,
     check_row,
     damaged_weights,
+    file_at,
     full_disk_on,
     gpt2_model,
     llama_as_olmo2,
@@ -69,6 +70,21 @@ def _truncated_state(ctx: Context) -> list[str]:
     return ["--resume"]
 
 
+def _deep_state(ctx: Context) -> list[str]:
+    """scales/s.state.json nested 100,000 levels deep (RecursionError in the JSON reader)."""
+    (ctx.tmp / "scales").mkdir()
+    (ctx.tmp / "scales" / "s.state.json").write_text("[" * 100_000 + "]" * 100_000)
+    return ["--resume"]
+
+
+def _deep_scale_file(ctx: Context) -> list[str]:
+    return ["show", str(file_at("scales/deep.json", "[" * 100_000 + "]" * 100_000)(ctx))]
+
+
+def _binary_scale_file(ctx: Context) -> list[str]:
+    return ["show", str(file_at("scales/binary.json", bytes(range(256)) * 4)(ctx))]
+
+
 def _kv_release_file(ctx: Context, examples: int, keys: int = 4) -> Path:
     """A kv-retrieval-<keys>_keys.jsonl in the release's format with `examples` lines, in ctx.tmp/data."""
     data = ctx.tmp / "data"
@@ -95,6 +111,9 @@ ROWS = [
     # -- one writer per output (item 3)
     BadInput("search-out-locked", "search", _locked_search, EXIT_USAGE, "is in use by pid"),
     # -- search
+    BadInput("search-deep-state", "search", _se_run(make=_deep_state), EXIT_USAGE, "levels deep: not a state"),
+    BadInput("search-show-deep-scale-file", "search", _deep_scale_file, EXIT_USAGE, "levels deep: not a scale file"),
+    BadInput("search-show-binary-scale-file", "search", _binary_scale_file, EXIT_USAGE, "(binary, not JSON text)"),
     BadInput(
         "search-truncated-state",
         "search",

@@ -66,9 +66,15 @@ def read_scale_json(path: str | os.PathLike, context: str = "") -> Any:
     if not path.is_file():
         raise ScaleFileError(f"{lead}no scale file at {path}: pass the path `python -m search run` wrote")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ScaleFileError(f"{lead}{path} is not valid JSON ({exc}): {REGENERATE}") from exc
+    except UnicodeDecodeError:
+        raise ScaleFileError(f"{lead}{path} is not a scale file (binary, not JSON text): {REGENERATE}") from None
+    except RecursionError:
+        raise ScaleFileError(
+            f"{lead}{path} nests its JSON thousands of levels deep: not a scale file; {REGENERATE}"
+        ) from None
 
 
 def read_scale_file(path: str | os.PathLike, *, complete: bool = True, context: str = "") -> dict[str, Any]:
