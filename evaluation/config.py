@@ -39,7 +39,7 @@ from evaluation.prompt_format import PromptFormat
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
-from repo_common.config_cli import ConfigParser, class_entry
+from repo_common.config_cli import ConfigParser, Seed, class_entry
 from repo_common.user_code import resolve_class
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def add_run_options(parser: ConfigParser) -> None:
         "--task_param", type=list[str], default=[], help=f"TASK:key=value, also --task-param ({shortcut})"
     )
     parser.add_argument("--data_dir", "--data-dir", type=str | None, help="folder with the tasks' data files")
-    parser.add_argument("--seed", type=int, default=0, help="seed of distractors / generated keys / tiny weights")
+    parser.add_argument("--seed", type=Seed, default=0, help="seed of distractors / generated keys / tiny weights")
     parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=8, help="prompts per forward")
     parser.add_argument("--max_new_tokens", "--max-new-tokens", type=PositiveInt | None, help="default: per task")
     parser.add_argument(

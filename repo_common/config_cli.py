@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
+from jsonargparse.typing import restricted_number_type
 
 from repo_common import user_code
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
@@ -46,7 +47,11 @@ RESTRICTED_TYPES = {
     "NonNegativeFloat": "a number >= 0",
     "ClosedUnitInterval": "a number in [0, 1]",
     "OpenUnitInterval": "a number in (0, 1)",
+    "Seed": "an integer seed in [0, 2**32)",
 }
+#: A random seed every library takes (numpy's bound; torch's is wider).
+SEED_LIMIT = 2**32
+Seed = restricted_number_type("Seed", int, [(">=", 0), ("<", SEED_LIMIT)], join="and")
 
 
 def one_line_error(message: str) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from jsonargparse.typing import PositiveInt
 
+from repo_common.config_cli import Seed
 from repo_train.modeling.presets import PRESETS, preset
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=64, help="training sequence length")
     parser.add_argument("--steps", type=PositiveInt, default=40, help="AdamW steps on a fixed batch")
     parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=12, help="tokens to generate")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=Seed, default=0)
 
 
 def _copy_batch(vocab: int, seq_len: int, batch: int, generator: torch.Generator) -> torch.Tensor:

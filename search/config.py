@@ -31,7 +31,7 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 
 from evaluation.prompt_format import PromptFormat
-from repo_common.config_cli import one_line_error
+from repo_common.config_cli import SEED_LIMIT, one_line_error
 from search.fitness import SubsetWeights
 from search.ga import GAConfig
 from search.genome import SearchSpace
@@ -157,6 +157,11 @@ class SearchConfig:
         for name in ("num_examples", "max_new_tokens", "batch_size"):
             if getattr(self.task, name) < 1:
                 raise ConfigError(f"task.{name} must be >= 1, got {getattr(self.task, name)}")
+        seeds = {"model.seed": self.model.seed, "task.seed": self.task.seed, "ga.seed": self.ga.seed,
+                 "held_out.seed": self.held_out.seed}  # fmt: skip
+        for name, seed in seeds.items():
+            if seed is not None and not 0 <= seed < SEED_LIMIT:
+                raise ConfigError(f"{name} must be an integer seed in [0, 2**32), got {seed}")
         if self.held_out.num_examples < 0:
             raise ConfigError(f"held_out.num_examples must be >= 0, got {self.held_out.num_examples}")
         if self.task.system_prompt is not None and not self.task.chat_template:

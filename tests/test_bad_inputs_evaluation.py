@@ -252,6 +252,13 @@ ROWS = [
         EXIT_USAGE,
         "is truncated or corrupt; copy it again",
     ),
+    BadInput(
+        "eval-huge-seed",
+        "evaluation",
+        _ev_with(lambda ctx: ["--seed", "100000000000000000000000"]),
+        EXIT_USAGE,
+        "seed in [0, 2**32)",
+    ),
     BadInput("eval-tokenizer-past-vocab", "evaluation", _eval(_bigger_tokenizer), EXIT_USAGE, "268 tokens but"),
     BadInput(
         "eval-flash-attention-on-cpu",

@@ -111,6 +111,13 @@ ROWS = [
     # -- one writer per output (item 3)
     BadInput("search-out-locked", "search", _locked_search, EXIT_USAGE, "is in use by pid"),
     # -- search
+    BadInput(
+        "search-huge-seed",
+        "search",
+        _se_run("--seed", "100000000000000000000000"),
+        EXIT_USAGE,
+        "ga.seed must be an integer seed",
+    ),
     BadInput("search-deep-state", "search", _se_run(make=_deep_state), EXIT_USAGE, "levels deep: not a state"),
     BadInput("search-show-deep-scale-file", "search", _deep_scale_file, EXIT_USAGE, "levels deep: not a scale file"),
     BadInput("search-show-binary-scale-file", "search", _binary_scale_file, EXIT_USAGE, "(binary, not JSON text)"),

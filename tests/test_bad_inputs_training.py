@@ -274,6 +274,13 @@ ROWS = [
         "write model.position_options: {curriculum_steps: ...}",
     ),
     # -- a demo the tiny model's context cannot hold: refused at once, not run for hours (Robust II)
+    BadInput(
+        "demo-huge-seed",
+        "repo_train",
+        lambda ctx: ["demo", "--seed", "100000000000000000000000"],
+        EXIT_USAGE,
+        "seed in [0, 2**32)",
+    ),
     BadInput("demo-huge-seq-len", "repo_train", lambda ctx: ["demo", "--seq-len", "10000000"], EXIT_USAGE, "8 to 2048"),
     BadInput(
         "demo-huge-new-tokens",
