@@ -42,6 +42,8 @@ LIGHTNING_SUBCOMMANDS = {
 }
 #: User mistakes: one clear line, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)
+#: fit / validate also: a disk that fills or a file that cannot be written (one line naming the file).
+TRAINING_ERRORS = (ValueError, OSError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
         from repo_train.training.cli import run  # imports Lightning only when training
 
-        return report_user_errors(f"python -m repo_train {argv[0]}", lambda: run(argv), USER_ERRORS)
+        return report_user_errors(f"python -m repo_train {argv[0]}", lambda: run(argv), TRAINING_ERRORS)
     return dispatch(
         "python -m repo_train",
         "repo-train: OLMo-2 with learned (REPO) and baseline position methods.",

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import yaml
+from lightning_fabric.plugins import CheckpointIO
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
@@ -51,6 +52,7 @@ from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.presets import preset
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
+from repo_train.training.atomic_checkpoint_io import AtomicCheckpointIO
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (
     ALLOW_HPARAM_CHANGES,
@@ -149,6 +151,11 @@ class RePoCLI(LightningCLI):
         given = given if isinstance(given, list) else [given]
         if config.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in given + callbacks):
             callbacks = [*callbacks, StepProgressBar()]
+        plugins = config.get("plugins") or []
+        plugins = plugins if isinstance(plugins, list) else [plugins]
+        deepspeed = "deepspeed" in str(config.get("strategy", "")).lower()  # writes its own checkpoint directories
+        if not deepspeed and not any(isinstance(p, CheckpointIO) for p in plugins):
+            config = {**config, "plugins": [*plugins, AtomicCheckpointIO()]}  # a full disk keeps the last good one
         return super()._instantiate_trainer(config, callbacks)
 
     def _parse_ckpt_path(self) -> None:
