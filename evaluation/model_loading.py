@@ -180,10 +180,10 @@ def load_model(
     check_attention_kernel(attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     vocab = raw_config.get("vocab_size")
-    if isinstance(vocab, int) and len(tokenizer) > vocab:
+    if isinstance(vocab, int) and tokenizer.vocab_size > vocab:  # added tokens are checked where prompts use them
         raise ValueError(
-            f"{path}: the tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {vocab} (ids past it "
-            "have no embedding); the tokenizer belongs to another model: save this model's own tokenizer there"
+            f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary only {vocab} (ids "
+            "past it have no embedding); the tokenizer belongs to another model: save this model's own tokenizer there"
         )
     kwargs = dict(local_files_only=True, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
     model_type = raw_config.get("model_type")

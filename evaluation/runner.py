@@ -277,6 +277,13 @@ def prepare_task(
             tokenizer, texts, spans, limit, settings.truncate, add_special_tokens=prompt_format.add_special_tokens
         )
     fitted = _TOKENS_CACHE[token_key]
+    vocab = getattr(model.config, "vocab_size", None)
+    highest = max((max(p.input_ids) for p in fitted if p.input_ids), default=-1)
+    if isinstance(vocab, int) and highest >= vocab:
+        raise ValueError(
+            f"task {name!r}: its prompts use token id {highest}, past the model's vocabulary of {vocab} (a token "
+            "the tokenizer added after the model was made); use the model's own tokenizer, or resize its embeddings"
+        )
     columns = list(_ROW_COLUMNS) + (list(_LOGLIK_COLUMNS) if scores_by_loglikelihood(task) else [])
     rows = dataset.select_columns(columns).to_list()
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)

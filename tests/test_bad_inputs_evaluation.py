@@ -177,15 +177,27 @@ def _huge_shape(tmp: Path) -> Path:
     return path
 
 
-def _bigger_tokenizer(tmp: Path) -> Path:
-    """A tiny model whose tokenizer has ten more tokens than its vocabulary (another model's tokenizer)."""
+def _smaller_vocab(tmp: Path) -> Path:
+    """A tiny model whose config.json says 200 tokens while its (byte) tokenizer has 258: another model's."""
+    path = repo_model(tmp, "smaller_vocab")
+    write_config(path, vocab_size=200)
+    return path
+
+
+def _added_tokens_in_prompt(ctx: Context) -> list[str]:
+    """A tokenizer with an added token the model has no embedding for, and a task whose prompts contain it."""
     from transformers import AutoTokenizer
 
-    path = repo_model(tmp, "bigger_tokenizer")
+    path = repo_model(ctx.tmp, "added_tokens")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.add_tokens([f"<extra_{i}>" for i in range(10)])
+    tokenizer.add_tokens(["<new>"])
     tokenizer.save_pretrained(path)
-    return path
+    data = ctx.tmp / "data"
+    data.mkdir()
+    rows = [{"question": "q <new>", "answers": ["a"], "ctxs": [{"title": "t", "text": "x", "hasanswer": True}]}]
+    (data / "nq-open-oracle.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [*EVAL, "--model", str(path), "--tasks", "mdqa", "--data-dir", str(data), "--num-documents", "1",
+            "--num-examples", "1", "--out", str(ctx.tmp / "out")]  # fmt: skip
 
 
 def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
@@ -259,7 +271,10 @@ ROWS = [
         EXIT_USAGE,
         "seed in [0, 2**32)",
     ),
-    BadInput("eval-tokenizer-past-vocab", "evaluation", _eval(_bigger_tokenizer), EXIT_USAGE, "268 tokens but"),
+    BadInput("eval-tokenizer-past-vocab", "evaluation", _eval(_smaller_vocab), EXIT_USAGE, "vocabulary only 200"),
+    BadInput(
+        "eval-added-token-past-vocab", "evaluation", _added_tokens_in_prompt, EXIT_USAGE, "past the model's vocab"
+    ),
     BadInput(
         "eval-flash-attention-on-cpu",
         "evaluation",
