@@ -356,7 +356,12 @@ def parse_script(
         try:
             check(options)
         except ValueError as err:
-            parser.fail(str(err))
+            if not show:
+                parser.fail(str(err))
+            # --print_config shows the options even where their files are not here (a fresh clone, another machine)
+            print(
+                f"{parser.prog}: note: as printed, this would be refused: {one_line_error(str(err))}", file=sys.stderr
+            )
     if show:
         print(dump_config(script_config(parser, options)), end="")
         raise SystemExit(0)
