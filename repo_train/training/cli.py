@@ -398,8 +398,9 @@ def import_named_modules(argv: list[str]) -> list[str]:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
         except (yaml.YAMLError, UnicodeDecodeError):
             continue  # the parser reports a broken file in its own words
-        if config_size_problem(path, data):
-            raise ValueError(config_size_problem(path, data))
+        problem = config_size_problem(path, data)
+        if problem:
+            raise ValueError(problem)
         if isinstance(data, dict):
             from_files += list(data.get(user_code.KEY) or [])
             class_paths += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]
