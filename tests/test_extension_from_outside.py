@@ -17,7 +17,7 @@ import yaml
 
 import evaluation.tasks
 from evaluation import cli
-from evaluation.model_loading import tiny_default
+from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import TASKS, Task, register_task
 from repo_common import user_code
 
@@ -133,6 +133,7 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
         "repo_train", "fit", "--import", POLICY, "--config", str(ROOT / "configs/train/tiny-repo.yaml"),
         "--model.position_method", "head_scale",
         "--model.position_options", "{start_scale: 0.5, warmup_steps: 2}",
+        "--model.config_overrides", "{vocab_size: 258}",  # the byte tokenizer's 256 bytes and 2 specials
         "--trainer.max_steps", "3", "--trainer.default_root_dir", "run", "--trainer.log_every_n_steps", "1",
         "--trainer.enable_progress_bar", "false", "--data.train.seq_len", "32", "--data.train.num_samples", "64",
         cwd=tmp_path,
@@ -152,7 +153,7 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["position_method"] == "head_scale"
     assert config["position_options"] == {"start_scale": 0.5, "warmup_steps": 2}
-    tiny_default(seed=0)[1].save_pretrained(tmp_path / "hf")  # the byte tokenizer of the tiny preset's vocabulary
+    byte_tokenizer().save_pretrained(tmp_path / "hf")  # fits the vocabulary the model was trained with
     # without the module, the model's method is unknown: one line naming the fix
     unknown = _tool("evaluation", "run", "--model", "hf", "--out", "ev0", cwd=tmp_path)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
