@@ -28,12 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.methods import build_method
 from evaluation.methods.decoding import DecodeSettings
-from evaluation.methods.fim_bias import BiasFile, write_bias_file
+from evaluation.methods.fim_bias import BiasFile, read_bias_file, write_bias_file
 from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
 from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import prepare_task
+from evaluation.tasks import build_task
+from repo_common.cli_errors import report_user_errors
 from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.output_guard import check_output_file
 
 PROG = "scripts/calibrate_fim_bias.py"
 
@@ -60,10 +63,30 @@ def build_parser() -> ConfigParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
+    """Everything that can be checked before the model loads: the method, the task's parameters, the file."""
     if build_method(args.method).name != FoundInTheMiddle.name:
         raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {args.method!r}")
     if not args.out.endswith(".json"):
         raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
+    check_task_params(args.task, calibration_params(args), "--task_params")
+    check_output_file(args.out, "a bias file", ours=is_bias_file(Path(args.out)))
+
+
+def check_task_params(task: str, params: dict, option: str) -> None:
+    """The task builds from `params` (names and required values), without a model: one line naming `option`."""
+    try:
+        build_task(task, **params)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{option}: {err}") from err
+
+
+def is_bias_file(path: Path) -> bool:
+    """An existing file this script may replace: a readable bias file (any other file is the user's)."""
+    try:
+        read_bias_file(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,17 +117,23 @@ def make_bias_file(model, tokenizer, args: argparse.Namespace) -> BiasFile:
     return estimate_bias(model, tokenizer, prepared.prompts, build_method(args.method), args.batch_size, record)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model)
-    start = time.perf_counter()
-    bias = make_bias_file(model, tokenizer, args)
-    seconds = time.perf_counter() - start
-    write_bias_file(args.out, bias)
-    buckets = ", ".join(f"{name} ({entry['prompts']} prompts)" for name, entry in bias.buckets.items())
-    print(f"{args.out}: {bias.num_items} items, buckets {buckets}; {seconds:.1f} s")
+
+    def work() -> int:
+        model, tokenizer = load_model(args.model)
+        start = time.perf_counter()
+        bias = make_bias_file(model, tokenizer, args)
+        seconds = time.perf_counter() - start
+        write_bias_file(args.out, bias)
+        buckets = ", ".join(f"{name} ({entry['prompts']} prompts)" for name, entry in bias.buckets.items())
+        print(f"{args.out}: {bias.num_items} items, buckets {buckets}; {seconds:.1f} s")
+        return 0
+
+    # a missing data file or model, a prompt too long for the model: one line (exit 2), not a traceback
+    return report_user_errors(PROG, work, (ValueError, OSError))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,17 +35,22 @@ sys.path.insert(0, str(ROOT / "scripts"))  # the bias file's maker
 
 import calibrate_fim_bias as maker
 
-from evaluation.methods import MethodStack
+from evaluation.methods import MethodStack, build_method
 from evaluation.methods.decoding import DecodeSettings
 from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file
+from evaluation.methods.found_in_middle import FoundInTheMiddle
 from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.results import compare_with_baseline
 from evaluation.runner import prepare_task, run_stack, task_generation
 from repo_common.atomic import write_json_atomic, write_text_atomic
+from repo_common.cli_errors import report_user_errors
 from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.output_guard import check_output_directory
 
 PROG = "scripts/compare_fim_calibrations.py"
+#: The first file a comparison writes (its manifest: a folder holding a valid one is this script's own output).
+BIAS_NAME = "fim-bias.json"
 
 
 def build_parser() -> ConfigParser:
@@ -72,8 +77,46 @@ def build_parser() -> ConfigParser:
     return parser
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """What can be checked before the model loads: the method, both prompt sets' task parameters, the folder."""
+    if build_method(args.method).name != FoundInTheMiddle.name:
+        raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {args.method!r}")
+    for params in (eval_params(args), maker.calibration_params(calibration_args(args))):
+        maker.check_task_params(args.task, params, "--task_params")
+    # its own earlier output (a bias file first, the comparison last) may be continued; anything else is the user's
+    check_output_directory(
+        args.out, BIAS_NAME, "a FiM comparison", is_ours=lambda out: maker.is_bias_file(out / BIAS_NAME)
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv)
+    return parse_script(build_parser(), argv, check_options)
+
+
+def eval_params(args: argparse.Namespace) -> dict:
+    """The task parameters of the evaluated prompts."""
+    params = {**args.task_params, "num_examples": args.eval_examples, "seed": args.eval_seed}
+    if args.eval_offset:
+        params["example_offset"] = args.eval_offset
+    if args.gold_positions is not None:
+        params["gold_positions"] = args.gold_positions
+    return params
+
+
+def calibration_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The bias-file maker's options for this comparison's calibration prompts."""
+    return argparse.Namespace(
+        task=args.task,
+        task_params=args.task_params,
+        num_examples=args.calibration_examples,
+        seed=args.calibration_seed,
+        example_offset=args.calibration_offset,
+        gold_positions=args.gold_positions,
+        chat_template=args.chat_template,
+        system_prompt=None,
+        method=args.method,
+        batch_size=4,
+    )
 
 
 def bias_file(model, tokenizer, args: argparse.Namespace, path: Path) -> tuple[float | None, str]:
@@ -87,39 +130,28 @@ def bias_file(model, tokenizer, args: argparse.Namespace, path: Path) -> tuple[f
                 return None, "reused"
         except ValueError:
             pass
-    maker_args = argparse.Namespace(
-        task=args.task,
-        task_params=args.task_params,
-        num_examples=args.calibration_examples,
-        seed=args.calibration_seed,
-        example_offset=args.calibration_offset,
-        gold_positions=args.gold_positions,
-        chat_template=args.chat_template,
-        system_prompt=None,
-        method=args.method,
-        batch_size=4,
-    )
     start = time.perf_counter()
-    bias = maker.make_bias_file(model, tokenizer, maker_args)
+    bias = maker.make_bias_file(model, tokenizer, calibration_args(args))
     seconds = time.perf_counter() - start
     write_bias_file(path, bias)
     return seconds, f"{sum(b['prompts'] for b in bias.buckets.values())} calibration prompts"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    # a missing data file or model, a prompt too long for the model: one line (exit 2), not a traceback
+    return report_user_errors(PROG, lambda: compare(args), (ValueError, OSError))
+
+
+def compare(args: argparse.Namespace) -> int:
+    model, tokenizer = load_model(args.model)  # before the folder is made: a wrong --model leaves nothing behind
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_model(args.model)
-    path = out / "fim-bias.json"
+    path = out / BIAS_NAME
     calibration_seconds, how = bias_file(model, tokenizer, args, path)
 
-    params = {**args.task_params, "num_examples": args.eval_examples, "seed": args.eval_seed}
-    if args.eval_offset:
-        params["example_offset"] = args.eval_offset
-    if args.gold_positions is not None:
-        params["gold_positions"] = args.gold_positions
+    params = eval_params(args)
     new_tokens, stops = task_generation(args.task, params)
     settings = DecodeSettings(max_new_tokens=new_tokens, stop_strings=stops, batch_size=args.batch_size)
     prepared = prepare_task(args.task, params, model, tokenizer, settings, PromptFormat(args.chat_template))
@@ -191,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     write_json_atomic(out / "comparison.json", result)
     all_records = [{**r, "form": name} for name in names for r in records[name]]
     write_text_atomic(out / "records.jsonl", "".join(json.dumps(r) + "\n" for r in all_records))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
