@@ -471,7 +471,8 @@ def evaluation_task_flags(task: Mapping[str, Any]) -> list[str]:
     defaults), so generated and release-file tasks come back the same.
     """
     name, params = task["task"], task["params"]
-    flags = ["--tasks", name, "--num-examples", str(task["num_examples"]), "--seed", str(params.get("seed", 0))]
+    flags = ["--import", task["import"]] if task.get("import") else []  # a user's task: its module first
+    flags += ["--tasks", name, "--num-examples", str(task["num_examples"]), "--seed", str(params.get("seed", 0))]
     flags += ["--gold-positions", "all"]
     for key, value in params.items():
         if key not in ("seed", "gold_positions", "num_examples") and value is not None:

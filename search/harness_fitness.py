@@ -61,6 +61,7 @@ from evaluation.model_loading import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
+from repo_common import user_code
 from repo_common.distributed import all_reduce_sum, balanced_shares, rank_and_world
 from repo_common.progress import track
 from repo_train.modeling.scaling import scaled_policies
@@ -255,9 +256,13 @@ class HarnessFitness:
         return sorted(self.prepared.source_fingerprints())
 
     def describe(self) -> dict[str, Any]:
-        """The search set in a few JSON-able fields (for the scale file and the log)."""
+        """The search set in a few JSON-able fields (for the scale file and the log); a task from the user's own
+        module names it (`import`), so the evaluation command `search show` prints imports it too."""
+        cls = type(self.prepared.task)
+        class_path = f"{cls.__module__}.{cls.__qualname__}"
         return {
             "task": self.task,
+            **({} if user_code.allowed(class_path) else {"import": cls.__module__}),
             "params": {k: v for k, v in self.task_params.items() if k != "num_examples"},
             "num_examples": len(self.example_ids),
             "positions": dict(self.positions),

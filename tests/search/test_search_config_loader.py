@@ -53,11 +53,11 @@ def test_the_command_line_files_and_the_python_api_give_the_same_config_and_the_
     cli = parse_search_args(["--config", str(TINY), "--ga.seed", "3", "--task.num_items", "5"])
     data = SearchConfig.tiny().to_dict()
     data["ga"]["seed"], data["task"]["num_items"] = 3, 5
-    assert cli == SearchConfig.from_dict(data) == dataclasses.replace(
-        SearchConfig.tiny(),
-        ga=dataclasses.replace(SearchConfig.tiny().ga, seed=3),
-        task=dataclasses.replace(SearchConfig.tiny().task, num_items=5),
+    tiny = SearchConfig.tiny()
+    expected = dataclasses.replace(
+        tiny, ga=dataclasses.replace(tiny.ga, seed=3), task=dataclasses.replace(tiny.task, num_items=5)
     )
+    assert cli == SearchConfig.from_dict(data) == expected
     bad = tmp_path / "bad.yaml"
     bad.write_text("ga: {population: 7, popultion: 3}\n")
     messages = []
