@@ -34,7 +34,7 @@ from jsonargparse.typing import PositiveInt
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, dispatch, dump_config
 from repo_common.output_guard import OutputRefused, check_output_file, require_path  # stdlib only: fast
-from search.config import SearchConfig, add_run_options, add_search_options, config_from_options
+from search.config import add_run_command, add_search_sections, config_from_options
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -51,45 +51,11 @@ data: mdqa reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release
 distributed: python -m torch.distributed.run --nproc_per_node=N -m search run ...  (scripts/run_search.sh)
 resume: rerun the same command with --resume; it continues NAME.state.json (or starts if there is none).
 """
-#: Short flags of `run` and `diagnose` and the config keys they set.
-SECTION_ALIASES = {
-    "--model": "--model.path",
-    "--task": "--task.name",
-    "--num-examples": "--task.num_examples",
-    "--num-items": "--task.num_items",
-    "--data-dir": "--task.data_dir",
-}
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _tiny_unless_configured(parser: ConfigParser, args: list[str]) -> None:
-    """Without --config and without a model, the defaults are configs/search/tiny.yaml's (a smoke test)."""
-    given = {a.split("=", 1)[0] for a in args}
-    if not given & {"--config", "--model.path"}:
-        parser.set_defaults(_flatten(SearchConfig.tiny().to_dict()))
-        parser.tiny_defaults = True  # said once the options are valid (`_run`)
-
-
-def _add_search_sections(parser: ConfigParser) -> None:
-    parser.flag_aliases = dict(SECTION_ALIASES)
-    parser.before_parse = _tiny_unless_configured
-    add_search_options(parser)
 
 
 def _add_run(parser: ConfigParser) -> None:
     parser.epilog = EPILOG
-    _add_search_sections(parser)
-    parser.flag_aliases.update({"--generations": "--ga.generations", "--seed": "--ga.seed"})
-    add_run_options(parser, out_required=True)  # the same keys `search.config.search_parser` reads
+    add_run_command(parser, out_required=True)  # the parser `search.config.search_parser` builds for the API
 
 
 def _run(options: Namespace, parser: ConfigParser) -> int:
@@ -129,7 +95,7 @@ def _add_diagnose(parser: ConfigParser) -> None:
         "D per layer and S of the searched scales and of uniform / noisy / shuffled / random variants, on the "
         "search set of the config's task; writes OUT/structure.json and OUT/structure.png (search/structure.py)."
     )
-    _add_search_sections(parser)
+    add_search_sections(parser)
     parser.add_import_option()  # a user's task, as in run
     parser.flag_aliases.update({"--seed": "--variant_seed", "--scale-file": "--scale_file"})
     parser.add_argument("--scale_file", type=str, required=True, help="a scale file of `python -m search run`")

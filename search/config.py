@@ -222,14 +222,54 @@ class SearchConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
+#: Short flags of `run` and `diagnose` and the config keys they set.
+SECTION_ALIASES = {
+    "--model": "--model.path",
+    "--task": "--task.name",
+    "--num-examples": "--task.num_examples",
+    "--num-items": "--task.num_items",
+    "--data-dir": "--task.data_dir",
+}
+#: `run`'s short flags besides those.
+RUN_ALIASES = {"--generations": "--ga.generations", "--seed": "--ga.seed"}
+
+
 def add_search_options(parser: ConfigParser) -> None:
     """The six sections as nested options (`--model.path`, `--ga.population`, ...), typed by the dataclasses."""
     add_typed(parser, SearchConfig)
 
 
-def add_run_options(parser: ConfigParser, *, out_required: bool) -> None:
-    """`run`'s own keys (also in its NAME.config.yaml): `--import` (the user's modules, e.g. a task), `--out`,
-    `--resume`, `--no_progress`."""
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "params":
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _tiny_unless_configured(parser: ConfigParser, args: list[str]) -> None:
+    """Without --config and without a model, the defaults are configs/search/tiny.yaml's (a smoke test)."""
+    given = {a.split("=", 1)[0] for a in args}
+    if not given & {"--config", "--model.path"}:
+        parser.set_defaults(_flatten(SearchConfig.tiny().to_dict()))
+        parser.tiny_defaults = True  # `python -m search run` says so once the options are valid
+
+
+def add_search_sections(parser: ConfigParser) -> None:
+    """The sections with their short flags (`--model DIR`, `--task NAME`, ...) and the tiny defaults without a
+    config or a model: what `run` and `diagnose` share."""
+    parser.flag_aliases = dict(SECTION_ALIASES)
+    parser.before_parse = _tiny_unless_configured
+    add_search_options(parser)
+
+
+def add_run_command(parser: ConfigParser, *, out_required: bool) -> None:
+    """`python -m search run`'s options: the sections, `run`'s short flags and its own keys (also in its
+    NAME.config.yaml): `--import` (the user's modules, e.g. a task), `--out`, `--resume`, `--no_progress`."""
+    add_search_sections(parser)
+    parser.flag_aliases.update(RUN_ALIASES)
     parser.add_import_option()
     parser.add_argument(
         "--out", type=str | None, required=out_required, help="scale file to write, e.g. scales/NAME.json"
@@ -239,11 +279,11 @@ def add_run_options(parser: ConfigParser, *, out_required: bool) -> None:
 
 
 def search_parser(prog: str = "search config") -> ConfigParser:
-    """The parser of a search config as `python -m search run` reads it (the CLI adds its short flags): the six
-    sections and run's keys, `--out` optional, so a run's NAME.config.yaml loads as it is."""
+    """The parser of a search config, built as `python -m search run` builds its own (short flags, `--import`,
+    tiny defaults without a config or model), with `--out` optional, so a run's NAME.config.yaml loads as
+    it is."""
     parser = ConfigParser.for_command(prog, "an LPES search config (search/config.py)")
-    add_search_options(parser)
-    add_run_options(parser, out_required=False)
+    add_run_command(parser, out_required=False)
     return parser
 
 

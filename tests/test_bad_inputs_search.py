@@ -205,7 +205,7 @@ ROWS = [
         "search",
         _se_run("--task", "ruler"),
         EXIT_USAGE,
-        "option --task.name: expected one of ['mdqa', 'kv'], got 'ruler'",
+        "task.name 'ruler' is not a registered task; choose from ['babi_qa2', ",
     ),
     BadInput(
         "search-show-format-version",
