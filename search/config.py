@@ -38,7 +38,7 @@ from search.ga import GAConfig
 from search.genome import SearchSpace
 from search.typed_config import ConfigError, add_typed, instantiate, parse_typed
 
-__all__ = ["ConfigError", "SearchConfig", "load_config", "search_parser"]
+__all__ = ["ConfigError", "SearchConfig", "load_config", "parse_search_args", "search_parser"]
 
 #: The search tasks known without loading the harness's task registry (which imports `datasets`).
 BUILT_IN_TASKS = ("mdqa", "kv")
