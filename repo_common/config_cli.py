@@ -185,14 +185,19 @@ class ConfigParser(ArgumentParser):
         except ValueError as err:
             self.fail(str(err))
 
-    def fail(self, message: str):
-        """Stop with one line on stderr and exit code 2 (see `one_line_error`)."""
+    def explain(self, message: str) -> str:
+        """jsonargparse's error as the one line `fail` prints (an unknown key lists its section's valid keys)."""
         text = one_line_error(message)
         unknown = re.match(r"Group '([\w.]+)' does not accept option '(\w+)'", text)
         if unknown is not None:  # name the valid keys of that section, as a typo needs
             group, key = unknown.groups()
             valid = [a.dest.split(".")[-1] for a in self._actions if a.dest.startswith(group + ".")]
             text = f"unknown key '{group}.{key}' in {group}; valid keys are {valid}"
+        return text
+
+    def fail(self, message: str):
+        """Stop with one line on stderr and exit code 2 (see `one_line_error`)."""
+        text = self.explain(message)
         print(f"{self.prog}: error: {text} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 import time
@@ -30,8 +31,10 @@ from typing import Any
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
+from repo_common import user_code
 from repo_common.config_cli import ConfigParser, dispatch, dump_config
-from search.config import SearchConfig, add_search_options, config_from_options
+from repo_common.output_guard import OutputRefused, check_output_file, require_path  # stdlib only: fast
+from search.config import add_run_command, add_search_sections, config_from_options
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -48,47 +51,11 @@ data: mdqa reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release
 distributed: python -m torch.distributed.run --nproc_per_node=N -m search run ...  (scripts/run_search.sh)
 resume: rerun the same command with --resume; it continues NAME.state.json (or starts if there is none).
 """
-#: Short flags of `run` and `diagnose` and the config keys they set.
-SECTION_ALIASES = {
-    "--model": "--model.path",
-    "--task": "--task.name",
-    "--num-examples": "--task.num_examples",
-    "--num-items": "--task.num_items",
-    "--data-dir": "--task.data_dir",
-}
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _tiny_unless_configured(parser: ConfigParser, args: list[str]) -> None:
-    """Without --config and without a model, the defaults are configs/search/tiny.yaml's (a smoke test)."""
-    given = {a.split("=", 1)[0] for a in args}
-    if not given & {"--config", "--model.path"}:
-        parser.set_defaults(_flatten(SearchConfig.tiny().to_dict()))
-        parser.tiny_defaults = True  # said once the options are valid (`_run`)
-
-
-def _add_search_sections(parser: ConfigParser) -> None:
-    parser.flag_aliases = dict(SECTION_ALIASES)
-    parser.before_parse = _tiny_unless_configured
-    add_search_options(parser)
 
 
 def _add_run(parser: ConfigParser) -> None:
     parser.epilog = EPILOG
-    _add_search_sections(parser)
-    parser.flag_aliases.update({"--generations": "--ga.generations", "--seed": "--ga.seed"})
-    parser.add_argument("--out", type=str, required=True, help="scale file to write, e.g. scales/NAME.json")
-    parser.add_argument("--resume", action="store_true", help="continue NAME.state.json if it exists")
-    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+    add_run_command(parser, out_required=True)  # the parser `search.config.search_parser` builds for the API
 
 
 def _run(options: Namespace, parser: ConfigParser) -> int:
@@ -106,8 +73,15 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
     model = config.model.path
     if model is not None and not Path(model).is_dir():
         raise FileNotFoundError(f"--model {model!r} is not a directory; pass a local HF model directory")
+    imports = list(options.get(user_code.KEY) or [])  # the user's modules (a task): a replay imports them first
     text = dump_config(
-        {**config.to_dict(), "out": options.out, "resume": options.resume, "no_progress": options.no_progress}
+        {
+            **({user_code.KEY: imports} if imports else {}),
+            **config.to_dict(),
+            "out": options.out,
+            "resume": options.resume,
+            "no_progress": options.no_progress,
+        }
     )
     if options.print_config:
         print(text, end="")
@@ -121,7 +95,8 @@ def _add_diagnose(parser: ConfigParser) -> None:
         "D per layer and S of the searched scales and of uniform / noisy / shuffled / random variants, on the "
         "search set of the config's task; writes OUT/structure.json and OUT/structure.png (search/structure.py)."
     )
-    _add_search_sections(parser)
+    add_search_sections(parser)
+    parser.add_import_option()  # a user's task, as in run
     parser.flag_aliases.update({"--seed": "--variant_seed", "--scale-file": "--scale_file"})
     parser.add_argument("--scale_file", type=str, required=True, help="a scale file of `python -m search run`")
     parser.add_argument("--out", type=str, required=True, help="directory for structure.json and structure.png")
@@ -160,9 +135,8 @@ def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
     """The files of the search writing `out`, refused (`repo_common.output_guard`) unless each is missing or this
     search's own: with `--resume` and NAME.state.json every file is the search's; without a state file only
     NAME.config.yaml of the same `--out` may be there (a search killed before its first generation). Reads only."""
-    from repo_common.output_guard import check_output_file, require_path  # lazy: keeps --help fast
-
     paths = output_paths(require_path(out))
+    _check_folder_writable(paths["scale"])
     if paths["state"].is_file():
         if not resume:
             raise ValueError(
@@ -176,6 +150,26 @@ def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
         check_output_file(paths[key], f"{what} of a search that can continue (no {paths['state'].name})",
                           ours=ours, fix=advice)  # fmt: skip
     return paths
+
+
+def _check_folder_writable(scale: Path) -> None:
+    """The folder of the scale file exists or can be made, and can be written: else a one-line refusal now,
+    not an OSError when the first file is written (after the model load and a generation)."""
+    folder = scale.absolute().parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        made = "" if existing == folder else f", so {folder} cannot be made"
+        raise OutputRefused(
+            f"--out {scale}: {existing} is a file, not a directory{made}; nothing was written; pass an --out inside a "
+            "directory (e.g. scales/NAME.json)"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputRefused(
+            f"--out {scale}: {existing} cannot be written (permission denied); pass an --out in a directory you can "
+            "write to"
+        )
 
 
 def _own_config(path: Path, scale: Path) -> bool:
@@ -443,7 +437,8 @@ def evaluation_task_flags(task: Mapping[str, Any]) -> list[str]:
     defaults), so generated and release-file tasks come back the same.
     """
     name, params = task["task"], task["params"]
-    flags = ["--tasks", name, "--num-examples", str(task["num_examples"]), "--seed", str(params.get("seed", 0))]
+    flags = ["--import", task["import"]] if task.get("import") else []  # a user's task: its module first
+    flags += ["--tasks", name, "--num-examples", str(task["num_examples"]), "--seed", str(params.get("seed", 0))]
     flags += ["--gold-positions", "all"]
     for key, value in params.items():
         if key not in ("seed", "gold_positions", "num_examples") and value is not None:

@@ -11,34 +11,39 @@ defaults, which are the paper's):
     ga:       {population, parents, generations, ..., racing} # search.ga.GAConfig (Table 9); racing: search/racing.py
     held_out: {num_examples, seed, offset}
 
-jsonargparse checks keys and types (`add_search_options`, as `python -m search
-run` uses it; `--ga.population 12` overrides a key); what it cannot check —
-counts that must agree, ranges — each dataclass checks in `__post_init__`, a
-`ConfigError` (a ValueError) naming the key and the fix. `load_config(path)`
-reads a file the same way. `SearchConfig.tiny()` is the seconds-on-a-CPU
-preset (configs/search/tiny.yaml).
+One parser reads them all (`search_parser`, through `search.typed_config`): `python -m search run` on the
+command line and with `--config` (`--ga.population 12` overrides a key), `load_config(path)` (a section file
+or a run's NAME.config.yaml, whose `out`, `resume`, `no_progress` and `import` keys it accepts),
+`SearchConfig.from_dict` (the Python API) and a state's saved GA settings. jsonargparse checks keys and types;
+what it cannot check (counts that must agree, ranges) each dataclass checks in `__post_init__`, a
+`ConfigError` (a ValueError) naming the key and the fix. `SearchConfig.tiny()` is the seconds-on-a-CPU preset
+(configs/search/tiny.yaml).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from argparse import ArgumentError
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from jsonargparse import ArgumentParser, Namespace
+from jsonargparse import Namespace
 
 from evaluation.prompt_format import PromptFormat
-from repo_common.config_cli import SEED_LIMIT, one_line_error
+from repo_common.config_cli import SEED_LIMIT, ConfigParser
 from search.fitness import SubsetWeights
 from search.ga import GAConfig
 from search.genome import SearchSpace
+from search.typed_config import ConfigError, add_typed, instantiate, parse_typed
 
+__all__ = ["ConfigError", "SearchConfig", "load_config", "parse_search_args", "search_parser"]
 
-class ConfigError(ValueError):
-    """A search config that cannot be used; the message names the file, the key and the fix."""
+#: The search tasks known without loading the harness's task registry (which imports `datasets`).
+BUILT_IN_TASKS = ("mdqa", "kv")
+#: kv's own options in `task`, with their defaults: another task takes its options in `task.params`.
+KV_OPTIONS = {"key_chars": None, "template": "json", "distinct_keys": None}
 
 
 @dataclass(frozen=True)
@@ -63,10 +68,11 @@ class ModelConfig:
 class TaskConfig:
     """The search set: one task, the relevant item at the beginning, middle or end."""
 
-    name: Literal["mdqa", "kv"] = "mdqa"
-    """mdqa (nq-open-oracle file) or kv (release file, or generated UUID pairs)."""
+    name: str = "mdqa"
+    """mdqa (nq-open-oracle file), kv (release file, or generated UUID pairs), or another task: a registered
+    name (yours after --import MODULE) or the class_path of a Task subclass (search/search_task.py)."""
     num_items: int = 20
-    """k: documents per MDQA prompt, or key-value pairs per KV prompt."""
+    """k: documents per MDQA prompt, key-value pairs per KV prompt, another task's num_items."""
     num_examples: int = 200
     """Source examples; each appears once per subset (gold at 0, ⌊(k−1)/2⌋, k−1)."""
     seed: int = 0
@@ -91,6 +97,28 @@ class TaskConfig:
     """Wrap each prompt in the tokenizer's chat template (instruction models; evaluation.prompt_format)."""
     system_prompt: str | None = None
     """System message of the chat template (needs chat_template)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The task's own other parameters (e.g. a user's task's options), passed to it as they are; k, the gold
+    positions, num_examples and seed are the search's."""
+
+    def __post_init__(self) -> None:
+        kv_only = [k for k, default in KV_OPTIONS.items() if self.name != "kv" and getattr(self, k) != default]
+        if kv_only:
+            raise ConfigError(
+                f"task.{kv_only[0]} is a kv option, and task.name is {self.name!r}: drop it (another task's own "
+                "options go in task.params)"
+            )
+        if self.name in BUILT_IN_TASKS and not self.params:
+            return
+        from search.search_task import SET_BY_THE_SEARCH, item_parameter  # heavy: the task registry loads datasets
+
+        key = item_parameter(self.name)  # a task the fitness can use, by a name or class_path that resolves
+        set_here = [k for k in self.params if k in (*SET_BY_THE_SEARCH, key)]
+        if set_here:
+            raise ConfigError(
+                f"task.params must not set {set_here}: the search sets them (task.num_items is k, task.num_examples "
+                "and task.seed the examples; the gold moves through begin, middle and end)"
+            )
 
     @property
     def prompt_format(self):
@@ -178,48 +206,111 @@ class SearchConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not data["task"]["params"]:
+            del data["task"]["params"]  # an mdqa/kv config as it was written before params existed
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "search config") -> SearchConfig:
-        """Build from nested dicts (YAML): unknown keys, wrong types and failed checks are `ConfigError`s."""
-        parser = _parser()
-        try:
-            options = parser.parse_object({} if data is None else data)
-            return config_from_options(parser, options)
-        except (ArgumentError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{source}: {one_line_error(str(exc))}") from None
+        """Build from nested dicts (YAML, or `to_dict`) by `search_parser`: unknown keys, wrong types and failed
+        checks are `ConfigError`s of one line."""
+        parser = search_parser(source)
+        return config_from_options(parser, parse_typed(parser, data, source), source)
 
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def add_search_options(parser: ArgumentParser) -> None:
+#: Short flags of `run` and `diagnose` and the config keys they set.
+SECTION_ALIASES = {
+    "--model": "--model.path",
+    "--task": "--task.name",
+    "--num-examples": "--task.num_examples",
+    "--num-items": "--task.num_items",
+    "--data-dir": "--task.data_dir",
+}
+#: `run`'s short flags besides those.
+RUN_ALIASES = {"--generations": "--ga.generations", "--seed": "--ga.seed"}
+
+
+def add_search_options(parser: ConfigParser) -> None:
     """The six sections as nested options (`--model.path`, `--ga.population`, ...), typed by the dataclasses."""
-    parser.add_class_arguments(SearchConfig, fail_untyped=True, sub_configs=True)
+    add_typed(parser, SearchConfig)
 
 
-def config_from_options(parser: ArgumentParser, options: Namespace) -> SearchConfig:
-    """The `SearchConfig` of parsed options (each section's own checks run here: a ValueError names the key)."""
-    sections = parser.instantiate(options)
-    return SearchConfig(**{f.name: sections[f.name] for f in dataclasses.fields(SearchConfig)})
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "params":
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
-def _parser() -> ArgumentParser:
-    parser = ArgumentParser(exit_on_error=False)
+def _tiny_unless_configured(parser: ConfigParser, args: list[str]) -> None:
+    """Without --config and without a model, the defaults are configs/search/tiny.yaml's (a smoke test)."""
+    given = {a.split("=", 1)[0] for a in args}
+    if not given & {"--config", "--model.path"}:
+        parser.set_defaults(_flatten(SearchConfig.tiny().to_dict()))
+        parser.tiny_defaults = True  # `python -m search run` says so once the options are valid
+
+
+def add_search_sections(parser: ConfigParser) -> None:
+    """The sections with their short flags (`--model DIR`, `--task NAME`, ...) and the tiny defaults without a
+    config or a model: what `run` and `diagnose` share."""
+    parser.flag_aliases = dict(SECTION_ALIASES)
+    parser.before_parse = _tiny_unless_configured
     add_search_options(parser)
+
+
+def add_run_command(parser: ConfigParser, *, out_required: bool) -> None:
+    """`python -m search run`'s options: the sections, `run`'s short flags and its own keys (also in its
+    NAME.config.yaml): `--import` (the user's modules, e.g. a task), `--out`, `--resume`, `--no_progress`."""
+    add_search_sections(parser)
+    parser.flag_aliases.update(RUN_ALIASES)
+    parser.add_import_option()
+    parser.add_argument(
+        "--out", type=str | None, required=out_required, help="scale file to write, e.g. scales/NAME.json"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue NAME.state.json if it exists")
+    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+
+
+def search_parser(prog: str = "search config") -> ConfigParser:
+    """The parser of a search config, built as `python -m search run` builds its own (short flags, `--import`,
+    tiny defaults without a config or model), with `--out` optional, so a run's NAME.config.yaml loads as
+    it is."""
+    parser = ConfigParser.for_command(prog, "an LPES search config (search/config.py)")
+    add_run_command(parser, out_required=False)
     return parser
 
 
-def load_config(path: str | Path) -> SearchConfig:
-    """Read and validate a YAML search config."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"no search config at {path}; see configs/search/*.yaml")
+def config_from_options(parser: ConfigParser, options: Namespace, source: str | None = None) -> SearchConfig:
+    """The `SearchConfig` of parsed options (each section's own checks run here: a `ConfigError` names the key)."""
+    sections = instantiate(parser, options, source)
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
-    return SearchConfig.from_dict(data, source=str(path))
+        return SearchConfig(**{f.name: sections[f.name] for f in dataclasses.fields(SearchConfig)})
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}" if source else str(err)) from None
+
+
+def parse_search_args(args: Sequence[str], prog: str = "search config") -> SearchConfig:
+    """The `SearchConfig` of a command line (`--config FILE`, `--ga.population 12`, `--import MODULE`, ...), read
+    as `python -m search run` reads it; a mistake is a `ConfigError` of one line."""
+    parser = search_parser(prog)
+    try:
+        options = parser.parse_or_raise(args)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return config_from_options(parser, options, None)
+
+
+def load_config(path: str | Path) -> SearchConfig:
+    """A YAML search config (configs/search/*.yaml, or a run's NAME.config.yaml), read as `--config` reads it."""
+    try:
+        return parse_search_args(["--config", str(path)], prog=str(path))
+    except ConfigError as err:
+        message = str(err)
+        raise ConfigError(message if str(path) in message else f"{path}: {message}") from None

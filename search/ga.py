@@ -52,6 +52,7 @@ from repo_common.atomic import write_json_atomic
 from search.fitness import Fitness, FitnessResult
 from search.genome import CurveGenome, Genome, LayerGenome, SearchSpace, genome_from_json
 from search.racing import RaceCounts, RacingConfig, check_racing_fitness, prefix_mean, race
+from search.typed_config import load_section
 
 STATE_VERSION = 1
 #: GAConfig fields a resumed search may change: they end the search, never change its path.
@@ -347,7 +348,7 @@ class SearchState:
         cache.load_questions(data.get("question_cache", []))
         return cls(
             space=SearchSpace.from_json(data["space"]),
-            config=GAConfig(**data["config"]),
+            config=load_section(GAConfig, "ga", data["config"], "its GA settings"),  # the config's own loader
             context=data["context"],
             rng=rng,
             population=[genome_from_json(g) for g in data["population"]],

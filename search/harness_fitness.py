@@ -61,6 +61,7 @@ from evaluation.model_loading import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
+from repo_common import user_code
 from repo_common.distributed import all_reduce_sum, balanced_shares, rank_and_world
 from repo_common.progress import track
 from repo_train.modeling.scaling import scaled_policies
@@ -68,9 +69,8 @@ from repo_train.modeling.swapping import current_policies
 from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
 from search.policy import scaled_model
 from search.scale_file_writer import config_sha256
+from search.search_task import item_parameter, task_name
 
-#: The task parameter holding k, per search task.
-ITEM_PARAMETER = {"mdqa": "num_documents", "kv": "num_keys"}
 _SET_HERE = ("gold_positions", "num_examples", "seed")
 
 
@@ -92,9 +92,9 @@ def model_fingerprint(model: torch.nn.Module) -> dict[str, str]:
 class HarnessFitness:
     """`Fitness` scored by the evaluation harness on a begin/middle/end search set (see the module docstring).
 
-    `task` is "mdqa" or "kv"; `task_params` are the task's `build_task`
-    parameters except gold_positions / num_examples / seed, which this class
-    sets (k = `num_documents` for MDQA, `num_keys` for KV, both required).
+    `task` is "mdqa", "kv" or another task's name or class_path (`search.search_task`); `task_params` are
+    the task's `build_task` parameters except gold_positions / num_examples / seed, which this class
+    sets (k = `num_documents` for MDQA, `num_keys` for KV, `num_items` for any other task, required).
     `example_offset` skips that many source examples first (held-out sets).
     """
 
@@ -113,13 +113,12 @@ class HarnessFitness:
         progress: bool | str = False,
         prompt_format: PromptFormat | None = None,
     ):
-        if task not in ITEM_PARAMETER:
-            raise ValueError(f"the LPES fitness scores tasks {sorted(ITEM_PARAMETER)}, not {task!r}")
+        key = item_parameter(task)  # mdqa, kv or any task with num_items and gold_positions (a user's too)
+        task = task_name(task)  # a class_path as the registry's name, which the harness builds by
         params = dict(task_params or {})
         clash = [key for key in _SET_HERE if key in params]
         if clash:
             raise ValueError(f"task_params must not set {clash}: pass num_examples= / seed= to HarnessFitness")
-        key = ITEM_PARAMETER[task]
         if key not in params:
             raise ValueError(f"task {task!r} needs task_params[{key!r}] = k, the number of items")
         num_items = params[key]
@@ -257,9 +256,13 @@ class HarnessFitness:
         return sorted(self.prepared.source_fingerprints())
 
     def describe(self) -> dict[str, Any]:
-        """The search set in a few JSON-able fields (for the scale file and the log)."""
+        """The search set in a few JSON-able fields (for the scale file and the log); a task from the user's own
+        module names it (`import`), so the evaluation command `search show` prints imports it too."""
+        cls = type(self.prepared.task)
+        class_path = f"{cls.__module__}.{cls.__qualname__}"
         return {
             "task": self.task,
+            **({} if user_code.allowed(class_path) else {"import": cls.__module__}),
             "params": {k: v for k, v in self.task_params.items() if k != "num_examples"},
             "num_examples": len(self.example_ids),
             "positions": dict(self.positions),
@@ -306,7 +309,9 @@ def check_held_out_available(
     total = example_offset + num_examples
     params = {**task_params, "num_examples": total, "seed": seed, "gold_positions": [0]}
     try:
-        next(iter(build_task(task, **params).rows()), None)  # the first row needs the whole source (num_examples)
+        next(
+            iter(build_task(task_name(task), **params).rows()), None
+        )  # the first row needs the whole source (num_examples)
     except ValueError as err:
         reason = str(err).split(";")[0]
         raise ValueError(

@@ -102,6 +102,19 @@ def _search_show(data: dict) -> Callable[[Context], list[str]]:
     return lambda ctx: ["show", str(scale_file_at(data)(ctx))]
 
 
+def _out_in(where: str) -> Callable[[Context], list[str]]:
+    """`search run --out` at `where` under ctx.tmp, beside a user's own folder and a file of notes; with weights
+    that would be refused on loading, so the --out refusal shows that it comes before the model is loaded."""
+
+    def make(ctx: Context) -> list[str]:
+        (ctx.tmp / "notes").write_text("my notes\n")
+        (ctx.tmp / "results").mkdir()
+        (ctx.tmp / "results" / "table.csv").write_text("a,b\n1,2\n")
+        return ["run", "--model", str(llama_as_olmo2(ctx.tmp)), "--out", str(ctx.tmp / where)]
+
+    return make
+
+
 # == setups: insert above this line ==
 
 
@@ -110,6 +123,22 @@ ROWS = [
     BadInput("search-llama-weights", "search", _search(llama_as_olmo2), EXIT_USAGE, "do not fit Olmo2ForCausalLM"),
     # -- one writer per output (item 3)
     BadInput("search-out-locked", "search", _locked_search, EXIT_USAGE, "is in use by pid"),
+    # -- --out checked before the work (issue 24: it failed after the whole search with a raw OSError)
+    BadInput("search-out-is-a-folder", "search", _out_in("results"), EXIT_USAGE, "--out must name a .json scale file"),
+    BadInput(
+        "search-out-under-a-file",
+        "search",
+        _out_in("notes/s.json"),
+        EXIT_USAGE,
+        "notes is a file, not a directory; nothing was written; pass an --out inside a directory",
+    ),
+    BadInput(
+        "search-out-below-a-file",
+        "search",
+        _out_in("notes/run1/s.json"),
+        EXIT_USAGE,
+        "notes is a file, not a directory, so",
+    ),
     # -- search
     BadInput(
         "search-huge-seed",
@@ -176,7 +205,7 @@ ROWS = [
         "search",
         _se_run("--task", "ruler"),
         EXIT_USAGE,
-        "option --task.name: expected one of ['mdqa', 'kv'], got 'ruler'",
+        "task.name 'ruler' is not a registered task; choose from ['babi_qa2', ",
     ),
     BadInput(
         "search-show-format-version",

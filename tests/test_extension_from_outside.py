@@ -195,3 +195,45 @@ def test_a_training_data_source_outside_the_project_is_refused_before_its_module
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "pass --import sideeffect_pkg.tasks" in err, err
     assert not marker.exists() and not (tmp_path / "run").exists() and "sideeffect_pkg.tasks" not in sys.modules
+
+
+@pytest.fixture
+def registry_restored(monkeypatch):
+    """The task registry and module cache as they were: a user's task registered here leaks into no other test."""
+    saved = dict(TASKS)
+    yield
+    TASKS.clear()
+    TASKS.update(saved)
+    monkeypatch.delitem(sys.modules, TASK, raising=False)
+
+
+def test_a_users_task_runs_through_search_run_by_name_or_class_path(tmp_path, monkeypatch, capsys, registry_restored):
+    """`search run --import`: the fitness is the harness's build of the user's task (begin/middle/end of its
+    num_items), the saved config replays it, and its class_path builds the same search set."""
+    from evaluation.model_loading import tiny_default
+    from search.cli import main as search
+    from search.harness_fitness import HarnessFitness
+
+    out = tmp_path / "scales" / "colour.json"
+    args = ["--task", "colour_lookup", "--num-items", "4", "--num-examples", "2", "--generations", "1", "--ga",
+            "{population: 3, parents: 2, mutation_offspring: 1, crossover_offspring: 0}"]  # fmt: skip
+    code = search(["run", "--import", TASK, *args, "--held_out.num_examples", "0", "--no-progress", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    task = json.loads(out.read_text())["search"]["task"]
+    assert (task["task"], task["import"], task["rows"]) == ("colour_lookup", TASK, 2 * 3)
+    assert task["positions"] == {"begin": 0, "middle": 1, "end": 3} and task["params"]["num_items"] == 4
+    saved = out.with_name("colour.config.yaml")
+    assert yaml.safe_load(saved.read_text())["import"] == [TASK]
+    assert search(["run", "--config", str(saved), "--resume", "--print_config"]) == 0  # it replays the search
+    assert capsys.readouterr().out == saved.read_text().replace("resume: false", "resume: true")
+    model, tokenizer = tiny_default(0)
+    by_path = HarnessFitness(model, tokenizer, f"{TASK}.ColourLookupTask", {"num_items": 4}, num_examples=2)
+    assert by_path.task == "colour_lookup" and by_path.data_sha256 == task["data_sha256"]
+    # a class_path into a module nobody named is refused before that module runs
+    class_path, marker = _module_with_a_side_effect(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert search(["run", "--task.name", class_path, "--out", str(tmp_path / "other.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pass --import sideeffect_pkg.tasks" in err, err
+    assert not marker.exists() and not (tmp_path / "other.json").exists()

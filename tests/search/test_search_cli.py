@@ -189,7 +189,7 @@ def test_two_processes_equal_one(tmp_path, reference):
         ("ga: {popultion: 3}", [], "unknown key 'ga.popultion' in ga; valid keys are"),
         ("task: {num_items: many}", [], "option --task.num_items: expected int, got 'many'"),
         ("ga: {population: 7}", [], "change the counts so they add up"),
-        ("task: {name: qa}", [], "option --task.name: expected one of ['mdqa', 'kv'], got 'qa'"),
+        ("task: {name: qa}", [], "task.name 'qa' is not a registered task; choose from ['babi_qa2', "),
         ("- a list", [], "top level must be a mapping"),
         ("", ["--model", "/no/such/model"], "is not a directory"),
         ("", ["--data-dir", "/no/such/dir"], "is not a directory"),

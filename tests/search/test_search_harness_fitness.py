@@ -129,7 +129,8 @@ def test_held_out_uses_other_examples_and_scores_three_methods(tiny):
 @pytest.mark.parametrize(
     ("task", "params", "message"),
     [
-        ("mdqa_release", {}, r"scores tasks \['kv', 'mdqa'\]"),
+        ("mdqa_release", {}, r"task 'mdqa_release' has no num_items or gold_positions parameter: the search needs"),
+        ("qa", {}, r"task.name 'qa' is not a registered task; choose from \['babi_qa2', "),
         ("kv", {"num_keys": 4, "gold_positions": "all"}, r"must not set \['gold_positions'\]"),
         ("kv", {}, r"needs task_params\['num_keys'\]"),
         ("kv", {"num_keys": 2}, "k >= 3"),
