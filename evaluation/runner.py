@@ -147,6 +147,7 @@ class RunConfig:
     """Apply a scale file searched for another model (refused otherwise: `evaluation.scale_file_model`)."""
 
     def __post_init__(self) -> None:
+        self.methods = [MethodStack.parse(m) if isinstance(m, str) else m for m in self.methods]  # a bad spec first
         if isinstance(self.tasks, Mapping):  # the short form: {name: build_task parameters}
             self.tasks = [build_task(name, **dict(params)) for name, params in self.tasks.items()]
         self.tasks = list(self.tasks)
@@ -156,7 +157,6 @@ class RunConfig:
         names = [task.name for task in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"the same task is listed twice: {names}; give each task once")
-        self.methods = [MethodStack.parse(m) if isinstance(m, str) else m for m in self.methods]
         for stack in self.methods:
             if not isinstance(stack, MethodStack):
                 raise TypeError(f"RunConfig.methods: expected MethodStack objects (or spec strings), got {stack!r}")
