@@ -192,7 +192,7 @@ def task_name_of(cls: type[Task]) -> str:
 
 
 def _method_class(cls: type[Method]) -> type[Method]:
-    """A method class named by its class_path, registered on first use (so its spec label parses back)."""
+    """A method class named by its class_path, registered on first use (so a report can describe its label)."""
     return cls if METHODS.get(cls.name) is cls else register_method(cls)
 
 
