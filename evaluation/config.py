@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from evaluation.methods import METHODS, Method, MethodStack, parse_value, register_method
+from evaluation.methods import METHODS, Method, MethodStack, configure_method, parse_value, register_method
 from evaluation.model_loading import DEVICES
 from evaluation.prompt_format import PromptFormat
 from evaluation.sample_data import NQ_OPEN_ORACLE
@@ -178,7 +178,7 @@ class ResolvedRun:
     """What `resolve` makes of the options: the runner's config and the configuration to store."""
 
     run: RunConfig
-    """The runner's input: tasks as `build_task` parameters, methods as canonical specs (the records' labels)."""
+    """The runner's input (`EvalConfig`): tasks and method stacks as configured objects."""
     config: dict[str, Any]
     """The resolved configuration (`OUT/config.yaml`)."""
 
@@ -192,7 +192,7 @@ def task_name_of(cls: type[Task]) -> str:
 
 
 def _method_class(cls: type[Method]) -> type[Method]:
-    """A method class named by its class_path, registered on first use (so its spec label parses back)."""
+    """A method class named by its class_path, registered on first use (so a report can describe its label)."""
     return cls if METHODS.get(cls.name) is cls else register_method(cls)
 
 
@@ -266,19 +266,15 @@ def _class_tasks(
 
 
 def _method_stack(entry: Any, user_modules: Sequence[str] = ()) -> MethodStack:
-    """A `methods` entry (a spec string, a class entry, or a list of class entries) as a stack."""
-    if isinstance(entry, str):
+    """A `methods` entry (a spec string, a class entry, or a list of class entries) as a stack, built once."""
+    if isinstance(entry, str):  # the short form, parsed here and nowhere after
         return MethodStack.parse(entry)
     items = entry if isinstance(entry, list) else [entry]
     methods = []
     for item in items:
         cls = _method_class(resolve_class(item.class_path, Method, user_modules, "method class_path"))
-        methods.append(cls(**dict(item.init_args or {})))
-    return MethodStack.parse(MethodStack(methods).label)  # the canonical spec parses back to the same stack
-
-
-def _task_fields(task: Task) -> dict[str, Any]:
-    return {f.name: getattr(task, f.name) for f in dataclasses.fields(task) if f.init and f.name != "tokenizer"}
+        methods.append(configure_method(cls, dict(item.init_args or {})))  # typed as a spec's values would be
+    return MethodStack(methods)
 
 
 def _method_entry(stack: MethodStack) -> Any:
@@ -300,21 +296,16 @@ def resolve(options: Namespace) -> ResolvedRun:
         tasks = _short_form_tasks(options)
     else:
         tasks = _class_tasks(options.tasks, options.data_dir, user_modules)
-    built = {name: build_task(name, **params) for name, params in tasks.items()}  # a bad parameter fails here
-    # the runner gets each task's every field, so a replay of config.yaml records the same settings
-    tasks = {name: {k: v for k, v in _task_fields(task).items() if v is not None} for name, task in built.items()}
+    built = [build_task(name, **params) for name, params in tasks.items()]  # a bad parameter fails here
     stacks = [_method_stack(entry, user_modules) for entry in options.methods]
-    labels = [stack.label for stack in stacks]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"the same method stack is listed twice: {labels}")
-    from evaluation.runner import RunConfig  # heavy: keeps --help fast (datasets, the generation loop)
+    from evaluation.runner import RunConfig, task_params  # heavy: keeps --help fast (datasets, the generation loop)
 
     max_new = options.max_new_tokens or (TINY_DEFAULTS["max_new_tokens"] if options.model is None else None)
     config = {
         **({user_code.KEY: imports} if imports else {}),  # the user's modules, so a replay imports them first
         "model": options.model,
         "out": options.out,
-        "tasks": [class_entry(task, lambda t: tasks[task_name_of(type(t))]) for task in built.values()],
+        "tasks": [class_entry(task, task_params) for task in built],  # every field: a replay pins the same
         "methods": [_method_entry(stack) for stack in stacks],
         "data_dir": options.data_dir,
         "seed": options.seed,
@@ -333,10 +324,10 @@ def resolve(options: Namespace) -> ResolvedRun:
         "no_progress": options.no_progress,
         "no_report": options.no_report,
     }
-    run = RunConfig(
+    run = RunConfig(  # the objects themselves: the runner parses nothing again
         out=options.out,
-        tasks=tasks,
-        methods=labels,
+        tasks=built,
+        methods=stacks,
         model=options.model,
         seed=options.seed,
         batch_size=options.batch_size,

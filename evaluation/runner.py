@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ import datasets
 
 from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
-from evaluation.methods import Method, MethodStack
+from evaluation.methods import Baseline, Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.model_loading import (
     check_tiny_default_options,
@@ -75,7 +75,7 @@ from evaluation.results import (
 )
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
-from evaluation.tasks import TASKS, Task, build_task
+from evaluation.tasks import Task, build_task
 from evaluation.tasks.base import RENAMED_GRIDS, source_fingerprint
 from repo_common.atomic import write_text_atomic
 from repo_common.distributed import balanced_shares, barrier, rank_and_world
@@ -107,14 +107,19 @@ class RunInterrupted(RuntimeError):
 
 @dataclass
 class RunConfig:
-    """One evaluation run: where, which model, which tasks (with `build_task` parameters) and methods."""
+    """One evaluation run (`EvalConfig`): where, which model, which tasks and method stacks, as typed objects.
+
+    `python -m evaluation run` builds it once from its options or YAML (`evaluation.config.resolve`) and the
+    runner works on its objects. Python callers may write the short forms, parsed here once: `tasks` as
+    `{name: build_task parameters}` and `methods` as spec strings ('baseline', 'pi:scale=2', 'a+b:k=v').
+    """
 
     out: str
     """Output directory (records.jsonl, summary.json, run.json, plots, report.md)."""
-    tasks: dict[str, dict[str, Any]]
-    """Task name -> parameters of `evaluation.tasks.build_task`."""
-    methods: list[str] = field(default_factory=lambda: ["baseline"])
-    """Method stack specs, e.g. 'baseline', 'pi:scale=2', 'a+b:k=v'."""
+    tasks: list[Task]
+    """The tasks, each configured (`{name: params}` is built by `build_task`); one task per name."""
+    methods: list[MethodStack] = field(default_factory=lambda: [MethodStack([Baseline()])])
+    """Method stacks (a spec string is parsed by `MethodStack.parse`); each stack's `label` keys its records."""
     model: str | None = None
     """Local HF model directory; None = the built-in tiny default."""
     seed: int = 0
@@ -141,12 +146,35 @@ class RunConfig:
     allow_other_model_scales: bool = False
     """Apply a scale file searched for another model (refused otherwise: `evaluation.scale_file_model`)."""
 
+    def __post_init__(self) -> None:
+        self.methods = [MethodStack.parse(m) if isinstance(m, str) else m for m in self.methods]  # a bad spec first
+        if isinstance(self.tasks, Mapping):  # the short form: {name: build_task parameters}
+            self.tasks = [build_task(name, **dict(params)) for name, params in self.tasks.items()]
+        self.tasks = list(self.tasks)
+        for task in self.tasks:
+            if not isinstance(task, Task):
+                raise TypeError(f"RunConfig.tasks: expected Task instances (or {{name: params}}), got {task!r}")
+        names = [task.name for task in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"the same task is listed twice: {names}; give each task once")
+        for stack in self.methods:
+            if not isinstance(stack, MethodStack):
+                raise TypeError(f"RunConfig.methods: expected MethodStack objects (or spec strings), got {stack!r}")
+        labels = self.labels
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"the same method stack is listed twice: {labels}")
+
+    @property
+    def labels(self) -> list[str]:
+        """Each method stack's label: the `method` of its records and its key in run.json and the summary."""
+        return [stack.label for stack in self.methods]
+
     @property
     def prompt_format(self) -> PromptFormat:
         return PromptFormat(self.chat_template, self.system_prompt)
 
-    def settings(self, task: str) -> DecodeSettings:
-        max_new, stops = task_generation(task, self.tasks.get(task, {}))
+    def settings(self, task: Task) -> DecodeSettings:
+        max_new, stops = task.generation_defaults()
         return DecodeSettings(
             max_new_tokens=self.max_new_tokens or max_new,
             stop_strings=stops,
@@ -155,17 +183,15 @@ class RunConfig:
             truncate=self.truncate,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
-        """Inverse of `to_dict` (e.g. from a JSON/YAML config); unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown RunConfig key(s) {unknown}; valid keys are {sorted(known)}")
-        return cls(**data)
+def task_params(task: Task) -> dict[str, Any]:
+    """A task's configuration as `build_task` parameters: every field set (not None), except a tokenizer (the
+    evaluated model's, injected by `prepare`). What run.json pins and config.yaml stores for it."""
+    return {
+        f.name: getattr(task, f.name)
+        for f in fields(task)
+        if f.init and f.name != "tokenizer" and getattr(task, f.name) is not None
+    }
 
 
 def task_generation(name: str, params: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
@@ -220,15 +246,25 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _takes_tokenizer(name: str) -> bool:
+def _takes_tokenizer(task: Task) -> bool:
     """True for tasks with a `tokenizer` field (RULER, bAbI, LongBench's length filter)."""
-    task_class = TASKS.get(name)
-    return task_class is not None and any(f.name == "tokenizer" for f in fields(task_class))
+    return any(f.name == "tokenizer" for f in fields(task))
 
 
 def prepare_task(
     name: str,
     params: Mapping[str, Any],
+    model,
+    tokenizer,
+    settings: DecodeSettings,
+    prompt_format: PromptFormat | None = None,
+) -> PreparedTask:
+    """`prepare` of the task registered as `name`, configured with `params` (`build_task`)."""
+    return prepare(build_task(name, **params), model, tokenizer, settings, prompt_format)
+
+
+def prepare(
+    task: Task,
     model,
     tokenizer,
     settings: DecodeSettings,
@@ -246,12 +282,18 @@ def prepare_task(
     counted by length only), so a task whose prompts exceed the budget is
     refused before anything of it is kept.
     """
-    build_params = dict(params)
-    injected = _takes_tokenizer(name) and params.get("tokenizer") is None
+    name, params = task.name, task_params(task)
+    injected = _takes_tokenizer(task) and task.tokenizer is None
     if injected:  # tasks that measure lengths in tokens use the evaluated model's own tokenizer
-        build_params["tokenizer"] = tokenizer
-    task = build_task(name, **build_params)
-    key_parts = {"task": name, **params, "tokenizer": tokenizer_fingerprint(tokenizer) if injected else None}
+        task = dataclasses.replace(task, tokenizer=tokenizer)
+    given = None if injected or not _takes_tokenizer(task) else str(task.tokenizer)
+    kind = f"{type(task).__module__}.{type(task).__qualname__}"  # a user's class may share a built-in's name
+    key_parts = {
+        "task": name,
+        "class": kind,
+        **params,
+        "tokenizer": tokenizer_fingerprint(tokenizer) if injected else given,
+    }
     key = json.dumps(key_parts, sort_keys=True, default=str)
     prompt_format = prompt_format or PromptFormat()
     limit = prompt_limit(model, settings)
@@ -404,11 +446,6 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                 yield {**record, "loglikelihoods": [total for total, _ in scores]}
 
 
-def task_metric(name: str, params: Mapping[str, Any]) -> str:
-    """The metric a task scores with (kv's depends on its parameters: `metric`, default kv_containment)."""
-    return build_task(name, **params).metric_name
-
-
 def method_pins(stacks: Sequence[MethodStack]) -> dict[str, dict[str, Any]]:
     """Per method stack label, the identity (`file_identity`) of every file its methods read (a scale file):
     the label names the path, and a file replaced at that path must not resume into the same records."""
@@ -437,13 +474,13 @@ def _manifest(
     (chat template, system prompt) with the decoding; the weight files (`weights_identity`, None for a model
     handed to `run` in memory), the tokenizer (`tokenizer_fingerprint`) and the files each method stack reads."""
     tasks = {}
-    for name, params in config.tasks.items():
-        settings = config.settings(name)
-        tasks[name] = {
-            "params": {"example_offset": 0, **params},  # which source examples: always stated
+    for task in config.tasks:
+        settings = config.settings(task)
+        tasks[task.name] = {
+            "params": {"example_offset": 0, **task_params(task)},  # which source examples: always stated
             "max_new_tokens": settings.max_new_tokens,
             "stop_strings": list(settings.stop_strings),
-            "metric": task_metric(name, params),
+            "metric": task.metric_name,  # kv's depends on its parameters (`metric`, default kv_containment)
         }
     decode = {
         "batch_size": config.batch_size,
@@ -467,8 +504,13 @@ def _manifest(
 _PINNED_SINCE_V9 = ("weights", "tokenizer", "methods")
 
 
-def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The settings file to write: refuse a directory holding records made under other settings, else merge tasks."""
+def _merge_manifest(
+    out: Path, manifest: dict[str, Any], classes: Mapping[str, type[Task]] | None = None
+) -> dict[str, Any]:
+    """The settings file to write: refuse a directory holding records made under other settings, else merge tasks.
+
+    `classes` (task name -> its class) completes the parameters of a run.json written by a Python caller before
+    run.json pinned every parameter (it pinned those the caller gave): the task they configure, in full."""
     path = out / MANIFEST_FILE
     if not path.is_file():
         return manifest
@@ -486,12 +528,13 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         old["decode"]["prompt_format"] = PromptFormat().describe(None)
     if isinstance(old.get("decode"), dict):  # a run from before dtype was recorded: unknown, taken as this one
         old["decode"].setdefault("dtype", fresh["decode"]["dtype"])
-    for spec in (old.get("tasks") or {}).values():
+    for name, spec in (old.get("tasks") or {}).items():
         if isinstance(spec, dict) and isinstance(spec.get("params"), dict):  # before example_offset: from 0
             spec["params"].setdefault("example_offset", 0)
             grid = spec["params"].get("gold_positions")
             if isinstance(grid, str) and grid.lower() in RENAMED_GRIDS:  # before the rename: the same positions
                 spec["params"]["gold_positions"] = RENAMED_GRIDS[grid.lower()]
+            spec["params"] = _in_full(spec["params"], (classes or {}).get(name))
     unpinned = [key for key in _PINNED_SINCE_V9 if key not in old]
     old.update({key: fresh[key] for key in unpinned})  # unknown for an older run: taken as this run's
     differs = [key for key in ("format_version", "decode") if old.get(key) != fresh[key]]
@@ -523,6 +566,17 @@ def _merge_manifest(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         )
     methods = {**(old.get("methods") or {}), **fresh["methods"]}
     return {**fresh, "methods": methods, "tasks": {**old.get("tasks", {}), **fresh["tasks"]}}
+
+
+def _in_full(params: dict[str, Any], cls: type[Task] | None) -> dict[str, Any]:
+    """Pinned task parameters as `task_params` of the task they configure (as given if they configure none)."""
+    if cls is None:
+        return params
+    try:
+        task = cls(**params)
+    except (TypeError, ValueError, OSError):  # a parameter this version no longer has: compared as pinned
+        return params
+    return json.loads(json.dumps(task_params(task), default=str))
 
 
 def prompts_digest(prepared: PreparedTask) -> str:
@@ -622,10 +676,7 @@ def check_run_directory(out: str | Path) -> Path:
 
 def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text, rank, world):
     """`run` while rank 0 holds the directory's lock."""
-    stacks = [MethodStack.parse(spec) for spec in config.methods]  # fail on a bad spec before loading anything
-    labels = [stack.label for stack in stacks]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"the same method stack is listed twice: {labels}")
+    stacks, labels = config.methods, config.labels  # objects, configured and checked when `config` was made
     weights = None  # a model handed over in memory: its files (if any) are the caller's business
     if model is None and config.model:
         dtype = resolve_dtype(config.dtype, config.device)
@@ -651,11 +702,8 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     out.mkdir(parents=True, exist_ok=True)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     fresh = _manifest(config, identity, tokenizer, dtype, weights, method_pins(stacks))
-    manifest = _merge_manifest(out, fresh)  # other settings fail before any work
-    prepared = [
-        prepare_task(name, params, model, tokenizer, config.settings(name), config.prompt_format)
-        for name, params in config.tasks.items()
-    ]
+    manifest = _merge_manifest(out, fresh, {task.name: type(task) for task in config.tasks})
+    prepared = [prepare(task, model, tokenizer, config.settings(task), config.prompt_format) for task in config.tasks]
     check_prompts(out, manifest, prepared)  # the same settings over replaced data: refused before any write
     overlap = check_disjoint(  # a searched method scored on its own search's examples is refused here
         [(task.name, task.source_fingerprints) for task in prepared],

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -199,6 +199,8 @@ def _coerce(cls: type[Method], key: str, value: Any) -> Any:
     """Match a parsed value to the field's declared type (int -> float is fine, the rest must agree)."""
     hint = typing.get_type_hints(cls).get(key)
     allowed = typing.get_args(hint) or (hint,)
+    if value is None and type(None) in allowed:  # a config file's null for an optional parameter
+        return None
     if float in allowed and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if str in allowed and not isinstance(value, str):
@@ -215,19 +217,36 @@ def build_method(spec: str) -> Method:
     name, params = parse_method_spec(spec)
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; registered methods are {sorted(METHODS)}")
-    cls = METHODS[name]
+    return configure_method(METHODS[name], params)
+
+
+def configure_method(cls: type[Method], params: Mapping[str, Any]) -> Method:
+    """`cls` configured with `params` as a spec would configure it: values matched to the fields' types, unknown
+    and missing parameters refused, and the result's spec one that reads back as this method (records are keyed
+    by it). A class entry of a config file (`class_path` + `init_args`) is built here, without a spec string."""
     fields = {f.name: f for f in spec_fields(cls)}
     unknown = sorted(set(params) - set(fields))
     if unknown:
-        raise ValueError(f"unknown parameter(s) {unknown} for method {name!r}; valid parameters are {sorted(fields)}")
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for method {cls.name!r}; valid parameters are {sorted(fields)}"
+        )
     missing = [
         f.name
         for f in fields.values()
         if f.name not in params and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        raise ValueError(f"method {name!r} needs parameter(s) {missing}, e.g. '{name}:{missing[0]}=...'")
-    return cls(**{key: _coerce(cls, key, value) for key, value in params.items()})
+        raise ValueError(f"method {cls.name!r} needs parameter(s) {missing}, e.g. '{cls.name}:{missing[0]}=...'")
+    method = cls(**{key: _coerce(cls, key, value) for key, value in params.items()})
+    for key, value in method.params().items():
+        text = _format_value(value)
+        if "," in text or _STACK_SPLIT.search(text) or text != text.strip():
+            raise ValueError(
+                f"method {cls.name!r}: {key}={text!r} cannot be part of its spec (the label of its records): "
+                "a ',' or a '+' before a letter would read as another parameter or method, and spaces at either "
+                "end are dropped; choose a value without them (e.g. rename the file)"
+            )
+    return method
 
 
 #: `a+b:k=v` stacks a then b; a '+' followed by a letter starts a new method (so 1e+3 stays a number).
@@ -252,6 +271,14 @@ class MethodStack:
         if not parts:
             raise ValueError("empty method spec; use e.g. 'baseline' or 'pi:scale=2'")
         return cls([build_method(part) for part in parts])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MethodStack) and self.methods == other.methods
+
+    __hash__ = None  # mutable, compared by its methods
+
+    def __repr__(self) -> str:
+        return f"MethodStack({self.label!r})"
 
     @property
     def label(self) -> str:

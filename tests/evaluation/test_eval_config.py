@@ -10,7 +10,6 @@ import yaml
 from evaluation.cli import main
 from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, LOST_IN_THE_MIDDLE_DIR, NQ_OPEN_ORACLE
-from evaluation.tasks import build_task
 from repo_common.config_cli import ConfigParser
 
 
@@ -69,8 +68,9 @@ def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
             ),
         ]
     )
-    assert short.run.tasks == typed.run.tasks and short.run.methods == typed.run.methods
-    assert short.run.methods[0].startswith("pi:scale=2+caliope:")  # the canonical spec, every parameter spelled out
+    assert short.run.tasks == typed.run.tasks and short.run.methods == typed.run.methods  # the same objects
+    assert [type(m).__name__ for m in short.run.methods[0].methods] == ["PositionInterpolation", "Caliope"]
+    assert short.run.labels[0].startswith("pi:scale=2+caliope:")  # the canonical spec, every parameter spelled out
     assert short.config == typed.config
 
 
@@ -120,8 +120,8 @@ def test_class_tasks_find_their_data_file_in_data_dir(tmp_path):
             json.dumps([{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_keys": 75}}]),
         ]
     )
-    assert resolved.run.tasks["kv"]["path"] == str(KV_RETRIEVAL_75_KEYS)
-    assert build_task("kv", **resolved.run.tasks["kv"]).num_keys == 75
+    (task,) = resolved.run.tasks
+    assert task.name == "kv" and task.path == str(KV_RETRIEVAL_75_KEYS) and task.num_keys == 75
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,10 @@ from evaluation.methods import (
     METHODS,
     Method,
     MethodStack,
+    PositionInterpolation,
     ScaledRopePolicy,
     build_method,
+    configure_method,
     parse_method_spec,
     register_method,
 )
@@ -36,6 +38,19 @@ def test_spec_parsing_types_and_canonical_labels():
     assert build_method("pi:scale=2").spec() == build_method("pi:scale=2.0").spec() == "pi:scale=2"
     assert MethodStack.parse("baseline+pi:scale=1e+3").label == "baseline+pi:scale=1000"
     assert MethodStack([]).label == "baseline" and set(METHODS) >= {"baseline", "pi"}
+
+
+def test_a_class_entry_is_configured_as_its_spec_would_be_without_a_spec_string():
+    from evaluation.methods.caliope import Caliope
+
+    assert configure_method(PositionInterpolation, {"scale": 2}) == build_method("pi:scale=2")
+    assert type(configure_method(PositionInterpolation, {"scale": 2}).scale) is float
+    assert configure_method(Caliope, {"calibrator": "hourglass", "markers": None}).markers is None  # YAML null
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['size'\] for method 'pi'"):
+        configure_method(PositionInterpolation, {"scale": 2, "size": 1})
+    for markers in ("Doc,Title", "a+b", "Doc "):  # would read back as another parameter, method or value
+        with pytest.raises(ValueError, match=r"markers=.* cannot be part of its spec"):
+            configure_method(Caliope, {"calibrator": "moses", "boundaries": "markers", "markers": markers})
 
 
 @pytest.mark.parametrize(

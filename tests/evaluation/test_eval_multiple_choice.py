@@ -119,10 +119,11 @@ def test_tasks_declare_their_decoding_defaults(tmp_path):
             "mdqa": {},  # the packaged sample
         },
     )
-    assert config.settings("ruler_niah_single").max_new_tokens == 128
-    assert config.settings("ruler_vt").stop_strings == ()
-    assert (config.settings("babi_qa2").max_new_tokens, config.settings("babi_qa2").stop_strings) == (16, ("\n",))
-    assert (config.settings("mdqa").max_new_tokens, config.settings("mdqa").stop_strings) == (100, ("\n",))
+    settings = {task.name: config.settings(task) for task in config.tasks}
+    assert settings["ruler_niah_single"].max_new_tokens == 128
+    assert settings["ruler_vt"].stop_strings == ()
+    assert (settings["babi_qa2"].max_new_tokens, settings["babi_qa2"].stop_strings) == (16, ("\n",))
+    assert (settings["mdqa"].max_new_tokens, settings["mdqa"].stop_strings) == (100, ("\n",))
 
 
 def test_errors(tmp_path):

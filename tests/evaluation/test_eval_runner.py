@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 from evaluation.generation import DecodeSettings
-from evaluation.methods import Method, MethodStack
+from evaluation.methods import Baseline, Method, MethodStack, PositionInterpolation
 from evaluation.report import render_report
 from evaluation.results import (
     RECORD_KEYS,
@@ -23,16 +23,20 @@ from evaluation.results import (
 )
 from evaluation.runner import RunConfig, RunInterrupted, prepare_task, run, run_stack
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from evaluation.tasks import build_task
+from evaluation.tasks import Task, build_task
 
 METHODS = ["baseline", "pi:scale=2"]
 
 
-def config(out: Path, nq_oracle_path: str, **overrides) -> RunConfig:
-    tasks = {
+def task_parameters(nq_oracle_path: str) -> dict[str, dict]:
+    return {
         "mdqa": dict(path=nq_oracle_path, num_examples=2, num_documents=3, gold_positions="all"),
         "kv": dict(num_keys=3, num_examples=2, gold_positions="all"),
     }
+
+
+def config(out: Path, nq_oracle_path: str, **overrides) -> RunConfig:
+    tasks = task_parameters(nq_oracle_path)
     # MDQA prompts (~2,000 byte tokens) are cut to 508 tokens: fast, and truncation gets recorded
     fields = dict(out=str(out), tasks=tasks, methods=METHODS, max_new_tokens=4, batch_size=4, bootstrap_resamples=200)
     fields.update(max_length=512, truncate="middle")
@@ -113,11 +117,18 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path, nq_oracle_pa
     assert set(summary["results"]["kv"]) == {"baseline", "pi:scale=3"}
 
 
-def test_config_round_trips_through_a_dict(tmp_path, nq_oracle_path_module):
+def test_short_forms_are_parsed_once_into_the_objects_the_runner_uses(tmp_path, nq_oracle_path_module):
     cfg = config(tmp_path, nq_oracle_path_module)
-    assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    with pytest.raises(ValueError, match=r"unknown RunConfig key\(s\) \['batchsize'\]"):
-        RunConfig.from_dict({**cfg.to_dict(), "batchsize": 3})
+    typed = config(
+        tmp_path,
+        nq_oracle_path_module,
+        tasks=[build_task(name, **params) for name, params in task_parameters(nq_oracle_path_module).items()],
+        methods=[MethodStack([Baseline()]), MethodStack([PositionInterpolation(scale=2.0)])],
+    )
+    assert cfg == typed and cfg.labels == METHODS
+    assert all(isinstance(task, Task) for task in cfg.tasks) and all(isinstance(s, MethodStack) for s in cfg.methods)
+    with pytest.raises(ValueError, match=r"the same task is listed twice: \['kv', 'kv'\]"):
+        config(tmp_path, nq_oracle_path_module, tasks=[build_task("kv", num_keys=3, num_examples=1)] * 2)
 
 
 def test_duplicate_methods_are_refused(tmp_path, nq_oracle_path_module):
@@ -213,7 +224,6 @@ def test_refused_task_leaves_no_settings_behind(tmp_path, nq_oracle_path):
     with pytest.raises(ValueError, match="exceed the 508-token prompt limit"):
         run(too_short, progress=False)
     assert not (tmp_path / "run.json").exists()
-    fixed = config(tmp_path, nq_oracle_path, methods=["baseline"])
-    fixed.tasks = {"kv": fixed.tasks["kv"]}
+    fixed = config(tmp_path, nq_oracle_path, methods=["baseline"], tasks={"kv": task_parameters(nq_oracle_path)["kv"]})
     run(fixed, progress=False)
     assert (tmp_path / "run.json").is_file()

@@ -120,7 +120,7 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     add_run_options(parser)
     eval_args, _ = parser.parse(command[command.index("run") + 1 :], REPEATED_FLAGS)
     task = scale.search["task"]
-    rebuilt = build_task(task["task"], **resolve(eval_args).run.tasks[task["task"]])
+    (rebuilt,) = resolve(eval_args).run.tasks
     expected = {key: value for key, value in task["params"].items() if value is not None}  # None = the default
     assert rebuilt == build_task(
         task["task"], **{**expected, "num_examples": task["num_examples"], "gold_positions": "all"}

@@ -3,7 +3,7 @@
 A tiny random OLMo-2 (the harness's built-in default, sharpened so greedy
 choices have margins far above float32 noise, see SEED) runs a small generated KV task
 in fp32, once on the CPU and once on the device, through the harness's own
-pipeline: the task's prompts as `evaluation.runner.prepare_task` builds and
+pipeline: the task's prompts as `evaluation.runner.prepare` builds and
 plans them, decoded by `evaluation.generation.generate`; and the whole
 `evaluation.runner.run` (records, scores) into two output directories.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from evaluation.generation import generate
 from evaluation.model_loading import place_model, tiny_default
 from evaluation.results import RECORDS_FILE, read_records
-from evaluation.runner import RunConfig, prepare_task, run
+from evaluation.runner import RunConfig, prepare, run
 from workflows.gpu_check.positions import fp32_matmul, sharpen
 from workflows.gpu_check.rows import FAIL, PASS, Row
 
@@ -42,7 +42,8 @@ def harness_tokens(device: str) -> list[list[int]]:
     model, tokenizer = sharpened_tiny_default()
     model = place_model(model, device)
     config = RunConfig(out="-", tasks={TASK: TASK_PARAMS}, max_new_tokens=MAX_NEW_TOKENS, batch_size=4)
-    prepared = prepare_task(TASK, TASK_PARAMS, model, tokenizer, config.settings(TASK))
+    (task,) = config.tasks
+    prepared = prepare(task, model, tokenizer, config.settings(task))
     with fp32_matmul():
         return [output.token_ids for output in generate(model, tokenizer, prepared.prompts, prepared.settings)]
 
