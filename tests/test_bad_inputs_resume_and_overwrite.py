@@ -743,7 +743,7 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkey
         ('"lpes:scale_file={scale_file}"', '"lpes:scale_fil={scale_file}"', "unknown parameter(s) ['scale_fil']"),
         ('--num-keys, "50"', '--num-keyz, "50"', "unrecognized arguments: --num-keyz 50"),
         ('"mdqa,kv"', '"mdqa,kvv"', "kvv"),
-        ("args: [--task, mdqa,", "args: [--task, mdqq,", "search.args: option --task.name: expected one of"),
+        ("args: [--task, mdqa,", "args: [--task, mdqq,", "task.name 'mdqq' is not a registered task"),
         ("args: [--task, mdqa,", "args: [--task, mdqa, --ga.populaton, '8',", "--ga.populaton"),
     ],
 )
