@@ -128,7 +128,14 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
             handle.truncate(len(complete))
     records = []
     seen: dict[tuple[str, str, str], tuple[int, str]] = {}
-    for number, line in enumerate(complete.decode("utf-8").splitlines(), start=1):
+    for number, raw in enumerate(complete.split(b"\n")[:-1], start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ResultsFormatError(
+                f"{path}:{number} is not UTF-8 text (byte {raw[err.start]:#04x} at column {err.start + 1}), so not "
+                "a line this harness wrote; delete the line (a rerun redoes its record) or the file"
+            ) from None
         if not line.strip():
             continue
         try:
