@@ -19,14 +19,18 @@ import pytest
 import torch
 from bad_input_helpers import (
     ALIAS_BOMB,
+    HUB_ID,
     BadInput,
     Context,
     check_row,
     config_only,
+    edited_model,
     file_at,
+    garbage,
     lightning_like,
     llama_as_olmo2,
     tiny_fields,
+    tokenizer_with_own_code,
     with_tokenizer,
 )
 
@@ -233,6 +237,41 @@ def _run_tokenizer_checkpoint(tokenizer: Callable[[Context], Path]) -> Callable[
 def _big_tokenizer(ctx: Context) -> Path:
     """A tokenizer with more ids (258) than the tiny model's 256 embeddings: not this model's."""
     return with_tokenizer(ctx.tmp / "big_tokenizer")
+
+
+def _text_data(
+    tokenizer: Callable[[Context], str], source: type[DataSource] = TextData
+) -> Callable[[Context], list[str]]:
+    """`--data.train` of `source` reading a small good JSON-lines file with the tokenizer `tokenizer(ctx)`."""
+
+    def make(ctx: Context) -> list[str]:
+        path = file_at("docs.jsonl", '{"text": "a b", "prompt": "a", "completion": "b"}\n' * 4)(ctx)
+        train = source(paths=[str(path)], tokenizer=tokenizer(ctx), seq_len=16)
+        return ["--data.train", json.dumps(train.to_config())]
+
+    return _fit_with(make)
+
+
+def _tokenizer_dir(edit: Callable[[Path], None]) -> Callable[[Context], str]:
+    """The byte tokenizer saved under ctx.tmp/tokenizer, then `edit(directory)`."""
+
+    def make(ctx: Context) -> str:
+        path = with_tokenizer(ctx.tmp / "tokenizer")
+        edit(path)
+        return str(path)
+
+    return make
+
+
+def _export_tokenizer(edit: Callable[[Path], None]) -> Callable[[Context], list[str]]:
+    """`export --tokenizer` of the byte tokenizer saved under ctx.tmp/tokenizer, then `edit`ed."""
+
+    def make(ctx: Context) -> list[str]:
+        checkpoint = lightning_like(ctx.tmp / "run.ckpt")
+        tokenizer = _tokenizer_dir(edit)(ctx)
+        return ["export", "--checkpoint", str(checkpoint), "--out", str(ctx.tmp / "hf"), "--tokenizer", tokenizer]
+
+    return make
 
 
 # == setups: insert above this line ==
@@ -686,6 +725,70 @@ ROWS = [
         lambda ctx: [*_export(lambda c: lightning_like(c.tmp / "run.ckpt"))(ctx), "--dtype", "int8"],
         EXIT_USAGE,
         "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'int8'",
+    ),
+    # -- garbage files and model directories (issue 24)
+    BadInput(
+        "fit-init-from-hub-id",
+        "repo_train",
+        _fit("--model.init_from", HUB_ID),
+        EXIT_USAGE,
+        "is not a local directory; this project loads local model directories only (offline): download it first",
+    ),
+    BadInput(
+        "fit-init-from-config-a-list",
+        "repo_train",
+        _init_from(edited_model("config_list", garbage("config.json", b'[{"model_type": "olmo2"}]'))),
+        EXIT_USAGE,
+        "config.json is not a model's config.json (a JSON object of the model's settings): it holds a JSON list",
+    ),
+    BadInput(
+        "fit-init-from-config-binary",
+        "repo_train",
+        _init_from(edited_model("config_binary", garbage("config.json"))),
+        EXIT_USAGE,
+        "config.json is not a model's config.json (a JSON object of the model's settings): it is binary",
+    ),
+    BadInput(
+        "fit-text-tokenizer-json-garbage",
+        "repo_train",
+        _text_data(_tokenizer_dir(garbage("tokenizer.json"))),
+        EXIT_USAGE,
+        "tokenizer.json is not a tokenizer's tokenizer.json (a JSON object): it is binary",
+    ),
+    BadInput(
+        "fit-text-tokenizer-own-code",
+        "repo_train",
+        _text_data(_tokenizer_dir(tokenizer_with_own_code)),
+        EXIT_USAGE,
+        "never runs a model's code (no trust_remote_code)",
+    ),
+    BadInput(
+        "fit-text-tokenizer-missing-path",
+        "repo_train",
+        _text_data(lambda ctx: str(ctx.tmp / "no" / "tokenizer")),
+        EXIT_USAGE,
+        "tokenizer' does not exist: pass a local directory holding the tokenizer files",
+    ),
+    BadInput(
+        "fit-prompt-completion-tokenizer-config-a-list",
+        "repo_train",
+        _text_data(_tokenizer_dir(garbage("tokenizer_config.json", b"[]")), PromptCompletionData),
+        EXIT_USAGE,
+        "tokenizer_config.json is not a tokenizer's tokenizer_config.json (a JSON object): it holds a JSON list",
+    ),
+    BadInput(
+        "export-tokenizer-json-garbage",
+        "repo_train",
+        _export_tokenizer(garbage("tokenizer.json")),
+        EXIT_USAGE,
+        "tokenizer.json is not a tokenizer's tokenizer.json (a JSON object): it is binary",
+    ),
+    BadInput(
+        "export-tokenizer-own-code",
+        "repo_train",
+        _export_tokenizer(tokenizer_with_own_code),
+        EXIT_USAGE,
+        "never runs a model's code (no trust_remote_code)",
     ),
     # == rows: insert above this line ==
 ]
