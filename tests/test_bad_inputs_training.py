@@ -850,3 +850,22 @@ def test_export_refuses_a_crafted_zero_shard(tmp_path):
         export_checkpoint(path, tmp_path / "hf")
     assert not (tmp_path / "pwned").exists()
     assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+
+
+def test_a_text_file_of_one_huge_line_is_refused_before_datasets_reads_it(tmp_path, capsys, monkeypatch, one_thread):
+    """`datasets`' json reader would hold a multi-GB line whole: the line cap (lowered to 1 MiB here, 64 MiB
+    really) refuses a 3 MB one-line .jsonl first, in one line naming the file and the line."""
+    import repo_common.json_files
+
+    monkeypatch.setattr(repo_common.json_files, "MAX_LINE_BYTES", 2**20)
+
+    def huge(ctx: Context) -> str:
+        file_at("docs.jsonl", '{"text": "' + "word " * 600_000 + '"}\n')(ctx)
+        return str(with_tokenizer(ctx.tmp / "tokenizer"))
+
+    def argv(ctx: Context) -> list[str]:
+        train = TextData(paths=[str(ctx.tmp / "docs.jsonl")], tokenizer=huge(ctx), seq_len=16)
+        return [*FIT, "--trainer.default_root_dir", str(ctx.tmp / "run"), "--data.train", json.dumps(train.to_config())]
+
+    phrase = "docs.jsonl:1 is longer than 1,048,576 bytes: a JSON-lines file holds one example a line"
+    check_row(BadInput("fit-text-one-huge-line", "repo_train", argv, EXIT_USAGE, phrase), tmp_path, capsys, monkeypatch)
