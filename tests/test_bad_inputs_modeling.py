@@ -146,3 +146,17 @@ def test_install_position_policies_with_a_bad_list_changes_nothing(make, error, 
     assert weights.keys() == before[1].keys() and all(torch.equal(weights[k], before[1][k]) for k in weights)
     install_position_policies(model, repo)  # the good list still installs (predictors added to every layer)
     assert len(model.state_dict()) > len(before[1])
+
+
+@pytest.mark.parametrize("loader", ["config", "model"])
+def test_from_pretrained_refuses_a_missing_local_path_at_once(tmp_path, loader):
+    """A path that looks local and is not there is refused by our check, before transformers asks the hub (~30 s
+    of retries offline; its own message differs); a config.json that is a JSON list is named, not a TypeError."""
+    load = RePoOlmo2Config.from_pretrained if loader == "config" else RePoOlmo2ForCausalLM.from_pretrained
+    for missing in (tmp_path / "nowhere", "./models/olmo2-1b", "olmo2-1b"):
+        with pytest.raises(FileNotFoundError, match="does not exist; RePoOlmo2Config/RePoOlmo2ForCausalLM load a"):
+            load(missing)
+    listed = config_only(tmp_path, "listed")
+    (listed / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="config.json is not a model's config.json .*: it holds a JSON list"):
+        load(listed)
