@@ -238,12 +238,15 @@ KV_LINES = b"".join(
 )
 
 
-def _summarize_records(data: bytes) -> Callable[[Context], list[str]]:
-    """`summarize --out` of a run directory (a minimal summary.json) whose records.jsonl holds `data`."""
+#: A minimal summary.json `summarize` accepts.
+SUMMARY = json.dumps({"model": {"name": "m"}, "methods": ["baseline"], "tasks": {"kv": {}}, "results": {}})
+
+
+def _summarize_records(data: bytes, summary: str | bytes = SUMMARY) -> Callable[[Context], list[str]]:
+    """`summarize --out` of a run directory whose summary.json holds `summary` and records.jsonl `data`."""
 
     def make(ctx: Context) -> list[str]:
-        summary = {"model": {"name": "m"}, "methods": ["baseline"], "tasks": {"kv": {}}, "results": {}}
-        file_at("out/summary.json", json.dumps(summary))(ctx)
+        file_at("out/summary.json", summary)(ctx)
         file_at("out/records.jsonl", data)(ctx)
         return ["summarize", "--out", str(ctx.tmp / "out")]
 
@@ -570,6 +573,46 @@ ROWS = [
         _ev_lpes([1.0, 1.0, 1.0, 1.0]),
         EXIT_USAGE,
         "top level must be a JSON object, got list",
+    ),
+    BadInput(
+        "eval-config-binary",
+        "evaluation",
+        lambda ctx: [
+            "run",
+            "--config",
+            str(file_at("eval.yaml", b"\x89PNG\r\n\x1a\n\xff")(ctx)),
+            "--out",
+            str(ctx.tmp / "o"),
+        ],
+        EXIT_USAGE,
+        "eval.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0x89 at offset 0)",
+    ),
+    BadInput(
+        "eval-out-under-a-file",
+        "evaluation",
+        lambda ctx: [
+            *EVAL,
+            "--model",
+            str(repo_model(ctx.tmp)),
+            "--out",
+            str(file_at("notes.txt", "mine\n")(ctx) / "o"),
+        ],
+        EXIT_USAGE,
+        "notes.txt is a file, not a directory; pass another --out",
+    ),
+    BadInput(
+        "summarize-summary-binary",
+        "evaluation",
+        _summarize_records(b"", summary=b"\xff\xfe\x00"),
+        EXIT_USAGE,
+        "summary.json is not a summary.json of this harness: it is binary, not UTF-8 text (byte 0xff at offset 0)",
+    ),
+    BadInput(
+        "summarize-without-records",
+        "evaluation",
+        lambda ctx: ["summarize", "--out", str(file_at("out/summary.json", "{}")(ctx).parent)],
+        EXIT_USAGE,
+        "out has no records.jsonl, so there is nothing to re-summarise",
     ),
     # == rows: insert above this line ==
 ]

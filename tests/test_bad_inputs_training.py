@@ -790,6 +790,27 @@ ROWS = [
         EXIT_USAGE,
         "never runs a model's code (no trust_remote_code)",
     ),
+    BadInput(
+        "fit-config-binary",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(file_at("train.yaml", b"\x1f\x8b\x08\x00\xff")(ctx))]),
+        EXIT_USAGE,
+        "train.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0x8b at offset 1)",
+    ),
+    BadInput(
+        "demo-config-binary",
+        "repo_train",
+        lambda ctx: ["demo", "--config", str(file_at("demo.yaml", b"\xff\xd8\xff")(ctx))],
+        EXIT_USAGE,
+        "demo.yaml is not a YAML config file: it is binary",
+    ),
+    BadInput(
+        "export-out-under-a-file",
+        "repo_train",
+        _export_to(lambda ctx: file_at("notes.txt", "mine\n")(ctx) / "hf"),
+        EXIT_USAGE,
+        "notes.txt is a file, not a directory; pass another --out",
+    ),
     # == rows: insert above this line ==
 ]
 
