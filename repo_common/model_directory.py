@@ -43,7 +43,7 @@ def missing_directory_message(option: str, path: str | os.PathLike) -> str:
         return f"{option} {text!r} is not a local directory; {download_hint(text)}"
     if Path(text).expanduser().is_file():
         return f"{option} {text!r} is a file; pass the model's directory (the folder save_pretrained wrote)"
-    return f"{option} {text!r} does not exist; pass a local HF model directory (the folder save_pretrained wrote)"
+    return f"{option} {text!r} not found; pass a local HF model directory (the folder save_pretrained wrote)"
 
 
 def check_model_directory(option: str, path: str | os.PathLike) -> Path:

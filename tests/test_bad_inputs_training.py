@@ -767,7 +767,7 @@ ROWS = [
         "repo_train",
         _text_data(lambda ctx: str(ctx.tmp / "no" / "tokenizer")),
         EXIT_USAGE,
-        "tokenizer' does not exist: pass a local directory holding the tokenizer files",
+        "tokenizer': it does not exist; pass a local directory holding the tokenizer files",
     ),
     BadInput(
         "fit-prompt-completion-tokenizer-config-a-list",

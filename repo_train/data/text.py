@@ -40,8 +40,8 @@ def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTraine
         check_tokenizer_files(location)  # garbage JSON or the directory's own code: one line naming the file
     elif not looks_like_hub_id(str(tokenizer)):  # a local-looking path that is not there: no ~30 s of hub retries
         raise ValueError(
-            f"the tokenizer {str(tokenizer)!r} does not exist: pass a local directory holding the tokenizer files "
-            "(e.g. tokenizer.json), or a hub id org/name already in the local cache"
+            f"could not load the tokenizer {str(tokenizer)!r}: it does not exist; pass a local directory holding the "
+            "tokenizer files (e.g. tokenizer.json), or a hub id org/name already in the local cache"
         )
     try:
         return AutoTokenizer.from_pretrained(str(location) if location.exists() else str(tokenizer))
