@@ -614,6 +614,13 @@ ROWS = [
         EXIT_USAGE,
         "out has no records.jsonl, so there is nothing to re-summarise",
     ),
+    BadInput(
+        "report-summary-a-list",
+        "evaluation",
+        lambda ctx: ["report", "--out", str(file_at("out/summary.json", "[]")(ctx).parent)],
+        EXIT_USAGE,
+        "summary.json: expected a JSON object, got list",
+    ),
     # == rows: insert above this line ==
 ]
 
@@ -799,3 +806,11 @@ def test_a_data_file_of_one_huge_line_is_refused_without_reading_it_whole(tmp_pa
     )
     check_row(row, tmp_path, capsys, monkeypatch)
     assert max(longest) == 2**20 + 1  # the cap and one byte: never the 3 MB line
+
+
+def test_a_ruler_tokenizer_directory_with_its_own_code_is_refused(tmp_path):
+    """A RULER task's `tokenizer` directory (Python API) is checked like a model's: its own code is never run."""
+    tokenizer = with_tokenizer(tmp_path / "tokenizer")
+    tokenizer_with_own_code(tokenizer)
+    with pytest.raises(ValueError, match=r"tokenizer_config.json asks for the directory's own tokenizer code"):
+        build_task("ruler_niah_single", num_examples=1, tokenizer=str(tokenizer)).build()

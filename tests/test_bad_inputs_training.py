@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from bad_input_helpers import (
@@ -270,6 +271,19 @@ def _export_tokenizer(edit: Callable[[Path], None]) -> Callable[[Context], list[
         checkpoint = lightning_like(ctx.tmp / "run.ckpt")
         tokenizer = _tokenizer_dir(edit)(ctx)
         return ["export", "--checkpoint", str(checkpoint), "--out", str(ctx.tmp / "hf"), "--tokenizer", tokenizer]
+
+    return make
+
+
+def _shard_as_mix_file(size: int | None) -> Callable[[Context], Path]:
+    """A token shard (.npy) passed as the mix file; `size`: made that large (sparse), like a real shard."""
+
+    def make(ctx: Context) -> Path:
+        path = ctx.tmp / "part-000.npy"
+        np.save(path, np.arange(64, dtype=np.uint16))
+        if size is not None:
+            os.truncate(path, size)
+        return path
 
     return make
 
@@ -810,6 +824,20 @@ ROWS = [
         _export_to(lambda ctx: file_at("notes.txt", "mine\n")(ctx) / "hf"),
         EXIT_USAGE,
         "notes.txt is a file, not a directory; pass another --out",
+    ),
+    BadInput(
+        "fit-olmo-numpy-shard-as-mix-file",
+        "repo_train",
+        _fit_with(_data(OlmoNumpyData, _shard_as_mix_file(None), **NUMPY)),
+        EXIT_USAGE,
+        "part-000.npy' is binary, not a text list of shard paths (byte 0x93 at offset 0); is it a shard itself?",
+    ),
+    BadInput(
+        "fit-olmo-numpy-huge-shard-as-mix-file",
+        "repo_train",
+        _fit_with(_data(OlmoNumpyData, _shard_as_mix_file(3 * 2**30), **NUMPY)),
+        EXIT_USAGE,
+        "part-000.npy' is 3,072 MB, not a list of shard paths (one a line); is it a shard itself?",
     ),
     # == rows: insert above this line ==
 ]
