@@ -32,12 +32,16 @@ from bad_input_helpers import (
     llama_as_olmo2,
     tiny_fields,
     tokenizer_with_own_code,
+    tree_bytes,
     with_tokenizer,
 )
 
 from repo_common.cli_errors import EXIT_USAGE
 from repo_common.run_lock import LOCK_FILE
 from repo_train.data import DataSource, OlmoNumpyData, PromptCompletionData, SyntheticData, TextData
+from repo_train.data.olmo_numpy import read_mix_file
+from repo_train.data.text import load_tokenizer
+from repo_train.training.checks import check_init_from
 
 
 class Evil:
@@ -238,19 +242,6 @@ def _run_tokenizer_checkpoint(tokenizer: Callable[[Context], Path]) -> Callable[
 def _big_tokenizer(ctx: Context) -> Path:
     """A tokenizer with more ids (258) than the tiny model's 256 embeddings: not this model's."""
     return with_tokenizer(ctx.tmp / "big_tokenizer")
-
-
-def _text_data(
-    tokenizer: Callable[[Context], str], source: type[DataSource] = TextData
-) -> Callable[[Context], list[str]]:
-    """`--data.train` of `source` reading a small good JSON-lines file with the tokenizer `tokenizer(ctx)`."""
-
-    def make(ctx: Context) -> list[str]:
-        path = file_at("docs.jsonl", '{"text": "a b", "prompt": "a", "completion": "b"}\n' * 4)(ctx)
-        train = source(paths=[str(path)], tokenizer=tokenizer(ctx), seq_len=16)
-        return ["--data.train", json.dumps(train.to_config())]
-
-    return _fit_with(make)
 
 
 def _tokenizer_dir(edit: Callable[[Path], None]) -> Callable[[Context], str]:
@@ -749,48 +740,6 @@ ROWS = [
         "is not a local directory; this project loads local model directories only (offline): download it first",
     ),
     BadInput(
-        "fit-init-from-config-a-list",
-        "repo_train",
-        _init_from(edited_model("config_list", garbage("config.json", b'[{"model_type": "olmo2"}]'))),
-        EXIT_USAGE,
-        "config.json is not a model's config.json (a JSON object of the model's settings): it holds a JSON list",
-    ),
-    BadInput(
-        "fit-init-from-config-binary",
-        "repo_train",
-        _init_from(edited_model("config_binary", garbage("config.json"))),
-        EXIT_USAGE,
-        "config.json is not a model's config.json (a JSON object of the model's settings): it is binary",
-    ),
-    BadInput(
-        "fit-text-tokenizer-json-garbage",
-        "repo_train",
-        _text_data(_tokenizer_dir(garbage("tokenizer.json"))),
-        EXIT_USAGE,
-        "tokenizer.json is not a tokenizer's tokenizer.json (a JSON object): it is binary",
-    ),
-    BadInput(
-        "fit-text-tokenizer-own-code",
-        "repo_train",
-        _text_data(_tokenizer_dir(tokenizer_with_own_code)),
-        EXIT_USAGE,
-        "never runs a model's code (no trust_remote_code)",
-    ),
-    BadInput(
-        "fit-text-tokenizer-missing-path",
-        "repo_train",
-        _text_data(lambda ctx: str(ctx.tmp / "no" / "tokenizer")),
-        EXIT_USAGE,
-        "tokenizer': it does not exist; pass a local directory holding the tokenizer files",
-    ),
-    BadInput(
-        "fit-prompt-completion-tokenizer-config-a-list",
-        "repo_train",
-        _text_data(_tokenizer_dir(garbage("tokenizer_config.json", b"[]")), PromptCompletionData),
-        EXIT_USAGE,
-        "tokenizer_config.json is not a tokenizer's tokenizer_config.json (a JSON object): it holds a JSON list",
-    ),
-    BadInput(
         "export-tokenizer-json-garbage",
         "repo_train",
         _export_tokenizer(garbage("tokenizer.json")),
@@ -824,20 +773,6 @@ ROWS = [
         _export_to(lambda ctx: file_at("notes.txt", "mine\n")(ctx) / "hf"),
         EXIT_USAGE,
         "notes.txt is a file, not a directory; pass another --out",
-    ),
-    BadInput(
-        "fit-olmo-numpy-shard-as-mix-file",
-        "repo_train",
-        _fit_with(_data(OlmoNumpyData, _shard_as_mix_file(None), **NUMPY)),
-        EXIT_USAGE,
-        "part-000.npy' is binary, not a text list of shard paths (byte 0x93 at offset 0); is it a shard itself?",
-    ),
-    BadInput(
-        "fit-olmo-numpy-huge-shard-as-mix-file",
-        "repo_train",
-        _fit_with(_data(OlmoNumpyData, _shard_as_mix_file(3 * 2**30), **NUMPY)),
-        EXIT_USAGE,
-        "part-000.npy' is 3,072 MB, not a list of shard paths (one a line); is it a shard itself?",
     ),
     # == rows: insert above this line ==
 ]
@@ -901,20 +836,45 @@ def test_export_refuses_a_crafted_zero_shard(tmp_path):
     assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
 
 
-def test_a_text_file_of_one_huge_line_is_refused_before_datasets_reads_it(tmp_path, capsys, monkeypatch, one_thread):
+def test_a_text_file_of_one_huge_line_is_refused_before_datasets_reads_it(tmp_path, monkeypatch):
     """`datasets`' json reader would hold a multi-GB line whole: the line cap (lowered to 1 MiB here, 64 MiB
-    really) refuses a 3 MB one-line .jsonl first, in one line naming the file and the line."""
+    really) refuses a 3 MB one-line .jsonl first, in one line naming the file and the line (and `fit` says it
+    as its one-line error, like every ValueError of a data source)."""
     import repo_common.json_files
+    from repo_train.data.text import TextDataset
 
     monkeypatch.setattr(repo_common.json_files, "MAX_LINE_BYTES", 2**20)
-
-    def huge(ctx: Context) -> str:
-        file_at("docs.jsonl", '{"text": "' + "word " * 600_000 + '"}\n')(ctx)
-        return str(with_tokenizer(ctx.tmp / "tokenizer"))
-
-    def argv(ctx: Context) -> list[str]:
-        train = TextData(paths=[str(ctx.tmp / "docs.jsonl")], tokenizer=huge(ctx), seq_len=16)
-        return [*FIT, "--trainer.default_root_dir", str(ctx.tmp / "run"), "--data.train", json.dumps(train.to_config())]
-
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "' + "word " * 600_000 + '"}\n')
     phrase = "docs.jsonl:1 is longer than 1,048,576 bytes: a JSON-lines file holds one example a line"
-    check_row(BadInput("fit-text-one-huge-line", "repo_train", argv, EXIT_USAGE, phrase), tmp_path, capsys, monkeypatch)
+    with pytest.raises(ValueError, match=phrase):
+        TextDataset([path], tokenizer=with_tokenizer(tmp_path / "tokenizer"), seq_len=16, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # datasets never started reading
+
+
+@pytest.mark.parametrize(
+    ("make", "phrase"),
+    [
+        (lambda tmp: check_init_from(str(edited_model("m", garbage("config.json", b"[]"))(tmp))), "holds a JSON list"),
+        (lambda tmp: check_init_from(str(edited_model("m", garbage("config.json"))(tmp))), "it is binary, not UTF-8"),
+        (lambda tmp: load_tokenizer(_tokenizer_dir(tokenizer_with_own_code)(Context(tmp))), "no trust_remote_code"),
+        (lambda tmp: load_tokenizer(_tokenizer_dir(garbage("tokenizer.json"))(Context(tmp))), "tokenizer.json is not"),
+        (lambda tmp: load_tokenizer(str(tmp / "no" / "tokenizer")), "tokenizer': it does not exist; pass a local"),
+        (lambda tmp: read_mix_file(_shard_as_mix_file(None)(Context(tmp))), "is binary, not a text list of shard paths"),
+        (lambda tmp: read_mix_file(_shard_as_mix_file(17 * 2**20)(Context(tmp))), "is 17 MB, not a list of shard paths"),
+    ],
+    ids=[
+        "init-from-config-a-list", "init-from-config-binary", "data-tokenizer-own-code", "data-tokenizer-json-garbage",
+        "data-tokenizer-missing-path", "shard-as-mix-file", "big-shard-as-mix-file",
+    ],
+)  # fmt: skip
+def test_training_inputs_are_refused_by_their_checks(tmp_path, make, phrase):
+    """What `fit` checks before training (init_from, a data source's tokenizer and mix file), called directly: the
+    CLI turns these ValueError/OSError into the one line (rows above); each row through `fit` costs ~1.5 s."""
+    before = tree_bytes(tmp_path)
+    with pytest.raises((ValueError, OSError)) as info:
+        make(tmp_path)
+    message = str(info.value)
+    assert phrase in message and "\n" not in message, message
+    after = tree_bytes(tmp_path)
+    assert {k: v for k, v in after.items() if k in before} == before
