@@ -37,6 +37,7 @@ from transformers import (
 )
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from repo_common.model_directory import check_model_directory, check_tokenizer_files, read_model_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.olmo2 import load_checked
 from repo_train.modeling.presets import tiny
@@ -120,8 +121,7 @@ def _prepare(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None
 
 
 def _check_directory(path: Path) -> dict:
-    if not path.is_dir():
-        raise FileNotFoundError(f"model directory {str(path)!r} not found; pass --model a local HF model directory")
+    check_model_directory("model directory", path)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(
@@ -132,10 +132,9 @@ def _check_directory(path: Path) -> dict:
             f"{str(path)!r} has no tokenizer (none of {list(_TOKENIZER_FILES)}); save one there with "
             "tokenizer.save_pretrained(DIR)"
         )
-    try:
-        return json.loads(config_file.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{config_file} is not valid JSON ({err.msg})") from err
+    config = read_model_config(path)
+    check_tokenizer_files(path)
+    return config
 
 
 def _unreadable_weights(path: Path, err: Exception) -> str:
@@ -178,7 +177,14 @@ def load_model(
     raw_config = _check_directory(path)
     check_fits_in_memory(raw_config, _DTYPES[dtype].itemsize, f"{path / 'config.json'}")
     check_attention_kernel(attn_implementation)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as err:  # the tokenizers library raises plain Exceptions for a malformed tokenizer.json
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"{path}: its tokenizer files do not load ({detail}); save the model's tokenizer there again with "
+            "tokenizer.save_pretrained(DIR)"
+        ) from err
     vocab = raw_config.get("vocab_size")
     if isinstance(vocab, int) and tokenizer.vocab_size > vocab:  # added tokens are checked where prompts use them
         raise ValueError(

@@ -44,6 +44,7 @@ from evaluation.statistics import (
     verdict,
 )
 from repo_common import atomic
+from repo_common.json_files import JsonFileError, parse_json_text
 from repo_common.run_lock import locked_directory
 
 FORMAT_VERSION = 2
@@ -128,7 +129,14 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
             handle.truncate(len(complete))
     records = []
     seen: dict[tuple[str, str, str], tuple[int, str]] = {}
-    for number, line in enumerate(complete.decode("utf-8").splitlines(), start=1):
+    for number, raw in enumerate(complete.split(b"\n")[:-1], start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ResultsFormatError(
+                f"{path}:{number} is not UTF-8 text (byte {raw[err.start]:#04x} at column {err.start + 1}), so not "
+                "a line this harness wrote; delete the line (a rerun redoes its record) or the file"
+            ) from None
         if not line.strip():
             continue
         try:
@@ -461,20 +469,32 @@ def resummarize(out: str | Path, n_resamples: int | None = None) -> dict[str, An
     that has none (an emptied records file).
     """
     out = Path(out)
-    if not (out / SUMMARY_FILE).is_file():  # checked before the lock, which would create the directory
-        raise FileNotFoundError(f"{out} has no {SUMMARY_FILE} and {RECORDS_FILE} to re-summarise; run the evaluation")
+    _check_summarizable(out)  # before the lock, which would create the directory
     with locked_directory(out, f"evaluation run directory {out}"):  # never under a run that is writing it
         return _resummarize_locked(out, n_resamples)
 
 
+#: How a damaged summary.json is made again.
+REWRITE_SUMMARY = "rerun the `python -m evaluation run` command that wrote it (it resumes from records.jsonl)"
+
+
+def _check_summarizable(out: Path) -> None:
+    """`out` holds both files `summarize` needs; a missing one is named (which one, and what to do)."""
+    missing = [name for name in (SUMMARY_FILE, RECORDS_FILE) if not (out / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{out} has no {' and no '.join(missing)}, so there is nothing to re-summarise; pass --out the directory "
+            "of an evaluation run (`python -m evaluation run --out DIR` writes both)"
+        )
+
+
 def _resummarize_locked(out: Path, n_resamples: int | None) -> dict[str, Any]:
     path = out / SUMMARY_FILE
-    if not path.is_file() or not (out / RECORDS_FILE).is_file():
-        raise FileNotFoundError(f"{out} has no {SUMMARY_FILE} and {RECORDS_FILE} to re-summarise; run the evaluation")
+    _check_summarizable(out)
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ResultsFormatError(f"{path} is not valid JSON ({err.msg})") from err
+        old = parse_json_text(path.read_bytes(), str(path), "a summary.json of this harness", REWRITE_SUMMARY)
+    except JsonFileError as err:
+        raise ResultsFormatError(str(err)) from None
     missing = [key for key in ("model", "methods", "tasks") if not isinstance(old, dict) or key not in old]
     if missing:
         raise ResultsFormatError(f"{path}: missing key(s) {missing}; it was not written by this harness")

@@ -316,6 +316,14 @@ def config_size_problem(path: str, data: Any) -> str:
     return ""
 
 
+def binary_config_message(path: str, err: UnicodeDecodeError) -> str:
+    """One line for a --config file that is not text at all (an image, an archive, a checkpoint)."""
+    return (
+        f"{path} is not a YAML config file: it is binary, not UTF-8 text (byte {err.object[err.start]:#04x} at "
+        f"offset {err.start}); pass --config the YAML file of the options"
+    )
+
+
 def _config_file_ok(path: str) -> tuple[bool, str]:
     """(use it, why not): a missing, unreadable or non-mapping file is an error; an empty one sets nothing."""
     if not Path(path).is_file():
@@ -324,7 +332,9 @@ def _config_file_ok(path: str) -> tuple[bool, str]:
         return False, f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file; pass the YAML of the options"
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        return False, binary_config_message(path, err)
+    except yaml.YAMLError as err:
         return False, f"{path} is not valid YAML: {' '.join(str(err).split())}"
     if data is None:
         return False, ""

@@ -39,6 +39,17 @@ def require_path(value: str | os.PathLike | None, option: str = "--out") -> Path
     return Path(value)
 
 
+def check_parents(path: Path, option: str = "--out") -> None:
+    """The nearest existing folder above `path` must be a directory: under a file nothing can be created."""
+    for parent in path.absolute().parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise OutputRefused(
+                    f"{option} {path} cannot be created: {parent} is a file, not a directory; pass another {option}"
+                )
+            return
+
+
 def foreign_entries(directory: Path, ours: Iterable[str] = ()) -> list[str]:
     """Names in `directory` other than `ours`, lock files and hidden staging files (sorted)."""
     return sorted(
@@ -78,6 +89,7 @@ def check_output_directory(
     if path.is_symlink() and (replaced_whole or not path.exists()):
         raise OutputRefused(f"{option} {path} is a symbolic link: pass the real directory path (or a new one)")
     if not path.exists():
+        check_parents(path, option)
         return path
     if not path.is_dir():
         raise OutputRefused(f"{option} {path} is a file, not a directory; {advice}")
@@ -111,4 +123,5 @@ def check_output_file(
         raise OutputRefused(f"{option} {target} is a directory, not a file; {advice}")
     if (target.exists() or target.is_symlink()) and not ours:
         raise OutputRefused(f"{target} exists and is not {what} of this run: nothing was written; {advice}")
+    check_parents(target, option)
     return target

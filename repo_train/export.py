@@ -35,6 +35,7 @@ import shutil
 from pathlib import Path
 
 from repo_common.atomic import atomic_directory
+from repo_common.model_directory import check_tokenizer_files
 from repo_common.output_guard import check_output_directory
 
 TOKENIZER_FILES = (
@@ -129,6 +130,8 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
             f"the tokenizer {what} {location!r} has none of {', '.join(TOKENIZER_FILES[:2])}, ...: pass --tokenizer "
             "DIR (a directory with tokenizer.json), or --no-tokenizer to export the weights alone"
         )
+    if local:
+        check_tokenizer_files(directory)  # garbage JSON or the directory's own code: one line naming the file
     try:
         # a hub name from the Hugging Face cache only (where training put it): no network access while exporting
         tokenizer = AutoTokenizer.from_pretrained(str(directory) if local else location, local_files_only=True)

@@ -342,3 +342,30 @@ ALIAS_BOMB = "".join(
         "g: [" + ", ".join(["*f"] * 10) + "]\n",
     ]
 )  # 10^7 values once expanded, from 7 short lines
+
+
+def edited_model(name: str, edit: Callable[[Path], None]) -> Callable[[Path], Path]:
+    """A tiny model directory (weights, config.json, byte tokenizer) called `name`, then `edit(directory)`."""
+
+    def make(tmp: Path) -> Path:
+        path = repo_model(tmp, name)
+        edit(path)
+        return path
+
+    return make
+
+
+def garbage(name: str, data: bytes = b"\xff\xd8\xff\xe0 not this file {") -> Callable[[Path], None]:
+    """An edit that replaces the directory's file `name` with `data` (binary garbage by default)."""
+    return lambda path: (path / name).write_bytes(data)
+
+
+def tokenizer_with_own_code(path: Path) -> None:
+    """tokenizer_config.json names a class of the directory's own code (auto_map), as custom-code models do."""
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config.update(auto_map={"AutoTokenizer": ["tokenization_mine.MineTokenizer", None]}, tokenizer_class="Mine")
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+#: A hub id as a user copies it from a model's page: not a local directory.
+HUB_ID = "allenai/OLMo-2-0425-1B"

@@ -13,6 +13,7 @@ disk naming the file being written, lpes scale files with and without a curve.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -27,14 +28,17 @@ import pytest
 from bad_input_helpers import (
     ALIAS_BOMB,
     EVAL,
+    HUB_ID,
     ROOT,
     BadInput,
     Context,
     check_row,
     damaged_weights,
+    edited_model,
     file_at,
     foreign_lock,
     full_disk_on,
+    garbage,
     gpt2_model,
     llama_as_olmo2,
     olmo2_other_ffn,
@@ -44,6 +48,7 @@ from bad_input_helpers import (
     scale_json,
     tiny_fields,
     tmp_args,
+    tokenizer_with_own_code,
     with_tokenizer,
     write_config,
 )
@@ -212,6 +217,38 @@ def _ev_config(text: str) -> Callable[[Context], list[str]]:
         config = file_at("eval.yaml", text)(ctx)
         model = repo_model(ctx.tmp)
         return ["run", "--config", str(config), "--model", str(model), "--out", str(ctx.tmp / "out"), "--no-progress"]
+
+    return make
+
+
+def _kv_file(data: bytes, name: str = "kv-retrieval-2_keys.jsonl") -> Callable[[Context], list[str]]:
+    """`--data-dir ctx.tmp/data` whose KV file (`name`) holds the bytes `data`."""
+
+    def make(ctx: Context) -> list[str]:
+        file_at(f"data/{name}", data)(ctx)
+        return ["--data-dir", str(ctx.tmp / "data")]
+
+    return _ev_with(make)
+
+
+#: Two release-like KV lines (a real example's fields).
+KV_LINES = b"".join(
+    json.dumps({"ordered_kv_records": [["k1", "v1"], ["k2", "v2"]], "key": "k1", "value": "v1"}).encode() + b"\n"
+    for _ in range(400)
+)
+
+
+#: A minimal summary.json `summarize` accepts.
+SUMMARY = json.dumps({"model": {"name": "m"}, "methods": ["baseline"], "tasks": {"kv": {}}, "results": {}})
+
+
+def _summarize_records(data: bytes, summary: str | bytes = SUMMARY) -> Callable[[Context], list[str]]:
+    """`summarize --out` of a run directory whose summary.json holds `summary` and records.jsonl `data`."""
+
+    def make(ctx: Context) -> list[str]:
+        file_at("out/summary.json", summary)(ctx)
+        file_at("out/records.jsonl", data)(ctx)
+        return ["summarize", "--out", str(ctx.tmp / "out")]
 
     return make
 
@@ -437,6 +474,153 @@ ROWS = [
         EXIT_USAGE,
         "is truncated or corrupt; rerun the `python -m evaluation run` command",
     ),
+    # -- garbage files (issue 24): one line naming the file and what it should be
+    BadInput(
+        "eval-config-json-binary",
+        "evaluation",
+        _eval(edited_model("config_binary", garbage("config.json"))),
+        EXIT_USAGE,
+        "config.json is not a model's config.json (a JSON object of the model's settings): it is binary",
+    ),
+    BadInput(
+        "eval-config-json-a-list",
+        "evaluation",
+        _eval(edited_model("config_list", garbage("config.json", b"[1, 2]"))),
+        EXIT_USAGE,
+        "config.json is not a model's config.json (a JSON object of the model's settings): it holds a JSON list",
+    ),
+    BadInput(
+        "eval-tokenizer-json-garbage",
+        "evaluation",
+        _eval(edited_model("tokenizer_garbage", garbage("tokenizer.json"))),
+        EXIT_USAGE,
+        "tokenizer.json is not a tokenizer's tokenizer.json (a JSON object): it is binary",
+    ),
+    BadInput(
+        "eval-tokenizer-json-not-a-tokenizer",
+        "evaluation",
+        _eval(edited_model("tokenizer_other", garbage("tokenizer.json", b'{"version": "1.0"}'))),
+        EXIT_USAGE,
+        "its tokenizer files do not load",
+    ),
+    BadInput(
+        "eval-tokenizer-own-code",
+        "evaluation",
+        _eval(edited_model("tokenizer_code", tokenizer_with_own_code)),
+        EXIT_USAGE,
+        "asks for the directory's own tokenizer code (tokenization_mine.MineTokenizer, class Mine); this project "
+        "never runs a model's code (no trust_remote_code)",
+    ),
+    BadInput(
+        "eval-model-hub-id",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", HUB_ID, "--out", str(ctx.tmp / "out")],
+        EXIT_USAGE,
+        "is not a",  # evaluation/config.py checks --model first (see the report: it should give the download hint)
+    ),
+    BadInput(
+        "eval-data-gz-not-gzip",
+        "evaluation",
+        _kv_file(KV_LINES, "kv-retrieval-2_keys.jsonl.gz"),
+        EXIT_USAGE,
+        "kv-retrieval-2_keys.jsonl.gz is not a gzip file, though its name ends in .gz",
+    ),
+    BadInput(
+        "eval-data-gz-truncated",
+        "evaluation",
+        _kv_file(gzip.compress(KV_LINES, mtime=0)[:-20], "kv-retrieval-2_keys.jsonl.gz"),
+        EXIT_USAGE,
+        "kv-retrieval-2_keys.jsonl.gz is a truncated or damaged gzip file",
+    ),
+    BadInput(
+        "eval-data-binary-line",
+        "evaluation",
+        _kv_file(KV_LINES + b"\x00\xff\xfe\n"),
+        EXIT_USAGE,
+        "kv-retrieval-2_keys.jsonl:401 is not UTF-8 text (byte 0xff at column 2)",
+    ),
+    BadInput(
+        "eval-records-garbage-line",
+        "evaluation",
+        _summarize_records(b"\n\xff\xfe not a record\n"),
+        EXIT_USAGE,
+        "records.jsonl:2 is not UTF-8 text (byte 0xff at column 1), so not a line this harness wrote",
+    ),
+    BadInput(
+        "eval-lpes-scales-nested",
+        "evaluation",
+        _ev_lpes({"format_version": 1, "num_layers": 4, "scales": [[1.0, 1.0]] * 4}),
+        EXIT_USAGE,
+        "scales must be a list of finite numbers",
+    ),
+    BadInput(
+        "eval-lpes-control-points-flat",
+        "evaluation",
+        _ev_lpes(scale_json(control_points=[0.0, 1.0, 2.0])),
+        EXIT_USAGE,
+        "control_points must be a list of [x, y] number pairs",
+    ),
+    BadInput(
+        "eval-lpes-num-layers-text",
+        "evaluation",
+        _ev_lpes({"format_version": 1, "num_layers": "4", "scales": [1.0] * 4}),
+        EXIT_USAGE,
+        "num_layers must be a positive integer, got '4'",
+    ),
+    BadInput(
+        "eval-lpes-top-level-list",
+        "evaluation",
+        _ev_lpes([1.0, 1.0, 1.0, 1.0]),
+        EXIT_USAGE,
+        "top level must be a JSON object, got list",
+    ),
+    BadInput(
+        "eval-config-binary",
+        "evaluation",
+        lambda ctx: [
+            "run",
+            "--config",
+            str(file_at("eval.yaml", b"\x89PNG\r\n\x1a\n\xff")(ctx)),
+            "--out",
+            str(ctx.tmp / "o"),
+        ],
+        EXIT_USAGE,
+        "eval.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0x89 at offset 0)",
+    ),
+    BadInput(
+        "eval-out-under-a-file",
+        "evaluation",
+        lambda ctx: [
+            *EVAL,
+            "--model",
+            str(repo_model(ctx.tmp)),
+            "--out",
+            str(file_at("notes.txt", "mine\n")(ctx) / "o"),
+        ],
+        EXIT_USAGE,
+        "notes.txt is a file, not a directory; pass another --out",
+    ),
+    BadInput(
+        "summarize-summary-binary",
+        "evaluation",
+        _summarize_records(b"", summary=b"\xff\xfe\x00"),
+        EXIT_USAGE,
+        "summary.json is not a summary.json of this harness: it is binary, not UTF-8 text (byte 0xff at offset 0)",
+    ),
+    BadInput(
+        "summarize-without-records",
+        "evaluation",
+        lambda ctx: ["summarize", "--out", str(file_at("out/summary.json", "{}")(ctx).parent)],
+        EXIT_USAGE,
+        "out has no records.jsonl, so there is nothing to re-summarise",
+    ),
+    BadInput(
+        "report-summary-a-list",
+        "evaluation",
+        lambda ctx: ["report", "--out", str(file_at("out/summary.json", "[]")(ctx).parent)],
+        EXIT_USAGE,
+        "summary.json: expected a JSON object, got list",
+    ),
     # == rows: insert above this line ==
 ]
 
@@ -584,3 +768,49 @@ def test_lpes_accepts_scales_alone_and_checks_a_curve_when_there_is_one(tmp_path
     bare.write_text(json.dumps({"format_version": 1, "num_layers": 2, "scales": [1.0, 1.5], "curve": linear["curve"]}))
     with pytest.raises(ScaleFileError, match=r"has curve but lacks \['control_points'\]"):
         MethodStack.parse(f"lpes:scale_file={bare}")
+
+
+def test_a_data_file_of_one_huge_line_is_refused_without_reading_it_whole(tmp_path, capsys, monkeypatch, one_thread):
+    """A 3 MB one-line KV file under a 1 MiB line cap (the real cap is 64 MiB, for multi-GB files): one line
+    naming the file and the line, and no more than the cap (+1 byte) is ever read into memory at once."""
+    import repo_common.json_files
+
+    monkeypatch.setattr(repo_common.json_files, "MAX_LINE_BYTES", 2**20)
+    longest = []
+
+    class Watched:
+        """A file whose readline results' lengths are kept in `longest`."""
+
+        def __init__(self, handle):
+            self._handle = handle
+
+        def readline(self, size=-1):
+            line = self._handle.readline(size)
+            longest.append(len(line))
+            return line
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._handle.close()
+
+    monkeypatch.setattr(repo_common.json_files, "open", lambda *a, **k: Watched(open(*a, **k)), raising=False)  # noqa: SIM115
+    huge = b'{"ordered_kv_records": [["k", "' + b"v" * 3_000_000 + b'"]], "key": "k", "value": "v"}\n'
+    row = BadInput(
+        "eval-data-one-huge-line",
+        "evaluation",
+        _kv_file(huge),
+        EXIT_USAGE,
+        "kv-retrieval-2_keys.jsonl:1 is longer than 1,048,576 bytes: a JSON-lines file holds one example a line",
+    )
+    check_row(row, tmp_path, capsys, monkeypatch)
+    assert max(longest) == 2**20 + 1  # the cap and one byte: never the 3 MB line
+
+
+def test_a_ruler_tokenizer_directory_with_its_own_code_is_refused(tmp_path):
+    """A RULER task's `tokenizer` directory (Python API) is checked like a model's: its own code is never run."""
+    tokenizer = with_tokenizer(tmp_path / "tokenizer")
+    tokenizer_with_own_code(tokenizer)
+    with pytest.raises(ValueError, match=r"tokenizer_config.json asks for the directory's own tokenizer code"):
+        build_task("ruler_niah_single", num_examples=1, tokenizer=str(tokenizer)).build()

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from bad_input_helpers import (
     config_only,
     olmo2_other_ffn,
@@ -102,3 +103,56 @@ def test_fresh_repo_weights_only_when_asked_for(tmp_path):
         RePoOlmo2ForCausalLM.from_pretrained(wide, position_method="rope")
     model = RePoOlmo2ForCausalLM.from_pretrained(wide, position_method="rope", ignore_mismatched_sizes=True)
     assert model.config.intermediate_size == 96
+
+
+def _model_snapshot(model) -> tuple:
+    """What a policy install changes: each attention's class, policy and modules, and every weight."""
+    from repo_train.modeling.attention import attention_modules
+
+    layers = [
+        (type(a), getattr(a, "position_policy", None), a.num_key_value_groups, sorted(a._modules))
+        for a in attention_modules(model)
+    ]
+    return layers, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "phrase"),
+    [
+        (lambda good: good[:-1], ValueError, "got 3 position policies for a model with 4 layers"),
+        (lambda good: [*good[:2], "nope", good[3]], TypeError, r"policies\[2\] is 'nope' \(str\), not a Position"),
+        (lambda good: [good[0], None, *good[2:]], TypeError, r"policies\[1\] is None"),
+    ],
+    ids=["wrong-length", "name-in-the-middle", "none-in-the-middle"],
+)
+def test_install_position_policies_with_a_bad_list_changes_nothing(make, error, phrase):
+    """A refused install (Python API) leaves every layer's class, policy, modules and weights as they were."""
+    from repo_train.modeling import install_position_policies
+    from repo_train.modeling.methods import build_policies
+    from repo_train.modeling.presets import tiny
+
+    config = tiny(vocab_size=64, position_method="rope")
+    model = RePoOlmo2ForCausalLM(config)
+    repo = build_policies(tiny(vocab_size=64, position_method="repo", repo_start_layer=0))  # adds predictors
+    before = _model_snapshot(model)
+    with pytest.raises(error, match=phrase):
+        install_position_policies(model, make(repo))
+    layers, weights = _model_snapshot(model)
+    assert layers == before[0]
+    assert weights.keys() == before[1].keys() and all(torch.equal(weights[k], before[1][k]) for k in weights)
+    install_position_policies(model, repo)  # the good list still installs (predictors added to every layer)
+    assert len(model.state_dict()) > len(before[1])
+
+
+@pytest.mark.parametrize("loader", ["config", "model"])
+def test_from_pretrained_refuses_a_missing_local_path_at_once(tmp_path, loader):
+    """A path that looks local and is not there is refused by our check, before transformers asks the hub (~30 s
+    of retries offline; its own message differs); a config.json that is a JSON list is named, not a TypeError."""
+    load = RePoOlmo2Config.from_pretrained if loader == "config" else RePoOlmo2ForCausalLM.from_pretrained
+    for missing in (tmp_path / "nowhere", "./models/olmo2-1b", "olmo2-1b"):
+        with pytest.raises(FileNotFoundError, match="does not exist; RePoOlmo2Config/RePoOlmo2ForCausalLM load a"):
+            load(missing)
+    listed = config_only(tmp_path, "listed")
+    (listed / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="config.json is not a model's config.json .*: it holds a JSON list"):
+        load(listed)

@@ -21,14 +21,17 @@ from bad_input_helpers import (
     Context,
     check_row,
     damaged_weights,
+    edited_model,
     file_at,
     full_disk_on,
+    garbage,
     gpt2_model,
     llama_as_olmo2,
     repo_model,
     scale_file_at,
     scale_json,
     tmp_args,
+    tokenizer_with_own_code,
 )
 
 from repo_common.cli_errors import EXIT_USAGE
@@ -220,6 +223,48 @@ ROWS = [
         _search_show(scale_json(scales=[1.0, 1.5, 1.5, 1.0])),
         EXIT_USAGE,
         "scales differ from the bezier curve",
+    ),
+    # -- garbage model directories (issue 24)
+    BadInput(
+        "search-config-json-a-list",
+        "search",
+        _search(edited_model("config_list", garbage("config.json", b"[]"))),
+        EXIT_USAGE,
+        "config.json is not a model's config.json (a JSON object of the model's settings): it holds a JSON list",
+    ),
+    BadInput(
+        "search-tokenizer-own-code",
+        "search",
+        _search(edited_model("tokenizer_code", tokenizer_with_own_code)),
+        EXIT_USAGE,
+        "never runs a model's code (no trust_remote_code)",
+    ),
+    BadInput(
+        "search-special-tokens-map-binary",
+        "search",
+        _search(edited_model("special_tokens_binary", garbage("special_tokens_map.json"))),
+        EXIT_USAGE,
+        "special_tokens_map.json is not a tokenizer's special_tokens_map.json (a JSON object): it is binary",
+    ),
+    BadInput(
+        "search-config-binary",
+        "search",
+        lambda ctx: [
+            "run",
+            "--config",
+            str(file_at("s.yaml", b"PK\x03\x04\xff")(ctx)),
+            "--out",
+            str(ctx.tmp / "s.json"),
+        ],
+        EXIT_USAGE,
+        "s.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0xff at offset 4)",
+    ),
+    BadInput(
+        "search-out-under-a-file",
+        "search",
+        lambda ctx: ["run", "--config", TINY_SEARCH, "--out", str(file_at("notes.txt", "mine\n")(ctx) / "s.json")],
+        EXIT_USAGE,
+        "notes.txt is a file, not a directory; pass another --out",
     ),
     # == rows: insert above this line ==
 ]

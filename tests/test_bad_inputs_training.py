@@ -15,24 +15,33 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from bad_input_helpers import (
     ALIAS_BOMB,
+    HUB_ID,
     BadInput,
     Context,
     check_row,
     config_only,
+    edited_model,
     file_at,
+    garbage,
     lightning_like,
     llama_as_olmo2,
     tiny_fields,
+    tokenizer_with_own_code,
+    tree_bytes,
     with_tokenizer,
 )
 
 from repo_common.cli_errors import EXIT_USAGE
 from repo_common.run_lock import LOCK_FILE
 from repo_train.data import DataSource, OlmoNumpyData, PromptCompletionData, SyntheticData, TextData
+from repo_train.data.olmo_numpy import read_mix_file
+from repo_train.data.text import load_tokenizer
+from repo_train.training.checks import check_init_from
 
 
 class Evil:
@@ -233,6 +242,41 @@ def _run_tokenizer_checkpoint(tokenizer: Callable[[Context], Path]) -> Callable[
 def _big_tokenizer(ctx: Context) -> Path:
     """A tokenizer with more ids (258) than the tiny model's 256 embeddings: not this model's."""
     return with_tokenizer(ctx.tmp / "big_tokenizer")
+
+
+def _tokenizer_dir(edit: Callable[[Path], None]) -> Callable[[Context], str]:
+    """The byte tokenizer saved under ctx.tmp/tokenizer, then `edit(directory)`."""
+
+    def make(ctx: Context) -> str:
+        path = with_tokenizer(ctx.tmp / "tokenizer")
+        edit(path)
+        return str(path)
+
+    return make
+
+
+def _export_tokenizer(edit: Callable[[Path], None]) -> Callable[[Context], list[str]]:
+    """`export --tokenizer` of the byte tokenizer saved under ctx.tmp/tokenizer, then `edit`ed."""
+
+    def make(ctx: Context) -> list[str]:
+        checkpoint = lightning_like(ctx.tmp / "run.ckpt")
+        tokenizer = _tokenizer_dir(edit)(ctx)
+        return ["export", "--checkpoint", str(checkpoint), "--out", str(ctx.tmp / "hf"), "--tokenizer", tokenizer]
+
+    return make
+
+
+def _shard_as_mix_file(size: int | None) -> Callable[[Context], Path]:
+    """A token shard (.npy) passed as the mix file; `size`: made that large (sparse), like a real shard."""
+
+    def make(ctx: Context) -> Path:
+        path = ctx.tmp / "part-000.npy"
+        np.save(path, np.arange(64, dtype=np.uint16))
+        if size is not None:
+            os.truncate(path, size)
+        return path
+
+    return make
 
 
 # == setups: insert above this line ==
@@ -687,6 +731,49 @@ ROWS = [
         EXIT_USAGE,
         "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'int8'",
     ),
+    # -- garbage files and model directories (issue 24)
+    BadInput(
+        "fit-init-from-hub-id",
+        "repo_train",
+        _fit("--model.init_from", HUB_ID),
+        EXIT_USAGE,
+        "is not a local directory; this project loads local model directories only (offline): download it first",
+    ),
+    BadInput(
+        "export-tokenizer-json-garbage",
+        "repo_train",
+        _export_tokenizer(garbage("tokenizer.json")),
+        EXIT_USAGE,
+        "tokenizer.json is not a tokenizer's tokenizer.json (a JSON object): it is binary",
+    ),
+    BadInput(
+        "export-tokenizer-own-code",
+        "repo_train",
+        _export_tokenizer(tokenizer_with_own_code),
+        EXIT_USAGE,
+        "never runs a model's code (no trust_remote_code)",
+    ),
+    BadInput(
+        "fit-config-binary",
+        "repo_train",
+        _fit_with(lambda ctx: ["--config", str(file_at("train.yaml", b"\x1f\x8b\x08\x00\xff")(ctx))]),
+        EXIT_USAGE,
+        "train.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0x8b at offset 1)",
+    ),
+    BadInput(
+        "demo-config-binary",
+        "repo_train",
+        lambda ctx: ["demo", "--config", str(file_at("demo.yaml", b"\xff\xd8\xff")(ctx))],
+        EXIT_USAGE,
+        "demo.yaml is not a YAML config file: it is binary",
+    ),
+    BadInput(
+        "export-out-under-a-file",
+        "repo_train",
+        _export_to(lambda ctx: file_at("notes.txt", "mine\n")(ctx) / "hf"),
+        EXIT_USAGE,
+        "notes.txt is a file, not a directory; pass another --out",
+    ),
     # == rows: insert above this line ==
 ]
 
@@ -747,3 +834,47 @@ def test_export_refuses_a_crafted_zero_shard(tmp_path):
         export_checkpoint(path, tmp_path / "hf")
     assert not (tmp_path / "pwned").exists()
     assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+
+
+def test_a_text_file_of_one_huge_line_is_refused_before_datasets_reads_it(tmp_path, monkeypatch):
+    """`datasets`' json reader would hold a multi-GB line whole: the line cap (lowered to 1 MiB here, 64 MiB
+    really) refuses a 3 MB one-line .jsonl first, in one line naming the file and the line (and `fit` says it
+    as its one-line error, like every ValueError of a data source)."""
+    import repo_common.json_files
+    from repo_train.data.text import TextDataset
+
+    monkeypatch.setattr(repo_common.json_files, "MAX_LINE_BYTES", 2**20)
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "' + "word " * 600_000 + '"}\n')
+    phrase = "docs.jsonl:1 is longer than 1,048,576 bytes: a JSON-lines file holds one example a line"
+    with pytest.raises(ValueError, match=phrase):
+        TextDataset([path], tokenizer=with_tokenizer(tmp_path / "tokenizer"), seq_len=16, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # datasets never started reading
+
+
+@pytest.mark.parametrize(
+    ("make", "phrase"),
+    [
+        (lambda tmp: check_init_from(str(edited_model("m", garbage("config.json", b"[]"))(tmp))), "holds a JSON list"),
+        (lambda tmp: check_init_from(str(edited_model("m", garbage("config.json"))(tmp))), "it is binary, not UTF-8"),
+        (lambda tmp: load_tokenizer(_tokenizer_dir(tokenizer_with_own_code)(Context(tmp))), "no trust_remote_code"),
+        (lambda tmp: load_tokenizer(_tokenizer_dir(garbage("tokenizer.json"))(Context(tmp))), "tokenizer.json is not"),
+        (lambda tmp: load_tokenizer(str(tmp / "no" / "tokenizer")), "tokenizer': it does not exist; pass a local"),
+        (lambda tmp: read_mix_file(_shard_as_mix_file(None)(Context(tmp))), "is binary, not a text list of shard paths"),
+        (lambda tmp: read_mix_file(_shard_as_mix_file(17 * 2**20)(Context(tmp))), "is 17 MB, not a list of shard paths"),
+    ],
+    ids=[
+        "init-from-config-a-list", "init-from-config-binary", "data-tokenizer-own-code", "data-tokenizer-json-garbage",
+        "data-tokenizer-missing-path", "shard-as-mix-file", "big-shard-as-mix-file",
+    ],
+)  # fmt: skip
+def test_training_inputs_are_refused_by_their_checks(tmp_path, make, phrase):
+    """What `fit` checks before training (init_from, a data source's tokenizer and mix file), called directly: the
+    CLI turns these ValueError/OSError into the one line (rows above); each row through `fit` costs ~1.5 s."""
+    before = tree_bytes(tmp_path)
+    with pytest.raises((ValueError, OSError)) as info:
+        make(tmp_path)
+    message = str(info.value)
+    assert phrase in message and "\n" not in message, message
+    after = tree_bytes(tmp_path)
+    assert {k: v for k, v in after.items() if k in before} == before

@@ -402,6 +402,12 @@ def test_options_parse_in_process(capsys, tmp_path):
         (dict(evaluate__methods={"rpoe": ["pcd"]}), "evaluate.methods.rpoe: not a model; use one of rope, repo, base"),
         (dict(train__args=["--model.init_from", "x"]), "train.args: --model.init_from is set by the loop itself"),
         (dict(evaluate__args=["--seed", "{nope}"]), "evaluate.args[1]: unknown placeholder {nope}"),
+        (
+            dict(evaluate__args=["--seed", "{out:>99999999999}"]),
+            "evaluate.args[1]: placeholder {out:>99999999999} in '{out:>99999999999}' has a format spec",
+        ),
+        (dict(search__args=["--data-dir", "x{base!r}"]), "search.args[1]: placeholder {base!r} in 'x{base!r}' has"),
+        (dict(train__launcher=["{python:d}"]), "train.launcher[0]: placeholder {python:d} in '{python:d}' has"),
         (dict(train__methods={"base": "x.yaml"}), "train.methods.base: rename it"),
         (dict(search__args=["--data-dir", "{data_dir}"]), "data_dir: not set, but the arguments use {data_dir}"),
         (dict(evaluate__args=["--example-offset", "3"]), "evaluate.args: --example-offset is set by the loop"),

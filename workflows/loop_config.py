@@ -56,12 +56,17 @@ def _text(value: Word, key: str, allowed: tuple[str, ...] = PLACEHOLDERS) -> str
     """`value` as text whose `{placeholders}` are all in `allowed`."""
     value = str(value)
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(value) if name is not None]
     except ValueError as err:
         raise LoopConfigError(f"{key}: {value!r}: {err} (write a literal brace as {{{{ or }}}})") from None
-    for name in names:
+    for name, spec, conversion in fields:
         if name not in allowed:
             raise LoopConfigError(f"{key}: unknown placeholder {{{name}}} in {value!r}; use {', '.join(allowed)}")
+        if spec or conversion:  # `{out:>99999999999}` would build a string of that width when filled
+            given = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise LoopConfigError(
+                f"{key}: placeholder {given} in {value!r} has a format spec or conversion; write plain {{{name}}}"
+            )
     return value
 
 

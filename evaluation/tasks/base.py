@@ -19,7 +19,6 @@ Builds are deterministic: the same config (seed included) gives the same dataset
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import json
 import random
@@ -32,6 +31,7 @@ from typing import Any, ClassVar
 import datasets
 
 from evaluation.metrics import get_metric, score_batch
+from repo_common.json_files import json_lines
 
 #: Named gold-position grids, as fractions of the last index (k - 1); each name says where the positions lie.
 GRIDS: dict[str, tuple[Fraction, ...]] = {
@@ -138,7 +138,10 @@ def source_fingerprint(row: Mapping[str, Any]) -> str:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All objects of a JSON-lines file, gzipped when the name ends in .gz; blank lines skipped.
+    """All values of a JSON-lines file, gzipped when the name ends in .gz; blank lines skipped.
+
+    A garbage line, a file that is not gzip (or a truncated one) or a line longer
+    than `repo_common.json_files.MAX_LINE_BYTES` is one error naming the file and the line.
 
     A file without any (empty, or blank lines only) is an error: no task has anything to build from it.
     """
@@ -147,16 +150,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(
             f"data file {str(path)!r} not found; pass the path of an existing .jsonl or .jsonl.gz file"
         )
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        rows = []
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}); is this a JSON-lines file?") from err
+    rows = [row for _, row in json_lines(path, "is this a JSON-lines data file? fix or delete that line")]
     if not rows:
         raise ValueError(
             f"data file {str(path)!r} is empty (no JSON lines); pass a .jsonl(.gz) file with examples, "

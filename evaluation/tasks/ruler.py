@@ -37,6 +37,7 @@ import datasets
 
 from evaluation.tasks.base import GoldPositions, Task, example_rng, resolve_gold_positions
 from evaluation.tasks.kv_retrieval import random_uuid4
+from repo_common.model_directory import check_tokenizer_files
 
 #: Generic filler of the "noise" haystack: this block repeated, one block a line (RULER's noise haystack idea).
 NOISE_BLOCK = (
@@ -115,6 +116,7 @@ def resolve_tokenizer(spec: Any):
             return byte_tokenizer()
         if not Path(spec).is_dir():
             raise FileNotFoundError(f"tokenizer directory {str(spec)!r} not found; pass a local HF directory or 'byte'")
+        check_tokenizer_files(spec)  # garbage JSON or the directory's own code: one line naming the file
         from transformers import AutoTokenizer  # heavy: transformers, only for a tokenizer directory
 
         return AutoTokenizer.from_pretrained(spec, local_files_only=True)

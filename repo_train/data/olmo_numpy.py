@@ -55,12 +55,30 @@ def dtype_for_vocab(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size - 1 <= np.iinfo(np.uint16).max else np.uint32)
 
 
+#: The largest mix file read (a list of paths: the 1B stage-2 mix is ~100 kB).
+MAX_MIX_FILE_BYTES = 16 * 2**20
+
+
 def read_mix_file(mix_file: str | Path) -> list[Path]:
     """Paths or globs listed one a line (`#` starts a comment line), relative to the mix file's directory."""
     mix_path = Path(mix_file).expanduser()
     if not mix_path.is_file():
         raise FileNotFoundError(f"mix file {str(mix_path)!r} does not exist: check the path of 'mix_file'.")
-    lines = [line.strip() for line in mix_path.read_text().splitlines()]
+    size = mix_path.stat().st_size
+    if size > MAX_MIX_FILE_BYTES:  # a shard passed as the mix file: never read gigabytes of tokens as text
+        raise ValueError(
+            f"mix file {str(mix_path)!r} is {size / 2**20:,.0f} MB, not a list of shard paths (one a line); is it a "
+            "shard itself? pass the text file that lists the shards as 'mix_file'."
+        )
+    data = mix_path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"mix file {str(mix_path)!r} is binary, not a text list of shard paths (byte {data[err.start]:#04x} at "
+            f"offset {err.start}); is it a shard itself? pass the text file that lists the shards as 'mix_file'."
+        ) from None
+    lines = [line.strip() for line in text.splitlines()]
     entries = [line for line in lines if line and not line.startswith("#")]
     if not entries:
         raise ValueError(f"mix file {str(mix_path)!r} lists no paths: add one shard path or glob per line.")

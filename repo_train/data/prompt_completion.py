@@ -9,7 +9,6 @@ an example longer than `seq_len` is an error, never silently cut.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from repo_common.json_files import json_lines
 from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 from repo_train.data.text import adopt_tokenizer
 
@@ -46,24 +46,11 @@ class PromptCompletionDataset(TokenSequenceDataset):
     def _encode(self, files: list[Path], prompt_field: str, completion_field: str):
         input_ids, labels = [], []
         for path in files:
-            for line_number, raw in enumerate(path.read_bytes().splitlines(), 1):
+            fix = (
+                f"each line must be one object with {prompt_field!r} and {completion_field!r}; fix or delete that line"
+            )
+            for line_number, record in json_lines(path, fix):  # streamed: bounded memory, a huge line refused
                 where = f"{path}:{line_number}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise ValueError(
-                        f"{where} is not UTF-8 text (byte {err.object[err.start]:#04x} at column {err.start + 1}): "
-                        "re-encode the file as UTF-8 or drop that line"
-                    ) from None
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(
-                        f"{where} is not valid JSON ({err.msg}, column {err.colno}): each line must be one object "
-                        f"with {prompt_field!r} and {completion_field!r}; fix or delete that line"
-                    ) from None
                 if not isinstance(record, dict) or prompt_field not in record or completion_field not in record:
                     raise ValueError(
                         f"{where}: expected fields {prompt_field!r} and {completion_field!r} (set prompt_field / "

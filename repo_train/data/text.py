@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from repo_common.json_files import check_line_lengths
+from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id
 from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 
 #: file suffix -> `datasets` builder that reads it.
@@ -34,11 +36,19 @@ def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTraine
     if isinstance(tokenizer, PreTrainedTokenizerBase):
         return tokenizer
     location = Path(tokenizer).expanduser()
+    if location.is_dir():
+        check_tokenizer_files(location)  # garbage JSON or the directory's own code: one line naming the file
+    elif not looks_like_hub_id(str(tokenizer)):  # a local-looking path that is not there: no ~30 s of hub retries
+        raise ValueError(
+            f"could not load the tokenizer {str(tokenizer)!r}: it does not exist; pass a local directory holding the "
+            "tokenizer files (e.g. tokenizer.json), or a hub id org/name already in the local cache"
+        )
     try:
         return AutoTokenizer.from_pretrained(str(location) if location.exists() else str(tokenizer))
-    except (OSError, ValueError) as error:
+    except Exception as error:  # the tokenizers library raises plain Exceptions for a malformed tokenizer.json
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise ValueError(
-            f"could not load the tokenizer {str(tokenizer)!r} ({error}): pass a local directory holding the tokenizer "
+            f"could not load the tokenizer {str(tokenizer)!r} ({detail}): pass a local directory holding the tokenizer "
             "files (e.g. tokenizer.json), or a tokenizer object."
         ) from error
 
@@ -216,6 +226,8 @@ class TextDataset(TokenSequenceDataset):
                 raise ValueError(
                     f"the text data file {str(path)!r} is empty: add documents to it or drop it from paths."
                 )
+            if path.suffix.lower() == ".jsonl":
+                check_line_lengths(path)  # datasets' json reader would hold a multi-GB line in memory whole
         # A failing read would print half a progress bar and datasets' own log lines before the one-line error.
         bars_were_off, verbosity = datasets.are_progress_bars_disabled(), datasets.logging.get_verbosity()
         datasets.disable_progress_bars()

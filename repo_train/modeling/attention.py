@@ -206,16 +206,27 @@ def install_position_policies(model: nn.Module, policies: Sequence[PositionPolic
     model classes pass False and start them in `post_init` instead).
     """
     attns = attention_modules(model)
+    policies = list(policies)
     if len(policies) != len(attns):
         raise ValueError(f"got {len(policies)} position policies for a model with {len(attns)} layers")
-    for attn, policy in zip(attns, policies):
+    # Everything is checked (and every new module built) before the first layer changes, so a refused call
+    # leaves the model as it was.
+    learned: list[dict[str, nn.Module]] = []
+    for index, (attn, policy) in enumerate(zip(attns, policies, strict=True)):
         _check_supported(attn)
+        if not isinstance(policy, PositionPolicy):
+            raise TypeError(
+                f"policies[{index}] is {policy!r} ({type(policy).__name__}), not a PositionPolicy: build the list "
+                "with repo_train.modeling.methods.build_policies(config) or policy classes; the model is unchanged"
+            )
+        learned.append(policy.learned_modules(attn.config))
+    for attn, policy, modules in zip(attns, policies, learned, strict=True):
         attn.__class__ = _policy_class(type(attn))
         attn.position_policy = policy
         # Keys/values of a per-head layer are already expanded to every query head.
         groups = attn.config.num_attention_heads // attn.config.num_key_value_heads
         attn.num_key_value_groups = 1 if policy.per_head else groups
-        for name, module in policy.learned_modules(attn.config).items():
+        for name, module in modules.items():
             current = getattr(attn, name, None)
             if isinstance(current, nn.Module) and all(
                 a.shape == b.shape for a, b in zip(current.parameters(), module.parameters())

@@ -18,6 +18,7 @@ import os
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
 
+from repo_common.model_directory import looks_like_hub_id, read_model_config
 from repo_train.modeling.methods import check_position_options, default_repo_start_layer, layer_plan
 
 #: `pe_config.dynamic_pe_mode` values of the published code and what they mean here.
@@ -43,6 +44,20 @@ def check_model_type(config_dict: dict, source: str) -> None:
         raise ValueError(
             f"{source}: config.json has {found}; RePoOlmo2Config/RePoOlmo2ForCausalLM load only "
             f"{ACCEPTED_DESCRIPTION} (load other architectures with AutoModelForCausalLM)"
+        )
+
+
+def check_local_source(source: str) -> None:
+    """A path that looks local but is not there is refused at once (transformers would spend ~30 s asking the
+    hub for it), and a local config.json must be a JSON object (a list or garbage: one line naming it)."""
+    if os.path.isdir(source):
+        if os.path.isfile(os.path.join(source, "config.json")):
+            read_model_config(source)
+        return
+    if not os.path.isfile(source) and not looks_like_hub_id(source):  # a config file itself is transformers' to read
+        raise FileNotFoundError(
+            f"{source} does not exist; RePoOlmo2Config/RePoOlmo2ForCausalLM load a local save_pretrained directory "
+            f"(a hub id is written org/name)"
         )
 
 
@@ -105,6 +120,8 @@ class RePoOlmo2Config(Olmo2Config):
         through here, before any weight is allocated.
         """
         source = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "").rstrip(os.sep)
+        if isinstance(pretrained_model_name_or_path, str | os.PathLike):
+            check_local_source(source or str(pretrained_model_name_or_path))
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         check_model_type(config_dict, source or str(pretrained_model_name_or_path))
         # Accepted: read as this class (also silences transformers' "olmo2 instantiates repo_olmo2" warning).

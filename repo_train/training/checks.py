@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from repo_common.model_directory import download_hint, looks_like_hub_id
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
 from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
@@ -39,6 +40,8 @@ def check_init_from(path: str | None) -> None:
         return
     directory = Path(path)
     fix = "point it to a downloaded OLMo-2 checkpoint (e.g. the stage-1 1B at step 1907359) or omit it to train from scratch."
+    if looks_like_hub_id(str(path)):
+        raise FileNotFoundError(f"model.init_from={path!r} is not a local directory; {download_hint(str(path))}")
     if not directory.exists():
         raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory: it does not exist; {fix}")
     if not (directory / "config.json").is_file():

@@ -44,7 +44,7 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_common import user_code
-from repo_common.config_cli import MAX_CONFIG_BYTES, config_size_problem, take_flag
+from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem, take_flag
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
@@ -396,7 +396,9 @@ def import_named_modules(argv: list[str]) -> list[str]:
             raise ValueError(f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file")
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
-        except (yaml.YAMLError, UnicodeDecodeError):
+        except UnicodeDecodeError as err:  # the parser's own words would not name the file
+            raise ValueError(binary_config_message(path, err)) from None
+        except yaml.YAMLError:
             continue  # the parser reports a broken file in its own words
         problem = config_size_problem(path, data)
         if problem:

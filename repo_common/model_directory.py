@@ -1,0 +1,99 @@
+"""What a local HF model directory must hold, checked before transformers reads it (stdlib only).
+
+The project loads models and tokenizers from local directories only, offline,
+and never runs code a directory ships (`trust_remote_code`). Without these
+checks a missing path costs ~30 s of hub retries, a hub id ends in a network
+traceback, a garbage config.json or tokenizer.json surfaces as a bare JSON or
+codec message, and a tokenizer with its own code prints transformers' prompt to
+pass `trust_remote_code`, an option no command here has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from repo_common.json_files import read_json_object
+
+#: `org/name` (the hub's repository ids): not a local path unless such a directory exists.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: The tokenizer files whose JSON transformers reads.
+TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json")
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """`org/name` that is not an existing path: what a user copies from a model's hub page."""
+    return bool(_HUB_ID.match(text)) and not Path(text).expanduser().exists()
+
+
+def download_hint(text: str) -> str:
+    name = text.rstrip("/").split("/")[-1]
+    return (
+        f"this project loads local model directories only (offline): download it first, e.g. "
+        f"`hf download {text} --local-dir models/{name}` (huggingface_hub), then pass models/{name}"
+    )
+
+
+def missing_directory_message(option: str, path: str | os.PathLike) -> str:
+    """One line for `option` naming a model directory that is not there (a hub id gets the download hint)."""
+    text = str(path)
+    if looks_like_hub_id(text):
+        return f"{option} {text!r} is not a local directory; {download_hint(text)}"
+    if Path(text).expanduser().is_file():
+        return f"{option} {text!r} is a file; pass the model's directory (the folder save_pretrained wrote)"
+    return f"{option} {text!r} not found; pass a local HF model directory (the folder save_pretrained wrote)"
+
+
+def check_model_directory(option: str, path: str | os.PathLike) -> Path:
+    """`path` as an existing directory, or a FileNotFoundError from `missing_directory_message`."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(missing_directory_message(option, path))
+    return directory
+
+
+def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
+    """config.json of a model directory as a dict; not JSON, binary or not an object: one line naming it."""
+    path = Path(directory) / "config.json"
+    return read_json_object(
+        path,
+        "a model's config.json (a JSON object of the model's settings)",
+        "copy it again from where the model came from, or save the model again with save_pretrained",
+    )
+
+
+def is_builtin_tokenizer_class(name: str) -> bool:
+    """transformers has a tokenizer class `name` (or its Fast twin) of its own: loading it runs no model code."""
+    import transformers  # heavy: only for a tokenizer whose auto_map names code
+
+    return "Tokenizer" in name and any(hasattr(transformers, n) for n in (name, f"{name}Fast"))
+
+
+def check_tokenizer_files(directory: str | os.PathLike) -> None:
+    """The tokenizer JSON files of `directory` are JSON objects, and none asks for the directory's own code.
+
+    A tokenizer whose `auto_map` names code and whose `tokenizer_class` is not
+    one of transformers' own could only load by running that code.
+    """
+    directory = Path(directory)
+    fix = "save the tokenizer again with tokenizer.save_pretrained(DIR), or copy it again"
+    files = {}
+    for name in TOKENIZER_JSON_FILES:
+        if (directory / name).is_file():
+            files[name] = read_json_object(directory / name, f"a tokenizer's {name} (a JSON object)", fix)
+    config = files.get("tokenizer_config.json", {})
+    auto_map = config.get("auto_map")
+    if not auto_map:
+        return
+    names = auto_map.get("AutoTokenizer") if isinstance(auto_map, dict) else auto_map
+    custom = [str(n) for n in (names if isinstance(names, list | tuple) else [names]) if n]
+    tokenizer_class = str(config.get("tokenizer_class") or "")
+    if custom and not (tokenizer_class and is_builtin_tokenizer_class(tokenizer_class)):
+        raise ValueError(
+            f"{directory / 'tokenizer_config.json'} asks for the directory's own tokenizer code ({', '.join(custom)}"
+            f", class {tokenizer_class or 'unnamed'}); this project never runs a model's code (no "
+            "trust_remote_code): save a built-in tokenizer there (e.g. PreTrainedTokenizerFast(tokenizer_file=...)"
+            ".save_pretrained(DIR)), or use a model whose tokenizer needs no code"
+        )
