@@ -40,6 +40,7 @@ from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, Seed, class_entry
+from repo_common.model_directory import check_model_directory
 from repo_common.user_code import resolve_class
 
 if TYPE_CHECKING:
@@ -284,8 +285,8 @@ def _method_entry(stack: MethodStack) -> Any:
 
 def resolve(options: Namespace) -> ResolvedRun:
     """Turn parsed options into the runner's inputs; every mistake is a ValueError/OSError naming the fix."""
-    if options.model is not None and not Path(options.model).is_dir():
-        raise FileNotFoundError(f"--model {options.model!r} is not a directory; pass a local HF model directory")
+    if options.model is not None:
+        check_model_directory("--model", options.model)  # a hub id gets the download hint
     if options.data_dir is not None and not Path(options.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {str(options.data_dir)!r} is not a directory")
     imports = list(options.get(user_code.KEY) or [])

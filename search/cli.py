@@ -33,6 +33,7 @@ from jsonargparse.typing import PositiveInt
 
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, dispatch, dump_config
+from repo_common.model_directory import check_model_directory  # stdlib only: fast
 from repo_common.output_guard import OutputRefused, check_output_file, require_path  # stdlib only: fast
 from search.config import add_run_command, add_search_sections, config_from_options
 
@@ -71,8 +72,8 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
             "no --model and no --config: the built-in tiny random model with configs/search/tiny.yaml", file=sys.stderr
         )
     model = config.model.path
-    if model is not None and not Path(model).is_dir():
-        raise FileNotFoundError(f"--model {model!r} is not a directory; pass a local HF model directory")
+    if model is not None:
+        check_model_directory("--model", model)  # a hub id gets the download hint
     imports = list(options.get(user_code.KEY) or [])  # the user's modules (a task): a replay imports them first
     text = dump_config(
         {

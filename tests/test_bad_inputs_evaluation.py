@@ -516,7 +516,7 @@ ROWS = [
         "evaluation",
         lambda ctx: [*EVAL, "--model", HUB_ID, "--out", str(ctx.tmp / "out")],
         EXIT_USAGE,
-        "is not a",  # evaluation/config.py checks --model first (see the report: it should give the download hint)
+        "is not a local directory; this project loads local model directories only",
     ),
     BadInput(
         "eval-data-gz-not-gzip",

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from bad_input_helpers import (
     ALIAS_BOMB,
+    HUB_ID,
     TINY_SEARCH,
     BadInput,
     Context,
@@ -225,6 +226,13 @@ ROWS = [
         "scales differ from the bezier curve",
     ),
     # -- garbage model directories (issue 24)
+    BadInput(
+        "search-model-hub-id",
+        "search",
+        lambda ctx: ["run", "--model", HUB_ID, "--out", str(ctx.tmp / "scales" / "s.json")],
+        EXIT_USAGE,
+        "is not a local directory; this project loads local model directories only",
+    ),
     BadInput(
         "search-config-json-a-list",
         "search",
