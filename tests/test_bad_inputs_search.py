@@ -267,13 +267,6 @@ ROWS = [
         EXIT_USAGE,
         "s.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0xff at offset 4)",
     ),
-    BadInput(
-        "search-out-under-a-file",
-        "search",
-        lambda ctx: ["run", "--config", TINY_SEARCH, "--out", str(file_at("notes.txt", "mine\n")(ctx) / "s.json")],
-        EXIT_USAGE,
-        "notes.txt is a file, not a directory; pass another --out",
-    ),
     # == rows: insert above this line ==
 ]
 

@@ -50,7 +50,7 @@ def test_max_records_stops_with_exit_3_and_a_rerun_finishes(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "/no/such/dir"], "is not a directory"),
+        (["--model", "/no/such/dir"], "not found; pass a local HF model directory"),
         (["--tasks", "mdqa,nosuch"], "unknown task(s) ['nosuch']"),
         (["--method", "nosuch"], "unknown method 'nosuch'"),
         (["--method", "pi:scale"], "write key=value"),
