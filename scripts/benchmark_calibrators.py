@@ -45,12 +45,13 @@ from jsonargparse.typing import PositiveInt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.generation import plan_batches, tokenize_prompts
-from evaluation.methods import Method, MethodStack, build_method
+from evaluation.methods import METHODS, Method, MethodStack, build_method
 from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
 from evaluation.methods.fim_bias import write_bias_file
 from evaluation.methods.found_in_middle import estimate_bias
 from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
+from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
@@ -58,6 +59,9 @@ from repo_train.modeling.presets import tiny
 #: Where the amortised FiM spec takes the bias file this script makes.
 BIAS_FILE = "{bias_file}"
 AMORTISED_FIM = f"fim:calibration=amortised,bias_file={BIAS_FILE}"
+#: Where the LPES spec takes the scale file this script writes (`LPES_SCALES`: a cost benchmark needs no search).
+SCALE_FILE = "{scale_file}"
+LPES = f"lpes:scale_file={SCALE_FILE}"
 DEFAULT_METHODS = [
     "caliope:calibrator=hourglass",
     "caliope:calibrator=moses",
@@ -70,6 +74,7 @@ DEFAULT_METHODS = [
     "attention_buckets:passes=sequential",
     "fim",
     AMORTISED_FIM,
+    LPES,
 ]
 WORDS = ("the", "of", "and", "river", "city", "year", "king", "war", "music", "film", "north", "old", "new", "great")
 
@@ -77,24 +82,42 @@ WORDS = ("the", "of", "and", "river", "city", "year", "king", "war", "music", "f
 class Target(NamedTuple):
     """A cost a method must stay within: `measure` ('decode' or 'total') ratio <= `limit` at every length."""
 
+    name: str
     measure: str
     limit: float
 
 
-#: The papers' own statements of each method's cost, by method name (the spec's part before ':').
+#: The papers' own statements of each method's cost, by method name (the spec's part before ':'), as
+#: docs/methods/*.md cite them; "n/a" where no paper states one (positions-only methods).
 PAPER_COST = {
     "attention_buckets": "4.8× (LPES, Table 4)",
-    "pcd": "2 forwards a step",
-    "fim": "K extra prefills a prompt",
-    "ms_poe": "–",
-    "caliope": "–",
-    "pi": "none (positions only)",
+    "pcd": "2 forwards a step (PCD)",
+    "fim": "K extra prefills a prompt (FiM)",
+    "ms_poe": "n/a",
+    "caliope": "n/a",
+    "pi": "n/a",
+    "lpes": "n/a",
 }
+#: `--quick`: a smoke run of every method in seconds (the tests'): tiny shapes, one round, no memory runs.
+QUICK = dict(
+    prompts=2,
+    docs=3,
+    doc_words=4,
+    short_doc_words=2,
+    new_tokens=3,
+    batch_size=2,
+    hidden=32,
+    layers=3,  # Ms-PoE edits layers 2 and up
+    heads=2,
+    rounds=1,
+    calibration_prompts=1,
+    skip_memory=True,
+)
 #: The targets of issue 25, by spec (the default specs of each method).
 TARGETS = {
-    "attention_buckets": Target("decode", 3.0),
-    "pcd": Target("decode", 1.5),
-    AMORTISED_FIM: Target("total", 1.3),
+    "attention_buckets": Target("Attention Buckets (6 bases)", "decode", 3.0),
+    "pcd": Target("PCD", "decode", 1.5),
+    AMORTISED_FIM: Target("amortised Found in the Middle, after its one-off calibration", "total", 1.3),
 }
 
 
@@ -168,6 +191,18 @@ def make_bias_file(model, tokenizer, args, path: Path) -> float:
     return time.perf_counter() - start
 
 
+def write_lpes_scales(path: Path, layers: int) -> None:
+    """A scale file for the LPES spec: s_h from 1.0 in the first layer to 2.5 in the last (what a search could
+    write; applying it costs the same whatever the scales)."""
+    scales = [1.0 + 1.5 * layer / max(layers - 1, 1) for layer in range(layers)]
+    write_json_atomic(path, {"format_version": 1, "num_layers": layers, "scales": scales})
+
+
+def resolved(spec: str, bias_file: Path, scale_file: Path) -> str:
+    """The spec with this script's file placeholders replaced by the files it made."""
+    return spec.replace(BIAS_FILE, str(bias_file)).replace(SCALE_FILE, str(scale_file))
+
+
 def lengths(args) -> tuple[int, int]:
     return args.short_doc_words, args.doc_words
 
@@ -201,7 +236,7 @@ def memory_child(args) -> None:
 
 
 def peak_growth(args, spec: str, words: int) -> int | None:
-    skip = ("child", "child_words", "methods", "rounds", "calibration_prompts", "skip_memory")
+    skip = ("child", "child_words", "methods", "rounds", "calibration_prompts", "skip_memory", "quick")
     command = [sys.executable, __file__, "--child", spec, "--child_words", str(words)] + [
         f"--{k}={v}" for k, v in vars(args).items() if k not in skip
     ]
@@ -228,13 +263,44 @@ def spread(ratios: list[float]) -> str:
 
 
 def target_verdict(spec: str, cells: list[Cell]) -> str:
-    """'≤ 3.0× decode: pass' when the median ratio meets the target at every length, '–' for untargeted specs."""
+    """'≤ 3.0× decode: met' when the median ratio meets the target at every length, '–' for untargeted specs."""
     target = TARGETS.get(spec)
     if target is None:
         return "–"
     medians = [statistics.median(getattr(cell, target.measure)) for cell in cells]
-    verdict = "pass" if all(m <= target.limit for m in medians) else "FAIL"
+    verdict = "met" if all(m <= target.limit for m in medians) else "missed"
     return f"≤ {target.limit:g}× {target.measure}: {verdict}"
+
+
+def target_lines(results: dict[str, list[Cell]], token_lengths: list[str]) -> list[str]:
+    """One line per target of issue 25: the medians (ranges) at each length and met/missed; 'not run' when the
+    run left its spec out."""
+    lines = []
+    for spec, target in TARGETS.items():
+        name = target.name
+        if spec not in results:
+            lines.append(f"target {name}: {target.measure} ≤ {target.limit:g}× the baseline: not run")
+            continue
+        measured = ", ".join(
+            f"{spread(getattr(cell, target.measure))} at {length}" for cell, length in zip(results[spec], token_lengths)
+        )
+        verdict = target_verdict(spec, results[spec]).rsplit(": ", 1)[1]
+        lines.append(f"target {name}: {target.measure} ≤ {target.limit:g}× the baseline: {measured}: {verdict}")
+    return lines
+
+
+def coverage_line(specs, registered=None) -> str:
+    """Which registered methods (`METHODS` unless given) the run left out (the default list has every one)."""
+    registered = set(METHODS if registered is None else registered) - {"baseline"}
+    missing = sorted(registered - {spec.split(":")[0] for spec in specs})
+    if not missing:
+        return f"every registered method is in the table ({len(registered)} besides the baseline)"
+    return f"registered methods not in this run: {', '.join(missing)}"
+
+
+def label(spec: str) -> str:
+    """A spec as the table shows it: the script's file placeholders as FILE."""
+    return spec.replace(BIAS_FILE, "FILE").replace(SCALE_FILE, "FILE")
 
 
 def table(results: dict[str, list[Cell]], token_lengths: list[str]) -> list[str]:
@@ -246,12 +312,12 @@ def table(results: dict[str, list[Cell]], token_lengths: list[str]) -> list[str]
     )
     lines = [header, "|" + "---|" * 9]
     for spec, cells in results.items():
-        label = spec.replace(BIAS_FILE, "FILE").replace("|", "\\|")  # a bare '|' would split the Markdown cell
+        shown = label(spec).replace("|", "\\|")  # a bare '|' would split the Markdown cell
         memory = [f"{c.memory:.2f}" if c.memory is not None else "n/a" for c in cells]
-        paper = "– (ours)" if "calibration=amortised" in spec else PAPER_COST.get(spec.split(":")[0], "–")
+        paper = "n/a (ours)" if "calibration=amortised" in spec else PAPER_COST.get(spec.split(":")[0], "n/a")
         decode, total = [spread(c.decode) for c in cells], [spread(c.total) for c in cells]
         lines.append(
-            f"| {label} | {paper} | {' | '.join(decode)} | {' | '.join(total)} | {' | '.join(memory)} | "
+            f"| {shown} | {paper} | {' | '.join(decode)} | {' | '.join(total)} | {' | '.join(memory)} | "
             f"{target_verdict(spec, cells)} |"
         )
     return lines
@@ -282,6 +348,12 @@ def build_parser() -> ConfigParser:
         "--calibration_prompts", "--calibration-prompts", type=PositiveInt, default=8, help="amortised FiM, per length"
     )
     parser.add_argument("--skip_memory", "--skip-memory", type=bool, default=False, help="no peak-memory runs")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run of every method in seconds: tiny model and prompts, 1 round, no memory runs "
+        "(sets those options; its ratios mean nothing)",
+    )
     parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
     parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a memory run's method
     parser.add_argument("--child_words", type=int, default=0, help=argparse.SUPPRESS)  # ... and its length
@@ -289,11 +361,16 @@ def build_parser() -> ConfigParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """Every method spec parses, so a typo stops the run before the baseline is timed."""
+    """Every method spec parses, so a typo stops the run before the baseline is timed; `--quick` sets its sizes."""
+    if args.quick:
+        vars(args).update(QUICK)
     if not args.methods:
         raise ValueError("--methods: give at least one method spec, e.g. --methods pcd pi:scale=2")
-    for spec in args.methods:
-        MethodStack.parse(spec)
+    with tempfile.TemporaryDirectory() as scratch:
+        scale_file = Path(scratch) / "lpes-scales.json"
+        write_lpes_scales(scale_file, args.layers)
+        for spec in args.methods:
+            MethodStack.parse(spec.replace(SCALE_FILE, str(scale_file)))  # the bias file is read at attach
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -311,8 +388,9 @@ def main(argv: list[str] | None = None) -> None:
     model, tokenizer = build_model(args)
     settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     with tempfile.TemporaryDirectory() as scratch:
-        bias_path = Path(scratch) / "fim-bias.json"
-        specs = {spec: spec.replace(BIAS_FILE, str(bias_path)) for spec in args.methods}
+        bias_path, scale_path = Path(scratch) / "fim-bias.json", Path(scratch) / "lpes-scales.json"
+        write_lpes_scales(scale_path, args.layers)
+        specs = {spec: resolved(spec, bias_path, scale_path) for spec in args.methods}
         if any(BIAS_FILE in spec for spec in specs):
             seconds = make_bias_file(model, tokenizer, args, bias_path)
             print(
@@ -324,15 +402,15 @@ def main(argv: list[str] | None = None) -> None:
             batches, prompt_lengths = build_batches(tokenizer, args, words)
             token_lengths.append(f"{min(prompt_lengths)}–{max(prompt_lengths)} tok")
             base_peak = None if args.skip_memory else peak_growth(args, "baseline", words)
-            for spec, resolved in specs.items():
+            for spec, spec_with_files in specs.items():
                 decode, total = [], []
                 for index in range(1 + args.rounds):  # baseline, method, baseline, method, ...; the first untimed
                     base_total, base_decode = timed(model, tokenizer, batches, settings, None)
-                    method_total, method_decode = timed(model, tokenizer, batches, settings, resolved)
+                    method_total, method_decode = timed(model, tokenizer, batches, settings, spec_with_files)
                     if index:
                         decode.append(method_decode / base_decode)
                         total.append(method_total / base_total)
-                peak = None if args.skip_memory else peak_growth(args, resolved, words)
+                peak = None if args.skip_memory else peak_growth(args, spec_with_files, words)
                 memory = peak / base_peak if peak is not None and base_peak else None
                 results[spec].append(Cell(decode, total, memory))
                 shown = f"{memory:.2f}" if memory is not None else "n/a"
@@ -348,6 +426,8 @@ def main(argv: list[str] | None = None) -> None:
         "growth in a fresh process, one run\n"
     )
     print("\n".join(table(results, token_lengths)))
+    print()
+    print("\n".join([*target_lines(results, token_lengths), coverage_line(results)]))
 
 
 if __name__ == "__main__":

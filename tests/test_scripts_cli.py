@@ -7,6 +7,7 @@ parsers run here, never a script's work (except the REPO analysis, on a random t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 import yaml
 from script_loader import load_script
 
+from evaluation.methods import METHODS
 from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
@@ -223,6 +225,10 @@ def test_the_repo_analysis_stores_its_config_and_the_file_replays_it(tmp_path):
     assert vars(analysis.parse_args(["--config", str(stored)])) == vars(analysis.parse_args(argv))
 
 
+#: The project's own methods (other tests register more in `METHODS`).
+BUILT_IN_METHODS = {name for name, cls in METHODS.items() if cls.__module__.startswith("evaluation.")}
+
+
 def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
     bench = MODULES["benchmark_calibrators"]
     cell = bench.Cell
@@ -235,8 +241,40 @@ def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
     assert lines[0].startswith("| method | paper's cost | decode × (400 tok) | decode × (1000 tok) |")
     pcd, buckets, fim = lines[2:]
     # medians 1.5 and 1.45: within 1.5 at both lengths; the range is printed beside the median
-    assert "| 1.50 (1.40–1.60) | 1.45 (1.20–1.49) |" in pcd and pcd.endswith("| 1.30 | n/a | ≤ 1.5× decode: pass |")
+    assert "| 1.50 (1.40–1.60) | 1.45 (1.20–1.49) |" in pcd and pcd.endswith("| 1.30 | n/a | ≤ 1.5× decode: met |")
     assert buckets.startswith("| attention_buckets:bases=10000\\|500 | 4.8× (LPES, Table 4) |")  # '|' escaped
     assert buckets.endswith("| – |")  # not the default six bases: no target
-    assert fim.startswith("| fim:calibration=amortised,bias_file=FILE | – (ours) |")
-    assert fim.endswith("≤ 1.3× total: FAIL |")  # 1.25 at the short length, 1.35 at the long one
+    assert fim.startswith("| fim:calibration=amortised,bias_file=FILE | n/a (ours) |")
+    assert fim.endswith("≤ 1.3× total: missed |")  # 1.25 at the short length, 1.35 at the long one
+    buckets_target, pcd_target, fim_target = bench.target_lines(results, ["400 tok", "1000 tok"])
+    assert (
+        pcd_target
+        == "target PCD: decode ≤ 1.5× the baseline: 1.50 (1.40–1.60) at 400 tok, 1.45 (1.20–1.49) at 1000 tok: met"
+    )
+    assert buckets_target.endswith("decode ≤ 3× the baseline: not run")  # only the default six bases are targeted
+    assert fim_target.endswith("1.35 (1.31–1.40) at 1000 tok: missed")
+    assert (
+        bench.coverage_line(results, BUILT_IN_METHODS)
+        == "registered methods not in this run: caliope, lpes, ms_poe, pi"
+    )
+
+
+def test_the_quick_calibrator_benchmark_times_every_registered_method(capsys):
+    bench, threads = MODULES["benchmark_calibrators"], torch.get_num_threads()
+    try:
+        bench.main(["--quick", "--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)  # main sets the process's torch threads
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| method ")]
+    assert BUILT_IN_METHODS - {"baseline"} <= {row[2:].split(" |")[0].split(":")[0] for row in rows}
+    for row in rows:  # four timed cells with a median and a range; no memory runs in the quick mode
+        cells = row.split(" | ")
+        assert all(re.fullmatch(r"\d+\.\d\d \(\d+\.\d\d–\d+\.\d\d\)", cell) for cell in cells[2:6]), row
+        assert cells[6:8] == ["n/a", "n/a"], row
+    targets = [line for line in out.splitlines() if line.startswith("target ")]
+    assert [line.split(":")[0] for line in targets] == [f"target {t.name}" for t in bench.TARGETS.values()]
+    assert all(line.endswith((": met", ": missed")) for line in targets)
+    (coverage,) = [line for line in out.splitlines() if "registered method" in line]
+    left_out = coverage.split("not in this run: ")[1].split(", ") if "not in this run" in coverage else []
+    assert not set(left_out) & BUILT_IN_METHODS, coverage  # only methods other tests registered

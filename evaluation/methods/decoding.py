@@ -6,7 +6,8 @@ second forward with its own cache), which `generate` hides. The loop below
 makes the same calls `generate(do_sample=False)` makes (left padding,
 positions = cumsum(mask) - 1, a `DynamicCache`, one token a step, finished rows
 fed the pad token, an all-ones mask dropped), so on the baseline it gives the
-same tokens; the tests check that token for token. Methods that decode copies
+same tokens; the tests check that token for token. Its cache's layers append
+each step in place (`kv_cache.ReservedLayer`) where HF's copy the whole cache. Methods that decode copies
 of the batch under other position policies (Attention Buckets, PCD) get them
 as extra rows of this loop's forward (`row_groups`).
 
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from evaluation.methods.base import GenerationBatch, GenerationState, MethodStack
+from evaluation.methods.kv_cache import reserved_cache
 from evaluation.methods.row_groups import RowGroups
 from repo_train.modeling.cache_keyword import cache_argument
 
@@ -175,7 +177,7 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
     drop_mask = bool((mask == 1).all())  # as `generate` does: an all-ones mask adds nothing
     rows = batch.input_ids.shape[0]
     groups = RowGroups.of(methods, model, rows)  # copies of the batch some method decodes in this forward
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    cache = reserved_cache(model, reserve=settings.max_new_tokens)  # each step written in place, no copy
     next_pos = _next_positions(positions, mask)
     inputs, step_positions = batch.input_ids, positions
     unfinished = torch.ones(rows, dtype=torch.bool, device=mask.device)

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from transformers import DynamicCache
 
 from evaluation.methods.base import GenerationState, Method, MethodStack, register_method
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
+from evaluation.methods.kv_cache import reserved_cache
 from evaluation.salience import salience_score
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy
 from repo_train.modeling.cache_keyword import cache_argument
@@ -118,7 +118,7 @@ class SideDecoder:
             raise RuntimeError(f"side decoder at step {self.steps} was given step {state.step}; steps must be in order")
         model = state.model
         if state.step == 0:
-            self.cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+            self.cache = reserved_cache(model)
             self.drop_mask = bool((state.attention_mask == 1).all())  # as the harness does
         with swapped_policies(model, self.policies):
             out = model(
