@@ -93,14 +93,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_script(build_parser(), argv, check_options)
 
 
+def prompt_set_params(task_params: dict, num_examples: int, seed: int, offset: int, gold_positions) -> dict:
+    """A task's parameters for one set of prompts: which examples (count, seed, offset) and gold positions."""
+    params = {**task_params, "num_examples": num_examples, "seed": seed}
+    if offset:
+        params["example_offset"] = offset
+    if gold_positions is not None:
+        params["gold_positions"] = gold_positions
+    return params
+
+
 def calibration_params(args: argparse.Namespace) -> dict:
     """The task parameters of the calibration prompts (recorded in the file)."""
-    params = {**args.task_params, "num_examples": args.num_examples, "seed": args.seed}
-    if args.example_offset:
-        params["example_offset"] = args.example_offset
-    if args.gold_positions is not None:
-        params["gold_positions"] = args.gold_positions
-    return params
+    return prompt_set_params(args.task_params, args.num_examples, args.seed, args.example_offset, args.gold_positions)
 
 
 def make_bias_file(model, tokenizer, args: argparse.Namespace) -> BiasFile:

@@ -95,12 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def eval_params(args: argparse.Namespace) -> dict:
     """The task parameters of the evaluated prompts."""
-    params = {**args.task_params, "num_examples": args.eval_examples, "seed": args.eval_seed}
-    if args.eval_offset:
-        params["example_offset"] = args.eval_offset
-    if args.gold_positions is not None:
-        params["gold_positions"] = args.gold_positions
-    return params
+    return maker.prompt_set_params(
+        args.task_params, args.eval_examples, args.eval_seed, args.eval_offset, args.gold_positions
+    )
 
 
 def calibration_args(args: argparse.Namespace) -> argparse.Namespace:
