@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from interrupt import sigint_as_in_a_terminal
 from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,7 +259,10 @@ def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_
             assert records[done]["run_id"] == first_done.setdefault(done, records[done]["run_id"]), f"{done} reran"
 
     for number, key in enumerate(LOOP_STEPS):
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            preexec_fn=sigint_as_in_a_terminal,  # noqa: PLW1509 (one signal call)
+        )  # fmt: skip
         deadline = time.monotonic() + 600
         while _steps(out).get(key, {}).get("status") != "running":
             assert process.poll() is None, f"ended before step {key}: {process.stdout.read()[-3000:]}"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from interrupt import sigint_as_in_a_terminal
 
 from workflows.commands import CommandRunner
 from workflows.steps import Decision, StepLedger, StepRunner, decide, fingerprint, gpu_slots
@@ -204,7 +205,11 @@ def test_ctrl_c_stops_every_step_that_runs_together(tmp_path):
     import signal
     import time
 
-    script = subprocess.Popen([sys.executable, "-c", TOGETHER_SCRIPT, str(tmp_path)], cwd=Path(__file__).parents[1])
+    script = subprocess.Popen(
+        [sys.executable, "-c", TOGETHER_SCRIPT, str(tmp_path)],
+        cwd=Path(__file__).parents[1],
+        preexec_fn=sigint_as_in_a_terminal,  # noqa: PLW1509 (one signal call)
+    )
     pids = [tmp_path / "a.pid", tmp_path / "b.pid"]
     deadline = time.monotonic() + 120
     while not all(p.is_file() and p.read_text() for p in pids):
