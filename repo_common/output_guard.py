@@ -39,15 +39,24 @@ def require_path(value: str | os.PathLike | None, option: str = "--out") -> Path
     return Path(value)
 
 
-def check_parents(path: Path, option: str = "--out") -> None:
-    """The nearest existing folder above `path` must be a directory: under a file nothing can be created."""
-    for parent in path.absolute().parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise OutputRefused(
-                    f"{option} {path} cannot be created: {parent} is a file, not a directory; pass another {option}"
-                )
-            return
+def check_parents(path: Path, option: str = "--out", fix: str | None = None) -> None:
+    """The nearest existing folder above `path` must be a directory that can be written: under a file nothing
+    can be created, and a refusal now beats an OSError at the first write (after the work). `fix` replaces
+    the default advice when the parent is a file."""
+    folder = path.absolute().parent
+    existing = folder
+    while not (existing.exists() or existing.is_symlink()) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        made = "" if existing == folder else f", so {folder} cannot be made"
+        raise OutputRefused(
+            f"{option} {path}: {existing} is a file, not a directory{made}; {fix or f'pass another {option}'}"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputRefused(
+            f"{option} {path}: {existing} cannot be written (permission denied); pass an {option} in a directory "
+            "you can write to"
+        )
 
 
 def foreign_entries(directory: Path, ours: Iterable[str] = ()) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shlex
 import sys
 import time
@@ -34,7 +33,7 @@ from jsonargparse.typing import PositiveInt
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, dispatch, dump_config
 from repo_common.model_directory import check_model_directory  # stdlib only: fast
-from repo_common.output_guard import OutputRefused, check_output_file, require_path  # stdlib only: fast
+from repo_common.output_guard import check_output_file, check_parents, require_path  # stdlib only: fast
 from search.config import add_run_command, add_search_sections, config_from_options
 
 EPILOG = """\
@@ -137,7 +136,8 @@ def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
     search's own: with `--resume` and NAME.state.json every file is the search's; without a state file only
     NAME.config.yaml of the same `--out` may be there (a search killed before its first generation). Reads only."""
     paths = output_paths(require_path(out))
-    _check_folder_writable(paths["scale"])
+    # its folder exists or can be made, and can be written: refused now, not after the model load and a generation
+    check_parents(paths["scale"], fix="nothing was written; pass an --out inside a directory (e.g. scales/NAME.json)")
     if paths["state"].is_file():
         if not resume:
             raise ValueError(
@@ -151,26 +151,6 @@ def check_search_outputs(out: str | Path, resume: bool) -> dict[str, Path]:
         check_output_file(paths[key], f"{what} of a search that can continue (no {paths['state'].name})",
                           ours=ours, fix=advice)  # fmt: skip
     return paths
-
-
-def _check_folder_writable(scale: Path) -> None:
-    """The folder of the scale file exists or can be made, and can be written: else a one-line refusal now,
-    not an OSError when the first file is written (after the model load and a generation)."""
-    folder = scale.absolute().parent
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        made = "" if existing == folder else f", so {folder} cannot be made"
-        raise OutputRefused(
-            f"--out {scale}: {existing} is a file, not a directory{made}; nothing was written; pass an --out inside a "
-            "directory (e.g. scales/NAME.json)"
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputRefused(
-            f"--out {scale}: {existing} cannot be written (permission denied); pass an --out in a directory you can "
-            "write to"
-        )
 
 
 def _own_config(path: Path, scale: Path) -> bool:
