@@ -37,6 +37,7 @@ from transformers import (
 )
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_model_directory, check_tokenizer_files, read_model_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.olmo2 import load_checked
@@ -180,7 +181,7 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as err:  # the tokenizers library raises plain Exceptions for a malformed tokenizer.json
-        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        detail = first_line(err)
         raise ValueError(
             f"{path}: its tokenizer files do not load ({detail}); save the model's tokenizer there again with "
             "tokenizer.save_pretrained(DIR)"

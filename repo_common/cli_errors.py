@@ -28,3 +28,9 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
     except errors as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def first_line(err: BaseException, limit: int = 200) -> str:
+    """The first line of `err`'s message (its type's name when it has none), cut at `limit` characters: a
+    library's multi-line message as the detail inside one line of ours."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:limit]

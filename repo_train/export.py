@@ -35,6 +35,7 @@ import shutil
 from pathlib import Path
 
 from repo_common.atomic import atomic_directory
+from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_tokenizer_files
 from repo_common.output_guard import check_output_directory
 
@@ -136,7 +137,7 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
         # a hub name from the Hugging Face cache only (where training put it): no network access while exporting
         tokenizer = AutoTokenizer.from_pretrained(str(directory) if local else location, local_files_only=True)
     except Exception as err:  # not cached, a damaged tokenizer.json: name it, export nothing
-        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        detail = first_line(err, 160)
         state = "does not load" if local else "is not a directory here nor a hub tokenizer in the local cache"
         raise FileNotFoundError(
             f"the tokenizer {what} {location!r} {state} ({detail}): pass --tokenizer DIR (a directory with "

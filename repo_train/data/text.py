@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from repo_common.cli_errors import first_line
 from repo_common.json_files import check_line_lengths
 from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id
 from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
@@ -46,7 +47,7 @@ def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTraine
     try:
         return AutoTokenizer.from_pretrained(str(location) if location.exists() else str(tokenizer))
     except Exception as error:  # the tokenizers library raises plain Exceptions for a malformed tokenizer.json
-        detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        detail = first_line(error)
         raise ValueError(
             f"could not load the tokenizer {str(tokenizer)!r} ({detail}): pass a local directory holding the tokenizer "
             "files (e.g. tokenizer.json), or a tokenizer object."
