@@ -64,12 +64,17 @@ def build_parser() -> ConfigParser:
 
 def check_options(args: argparse.Namespace) -> None:
     """Everything that can be checked before the model loads: the method, the task's parameters, the file."""
-    if build_method(args.method).name != FoundInTheMiddle.name:
-        raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {args.method!r}")
+    check_fim_method(args.method)
     if not args.out.endswith(".json"):
         raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
     check_task_params(args.task, calibration_params(args), "--task_params")
     check_output_file(args.out, "a bias file", ours=is_bias_file(Path(args.out)))
+
+
+def check_fim_method(spec: str) -> None:
+    """`spec` is a Found in the Middle spec (its dummy and layers are what a bias file serves)."""
+    if build_method(spec).name != FoundInTheMiddle.name:
+        raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {spec!r}")
 
 
 def check_task_params(task: str, params: dict, option: str) -> None:

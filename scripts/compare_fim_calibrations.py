@@ -35,10 +35,9 @@ sys.path.insert(0, str(ROOT / "scripts"))  # the bias file's maker
 
 import calibrate_fim_bias as maker
 
-from evaluation.methods import MethodStack, build_method
+from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings
 from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file
-from evaluation.methods.found_in_middle import FoundInTheMiddle
 from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.results import compare_with_baseline
@@ -79,8 +78,7 @@ def build_parser() -> ConfigParser:
 
 def check_options(args: argparse.Namespace) -> None:
     """What can be checked before the model loads: the method, both prompt sets' task parameters, the folder."""
-    if build_method(args.method).name != FoundInTheMiddle.name:
-        raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {args.method!r}")
+    maker.check_fim_method(args.method)
     for params in (eval_params(args), maker.calibration_params(calibration_args(args))):
         maker.check_task_params(args.task, params, "--task_params")
     # its own earlier output (a bias file first, the comparison last) may be continued; anything else is the user's
