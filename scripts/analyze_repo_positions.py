@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [row["prompt"] for row in task.rows()][: args.num_examples]
     per_prompt = record(model, tokenizer, prompts)
     if all(p is None for p in per_prompt[0]):
-        raise SystemExit(f"{args.model} has no REPO layer: nothing to analyse (train with position_method: repo)")
+        raise SystemExit(f"{args.model} has no REPO layer: nothing to analyse (train with model.position: repo)")
     layers = summarize(per_prompt)
     tokens = [next(p for p in positions if p is not None).shape[-1] for positions in per_prompt]
     write_json_atomic(

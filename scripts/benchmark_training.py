@@ -40,7 +40,7 @@ SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, 
 def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
     """Wall time of `steps` optimizer steps (after 2 warm-up steps) through `Trainer.fit`."""
     pl.seed_everything(0, verbose=False)
-    module = RePoLightningModule(position_method=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
+    module = RePoLightningModule(position=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
     data = RePoDataModule(
         train=SyntheticData(seq_len=seq_len, num_samples=256, vocab_size=1024),
         global_batch_size=batch,

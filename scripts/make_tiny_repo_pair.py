@@ -108,7 +108,10 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
     config["trainer"]["log_every_n_steps"] = max(1, min(10, args.steps // 3))  # a loss to report in short runs too
     if method == "repo":
         curriculum = {"curriculum_start": 1.0, "curriculum_steps": args.curriculum_steps}
-        config["model"]["position_options"] = curriculum if args.curriculum_steps else {}
+        config["model"]["position"] = {
+            "class_path": "RepoPosition",
+            "init_args": curriculum if args.curriculum_steps else {},
+        }
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = work / "runs" / method
     resume = quickstart.training_resume(run_dir) or []

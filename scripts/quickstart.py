@@ -221,16 +221,16 @@ def training_config(
     REPO from a REPO model (the shipped pair): its learned predictors, no curriculum."""
     steps = settings.steps
     fresh_repo = method == "repo" and init_from is None
-    curriculum = {"position_options": {"curriculum_start": 1.0, "curriculum_steps": steps // 2}} if fresh_repo else {}
+    curriculum = {"curriculum_start": 1.0, "curriculum_steps": steps // 2}
+    position = {"class_path": "RepoPosition", "init_args": curriculum} if fresh_repo else method
     config = {
         "seed_everything": 42,
         "trainer": cpu_trainer_section(steps, out / "runs" / method, log_every_n_steps=max(1, steps // 4)),
         "model": {
             "init_from": str(init_from or settings.base),
-            "position_method": method,
+            "position": position,
             "lr": settings.lr,
             "warmup_steps": min(20, steps // 10),
-            **curriculum,
         },
         "data": {
             "train": {

@@ -185,7 +185,7 @@ def training_config(out: Path, seed: int, data: Path, args: argparse.Namespace) 
         "trainer": cpu_trainer_section(
             args.steps, out / "runs" / f"seed{seed}", log_every_n_steps=25, enable_progress_bar=False
         ),
-        "model": {"init_from": str(args.base), "position_method": "rope", "lr": args.lr, "warmup_steps": 20},
+        "model": {"init_from": str(args.base), "position": "rope", "lr": args.lr, "warmup_steps": 20},
         "data": {
             "train": {
                 "class_path": "repo_train.data.PromptCompletionData",

@@ -183,7 +183,7 @@ def training_config(
         ),
         "model": {
             "preset_name": "tiny",
-            "position_method": method,
+            "position": method,
             "lr": args.lr,
             "warmup_steps": min(args.warmup, args.steps - 1),
             "config_overrides": {

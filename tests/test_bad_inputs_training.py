@@ -315,7 +315,7 @@ ROWS = [
         "repo_train",
         _fit("--model.repo_curriculum_steps", "10"),
         EXIT_USAGE,
-        "write model.position_options: {curriculum_steps: ...}",
+        "write model.position: {class_path: RepoPosition, init_args: {curriculum_steps: 10}}",
     ),
     # -- a demo the tiny model's context cannot hold: refused at once, not run for hours (Robust II)
     BadInput(
@@ -454,9 +454,44 @@ ROWS = [
     BadInput(
         "fit-unknown-position-method",
         "repo_train",
-        _fit("--model.position_method", "alibi"),
+        _fit("--model.position", "alibi"),
         EXIT_USAGE,
-        "unknown position_method 'alibi'",
+        "model.position: unknown position method 'alibi'",
+    ),
+    BadInput(
+        "fit-old-position-method-key",
+        "repo_train",
+        _fit("--model.position_method", "r2n1"),
+        EXIT_USAGE,
+        "model.position_method moved: the position method and its options are one option now; write --model.position r2n1",
+    ),
+    BadInput(
+        "fit-position-class-not-a-position",
+        "repo_train",
+        _fit("--model.position", "{class_path: SyntheticData}"),
+        EXIT_USAGE,
+        "is not a position config; name one of",
+    ),
+    BadInput(
+        "fit-position-unknown-option",
+        "repo_train",
+        _fit("--model.position", "RepoPosition", "--model.position.curriculum", "1"),
+        EXIT_USAGE,
+        "RepoPosition has no option 'curriculum'",
+    ),
+    BadInput(
+        "fit-position-option-without-class",
+        "repo_train",
+        _fit("--model.position.start_layer", "2"),
+        EXIT_USAGE,
+        "--model.position.start_layer needs the position's class first",
+    ),
+    BadInput(
+        "fit-position-start-layer-past-the-model",
+        "repo_train",
+        _fit("--model.position", "RepoPosition", "--model.position.start_layer", "9"),
+        EXIT_USAGE,
+        "repo_start_layer must be an integer in [0, 3]",
     ),
     BadInput(
         "fit-batch-not-divisible",
@@ -517,9 +552,9 @@ ROWS = [
     BadInput(
         "fit-ckpt-other-position-method",
         "repo_train",
-        _resume("--model.position_method", "rope", "--allow_hparam_changes", "true"),
+        _resume("--model.position", "rope", "--allow_hparam_changes", "true"),
         EXIT_USAGE,
-        "model.position_method = 'repo' in the checkpoint, 'rope' given",
+        "depend on: model.position = {'class_path': 'repo_train.modeling.repo_policy.RepoPosition'",
     ),
     BadInput(
         "fit-ckpt-other-data",
@@ -786,7 +821,7 @@ def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
 def test_training_init_from_refuses_weights_of_another_architecture(tmp_path):
     from repo_train.training.module import RePoLightningModule
 
-    module = RePoLightningModule(init_from=str(llama_as_olmo2(tmp_path)), position_method="repo")
+    module = RePoLightningModule(init_from=str(llama_as_olmo2(tmp_path)), position="repo")
     with pytest.raises(ValueError, match="do not fit RePoOlmo2ForCausalLM as configured: 12 missing"):
         module.configure_model()
     assert module.model is None

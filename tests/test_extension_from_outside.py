@@ -131,8 +131,8 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
     evaluation run (which imports the policy the same way) and replays from the run's saved config."""
     fit = _tool(
         "repo_train", "fit", "--import", POLICY, "--config", str(ROOT / "configs/train/tiny-repo.yaml"),
-        "--model.position_method", "head_scale",
-        "--model.position_options", "{start_scale: 0.5, warmup_steps: 2}",
+        "--model.position", "HeadScalePosition",
+        "--model.position.start_scale", "0.5", "--model.position.warmup_steps", "2",
         "--model.config_overrides", "{vocab_size: 258}",  # the byte tokenizer's 256 bytes and 2 specials
         "--trainer.max_steps", "3", "--trainer.default_root_dir", "run", "--trainer.log_every_n_steps", "1",
         "--trainer.enable_progress_bar", "false", "--data.train.seq_len", "32", "--data.train.num_samples", "64",
@@ -140,7 +140,9 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
     )  # fmt: skip
     assert fit.returncode == 0, fit.stderr[-3000:]
     saved = yaml.safe_load(next((tmp_path / "run").rglob("config.yaml")).read_text())
-    assert saved["import"] == [POLICY] and saved["model"]["position_options"] == {"start_scale": 0.5, "warmup_steps": 2}
+    assert saved["import"] == [POLICY] and saved["model"]["position"] == {
+        "class_path": f"{POLICY}.HeadScalePosition", "init_args": {"start_scale": 0.5, "warmup_steps": 2}
+    }  # fmt: skip
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(next((tmp_path / "run").rglob("events.out.tfevents.*")).parent))
@@ -166,21 +168,33 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
     assert len((tmp_path / "ev" / "records.jsonl").read_text().splitlines()) == 3  # one example x 3 positions
 
 
-def test_old_curriculum_options_are_refused_naming_position_options(tmp_path):
+def test_old_position_options_are_refused_naming_model_position(tmp_path):
     from repo_train.training.checks import upgrade_saved_model_hparams
     from repo_train.training.cli import check_moved_options
 
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump({"model": {"position_method": "repo", "repo_curriculum_steps": 100}}))
+    new = r"moved: .* write model.position: \{class_path: RepoPosition, init_args: \{curriculum_"
     for argv in (["fit", "--config", str(old)], ["fit", "--model.repo_curriculum_start=1.0"]):
-        with pytest.raises(ValueError, match=r"moved: .* write model.position_options: \{curriculum_"):
+        with pytest.raises(ValueError, match=new):
             check_moved_options(argv)
-    # a checkpoint saved before the move resumes with the same curriculum, in today's spelling
-    saved = {"lr": 1e-3, "repo_curriculum_start": 1.0, "repo_curriculum_steps": 50}
+    with pytest.raises(ValueError, match=r"model.position_method moved: .* write --model.position r2n1"):
+        check_moved_options(["fit", "--model.position_method", "r2n1"])
+    with pytest.raises(ValueError, match=r"init_args: \{start_layer: 3, hidden_size: 8\}"):
+        check_moved_options(["fit", "--model.position_method=repo", "--model.repo_start_layer", "3",
+                             "--model.repo_hidden_size", "8"])  # fmt: skip
+    # a checkpoint saved before the move resumes with the same method and curriculum, in today's spelling
+    saved = {"lr": 1e-3, "position_method": "repo", "repo_start_layer": 2, "repo_hidden_size": None,
+             "repo_curriculum_start": 1.0, "repo_curriculum_steps": 50}  # fmt: skip
     assert upgrade_saved_model_hparams(saved) == {
-        "lr": 1e-3, "position_options": {"curriculum_start": 1.0, "curriculum_steps": 50}
-    }  # fmt: skip
-    assert upgrade_saved_model_hparams({"repo_curriculum_start": 0.0, "repo_curriculum_steps": 0}) == {}
+        "lr": 1e-3,
+        "position": {
+            "class_path": "repo_train.modeling.repo_policy.RepoPosition",
+            "init_args": {"start_layer": 2, "hidden_size": None, "curriculum_start": 1.0, "curriculum_steps": 50},
+        },
+    }
+    plan = {"position_method": "r2n1", "repo_start_layer": None, "repo_hidden_size": None, "position_options": {}}
+    assert upgrade_saved_model_hparams(plan)["position"]["init_args"] == {"name": "r2n1"}
 
 
 def test_a_training_data_source_outside_the_project_is_refused_before_its_module_runs(tmp_path, monkeypatch, capsys):

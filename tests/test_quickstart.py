@@ -65,7 +65,7 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
     assert config["model"]["init_from"].endswith("assets/tiny-kv-dip-continued/repo")
-    assert "position_options" not in config["model"]  # learned predictors: no hand-over from RoPE again
+    assert config["model"]["position"] == "repo"  # learned predictors: no curriculum handing over from RoPE again
     assert config["data"]["train"]["class_path"] == "repo_train.data.PromptCompletionData"
 
 
@@ -159,7 +159,7 @@ def write_tiny_loop_config(tmp_path, **changes) -> Path:
     for method in ("rope", "repo"):
         train = {
             "trainer": cpu_trainer_section(3, tmp_path / "unused", log_every_n_steps=1, enable_progress_bar=False),
-            "model": {"position_method": method, "lr": 1e-3, "warmup_steps": 0},
+            "model": {"position": method, "lr": 1e-3, "warmup_steps": 0},
             "data": {
                 "train": {
                     "class_path": "repo_train.data.PromptCompletionData",

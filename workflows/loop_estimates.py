@@ -38,14 +38,13 @@ GRID_POSITIONS = {"ends-20-50-80": 5, "quartiles": 5}
 
 
 def _preset(train_config: dict):
-    from repo_train.modeling.presets import preset  # heavy: the model core (torch); keeps quickstart --help fast
+    from repo_train.modeling import methods, presets  # heavy: the model core (torch); keeps quickstart --help fast
 
     model = train_config.get("model") or {}
     name = model.get("preset_name")
     if name is None:
         return None
-    overrides = {k: model[k] for k in ("position_method", "repo_start_layer") if k in model}
-    return preset(name, **overrides)
+    return presets.preset(name, **methods.resolve_position(model.get("position", "repo")).model_config_fields())
 
 
 def option(args: Sequence[str], flag: str, value):

@@ -1,32 +1,36 @@
 """`head_scale`: a trainable position policy with two options and a schedule, from outside the project.
 
 Head h sees token i at position i · s_h, with s_h = exp(a_h) learned per head and layer. Its options
-(`position_options` of the model config, kept in config.json):
+(`HeadScalePosition`, the class `model.position` names; kept in config.json as `position_options`):
 
 - `start_scale`: s_h of fresh weights (every head starts at this scale);
 - `warmup_steps`: the schedule. For the first N training steps the scale used is blended from 1 (plain
   RoPE) towards the learned one, s = 1 + w (s_h - 1) with w = step / N, so training starts from RoPE's
   positions; w = 1 afterwards and at evaluation.
 
-One registration line makes it a `position_method` of every command (`fit --import
-examples.extension.head_scale_policy --model.position_method head_scale`).
+One registration line makes it a position method of every command (`fit --import
+examples.extension.head_scale_policy --model.position HeadScalePosition --model.position.warmup_steps 2`,
+or `--model.position head_scale` for its defaults).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from repo_train.modeling import PositionPolicy, RotaryEncoding, Rotation
+from repo_train.modeling import PositionConfig, PositionPolicy, RotaryEncoding, Rotation
 from repo_train.modeling.policy import linear_positions, register_policy
 
 
 @dataclass(frozen=True)
-class HeadScaleOptions:
-    """The policy's options (`model.position_options`)."""
+class HeadScalePosition(PositionConfig):
+    """The policy's options (`model.position: {class_path: HeadScalePosition, init_args: {...}}`)."""
+
+    method: ClassVar[str] = "head_scale"
 
     start_scale: float = 1.0
     """Per-head position scale of fresh weights (> 0)."""
@@ -35,9 +39,9 @@ class HeadScaleOptions:
 
     def __post_init__(self) -> None:
         if not self.start_scale > 0:
-            raise ValueError(f"position_options.start_scale must be > 0, got {self.start_scale}")
+            raise ValueError(f"HeadScalePosition.start_scale must be > 0, got {self.start_scale}")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"position_options.warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+            raise ValueError(f"HeadScalePosition.warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
 
 
 class HeadLogScale(nn.Module):
@@ -54,9 +58,9 @@ class HeadScalePolicy(PositionPolicy):
 
     name = "head_scale"
     per_head = True
-    Options = HeadScaleOptions
+    Options = HeadScalePosition
 
-    def __init__(self, encoding: RotaryEncoding, num_heads: int, options: HeadScaleOptions):
+    def __init__(self, encoding: RotaryEncoding, num_heads: int, options: HeadScalePosition):
         self.encoding = encoding
         self.num_heads = num_heads
         self.options = options

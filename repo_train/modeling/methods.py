@@ -9,10 +9,16 @@ entry here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
 
 from repo_train.modeling import repo_policy  # noqa: F401  (registers the 'repo' policy)
 from repo_train.modeling.policy import POSITION_POLICIES, PositionPolicy
+from repo_train.modeling.position_config import PositionConfig, PositionMethod, position_from_mapping
 from repo_train.modeling.rope import RotaryEncoding
 
 
@@ -44,13 +50,18 @@ def position_methods() -> list[str]:
     return sorted(set(LAYER_PLANS) | set(POSITION_POLICIES))
 
 
-def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | None = None) -> list[str]:
-    """Per-layer policy names for a method, with clear errors for bad input."""
+def check_method_name(position_method: str) -> None:
+    """An unknown method name is one line listing the known ones."""
     if position_method not in position_methods():
         raise ValueError(
             f"unknown position_method {position_method!r}; choose one of {position_methods()} (a policy of your own "
             "is known once its module is imported: --import MODULE)."
         )
+
+
+def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | None = None) -> list[str]:
+    """Per-layer policy names for a method, with clear errors for bad input."""
+    check_method_name(position_method)
     start = default_repo_start_layer(num_layers) if repo_start_layer is None else repo_start_layer
     if not isinstance(start, int) or not 0 <= start < num_layers:
         raise ValueError(
@@ -60,6 +71,53 @@ def layer_plan(position_method: str, num_layers: int, repo_start_layer: int | No
     if position_method not in LAYER_PLANS:
         return [position_method] * num_layers
     return LAYER_PLANS[position_method](num_layers, start)
+
+
+def resolve_position(value: PositionConfig | Mapping[str, Any] | str, where: str = "model.position") -> PositionConfig:
+    """`model.position` in any of its forms as an object: a method name (its default options), a
+    `{class_path, init_args}` mapping, or the object itself."""
+    if isinstance(value, PositionConfig):
+        return value
+    if hasattr(value, "as_dict"):  # a parsed config's namespace
+        value = value.as_dict()
+    if isinstance(value, str) and value.lstrip().startswith("{"):  # a mapping the parser took for a method name
+        with contextlib.suppress(yaml.YAMLError):
+            value = yaml.safe_load(value)
+    if isinstance(value, Mapping):
+        return position_from_mapping(value, where)
+    if not isinstance(value, str) or value not in position_methods():
+        raise ValueError(
+            f"{where}: unknown position method {value!r}; choose one of {position_methods()} or a position config "
+            "{class_path: ..., init_args: {...}} (a policy of your own is known once its module is imported: "
+            "--import MODULE)"
+        )
+    options = POSITION_POLICIES[value].Options if value in POSITION_POLICIES else None
+    return options() if options is not None else PositionMethod(value)
+
+
+def position_of_fields(
+    position_method: str,
+    position_options: dict | None = None,
+    repo_start_layer: int | None = None,
+    repo_hidden_size: int | None = None,
+) -> PositionConfig:
+    """The position config that model-config fields describe (a saved config.json, or an old checkpoint's
+    module options): the inverse of `PositionConfig.model_config_fields`."""
+    fields = SimpleNamespace(
+        position_method=position_method,
+        position_options=position_options or {},
+        repo_start_layer=repo_start_layer,
+        repo_hidden_size=repo_hidden_size,
+    )
+    options = POSITION_POLICIES[position_method].Options if position_method in POSITION_POLICIES else None
+    if options is not None:
+        return options.from_model_config(fields)
+    check_method_name(position_method)
+    if fields.position_options:
+        raise ValueError(
+            f"position_options {sorted(fields.position_options)}: position method {position_method!r} takes no options"
+        )
+    return PositionMethod(position_method)
 
 
 def check_position_options(config) -> None:

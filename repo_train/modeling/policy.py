@@ -9,22 +9,23 @@ keep the published key layout and a policy can be swapped at evaluation time
 without touching the state dict.
 
 Adding a method = one file subclassing `PositionPolicy` plus `@register_policy`:
-the registered name is then also a `position_method` (that policy in every
-layer). A trainable policy states, beside its rotation, the modules it learns
-(`learned_modules`), how their fresh weights start (`init_learned`) and the
-FLOPs it adds to a layer (`training_flops_per_token`, for MFU); no other file
-needs a new branch.
+the registered name is then also a position method (`model.position: NAME`, that
+policy in every layer). A trainable policy states, beside its rotation, the
+modules it learns (`learned_modules`), how their fresh weights start
+(`init_learned`), the FLOPs it adds to a layer (`training_flops_per_token`, for
+MFU), its options (`Options`, the `PositionConfig` class `model.position` names)
+and its schedule (`on_train_step`); no other file needs a new branch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.rope import RotaryEncoding, apply_rotation
 
 
@@ -65,8 +66,8 @@ class PositionPolicy:
     #: model's rotary module, NoPE), so any rope_type of the model is fine.
     needs_encoding: bool = True
 
-    #: The policy's own options: a dataclass whose fields are the keys of `config.position_options` (saved in
-    #: config.json, so a loaded model gets them back); None = the policy takes no options.
+    #: The policy's options: a `PositionConfig` dataclass (`position_config.py`) that `model.position` names with
+    #: its fields, kept in config.json as `position_options`; None = the policy takes no options.
     Options: ClassVar[type | None] = None
 
     @classmethod
@@ -76,17 +77,13 @@ class PositionPolicy:
 
     @classmethod
     def options_from(cls, config) -> Any:
-        """`config.position_options` as this policy's `Options`; a key it does not have is a one-line error."""
-        given = dict(getattr(config, "position_options", None) or {})
+        """The config's options as this policy's `Options`; a key it does not have is a one-line error."""
         if cls.Options is None:
+            given = dict(getattr(config, "position_options", None) or {})
             if given:
                 raise ValueError(f"position_options {sorted(given)}: position method {cls.name!r} takes no options")
             return None
-        known = [f.name for f in dataclasses.fields(cls.Options)]
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise ValueError(f"position_options: unknown option(s) {unknown} of {cls.name!r}; its options are {known}")
-        return cls.Options(**given)
+        return cls.Options.from_model_config(config)
 
     def on_train_step(self, step: int) -> dict[str, float]:
         """The policy's schedule, called before every training step (global step `step`) by the training module;
@@ -156,6 +153,11 @@ def register_policy(cls: type[PositionPolicy]) -> type[PositionPolicy]:
     """Class decorator: make a policy buildable by name."""
     if cls.name in POSITION_POLICIES:
         raise ValueError(f"position policy {cls.name!r} registered twice")
+    if cls.Options is not None and not (issubclass(cls.Options, PositionConfig) and cls.Options.method == cls.name):
+        raise TypeError(
+            f"position policy {cls.name!r}: its Options must subclass repo_train.modeling.PositionConfig with "
+            f"method = {cls.name!r} (the class `model.position` names)"
+        )
     POSITION_POLICIES[cls.name] = cls
     return cls
 

@@ -17,12 +17,14 @@ published RePo checkpoints. They start as OLMo starts new weights
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from repo_train.modeling.policy import PositionPolicy, Rotation, linear_positions, register_policy
+from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.rope import RotaryEncoding
 
 #: OLMo's initialisation for new weights: normal(0, 0.02) truncated at 3 std.
@@ -30,20 +32,57 @@ REPO_INIT_STD = 0.02
 
 
 @dataclass(frozen=True)
-class RepoOptions:
-    """REPO's options (`position_options` of the model config); d_p and the first layer stay config fields."""
+class RepoPosition(PositionConfig):
+    """REPO's options (`model.position: {class_path: RepoPosition, init_args: {...}}`).
 
+    The layer plan's two numbers stay top-level fields of config.json (`repo_start_layer`, `repo_hidden_size`,
+    as the published checkpoints have them); the curriculum is kept in its `position_options`.
+    """
+
+    method: ClassVar[str] = "repo"
+
+    start_layer: int | None = None
+    """First REPO layer; layers below keep RoPE. None = ⌊num_hidden_layers / 3⌋ (or a loaded model's)."""
+    hidden_size: int | None = None
+    """d_p, width of REPO's position representation. None = hidden_size // 8 (or a loaded model's)."""
     curriculum_start: float = 0.0
     """p0 of the training curriculum z <- (1-p) z + p i that hands over from linear positions (0 = off)."""
     curriculum_steps: int = 0
     """Training steps over which p decays linearly from p0 to 0."""
 
     def __post_init__(self) -> None:
+        # start_layer and hidden_size are checked against the model's shape with the config (`check_position_fields`).
         if not 0.0 <= self.curriculum_start <= 1.0:
-            raise ValueError(f"position_options.curriculum_start (p0) must be in [0, 1], got {self.curriculum_start}")
+            raise ValueError(f"RepoPosition.curriculum_start (p0) must be in [0, 1], got {self.curriculum_start}")
         steps = self.curriculum_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"position_options.curriculum_steps must be an int >= 0, got {steps!r}")
+            raise ValueError(f"RepoPosition.curriculum_steps must be an int >= 0, got {steps!r}")
+
+    def model_config_fields(self) -> dict[str, Any]:
+        fields = {
+            "position_method": self.method,
+            "position_options": self.changed_options("curriculum_start", "curriculum_steps"),
+        }
+        if self.start_layer is not None:
+            fields["repo_start_layer"] = self.start_layer
+        if self.hidden_size is not None:
+            fields["repo_hidden_size"] = self.hidden_size
+        return fields
+
+    @classmethod
+    def from_model_config(cls, config: Any) -> RepoPosition:
+        given = dict(getattr(config, "position_options", None) or {})
+        unknown = sorted(set(given) - {"curriculum_start", "curriculum_steps"})
+        if unknown:
+            raise ValueError(
+                f"position_options: unknown option(s) {unknown} of 'repo'; its options are "
+                "['curriculum_start', 'curriculum_steps'] (start_layer and hidden_size are config fields)"
+            )
+        return cls(
+            start_layer=getattr(config, "repo_start_layer", None),
+            hidden_size=getattr(config, "repo_hidden_size", None),
+            **given,
+        )
 
 
 @register_policy
@@ -52,7 +91,7 @@ class RepoPolicy(PositionPolicy):
 
     name = "repo"
     per_head = True
-    Options = RepoOptions
+    Options = RepoPosition
 
     def __init__(
         self,
@@ -60,7 +99,7 @@ class RepoPolicy(PositionPolicy):
         hidden_size: int,
         position_size: int,
         num_heads: int,
-        options: RepoOptions | None = None,
+        options: RepoPosition | None = None,
     ):
         if position_size < 1 or position_size > hidden_size:
             raise ValueError(
@@ -71,7 +110,7 @@ class RepoPolicy(PositionPolicy):
         self.hidden_size = hidden_size
         self.position_size = position_size
         self.num_heads = num_heads
-        self.options = options or RepoOptions()
+        self.options = options or RepoPosition()
         #: Curriculum weight p of linear positions: z <- (1-p) z + p i. 0 = pure REPO (set by `on_train_step`).
         self.linear_mix = 0.0
 

@@ -10,6 +10,8 @@ from repo_common.model_directory import download_hint, looks_like_hub_id
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
 from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
+from repo_train.modeling.methods import position_of_fields, resolve_position
+from repo_train.modeling.position_config import PositionConfig, PositionMethod
 
 
 def check_config_overrides(overrides: dict | None) -> None:
@@ -108,41 +110,71 @@ def check_resume(ckpt_path: str | None, world_size: int) -> None:
 
 #: Option that lets given values differ from a resumed checkpoint's (a CLI flag and a top-level config key).
 ALLOW_HPARAM_CHANGES = "allow_hparam_changes"
-#: Saved values that fix what the checkpoint's weights and data position mean: they never change on resume.
+#: Saved values that fix what the checkpoint's weights and data position mean: they never change on resume
+#: (of `position`, its method and layer plan; its other options may change, see `position_parts`).
 FIXED_ON_RESUME = {
-    "model": ("preset_name", "position_method", "repo_start_layer", "repo_hidden_size", "config_overrides"),
+    "model": ("preset_name", "position", "config_overrides"),
     "data": ("train", "global_batch_size"),
 }
 
+#: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
+#: model-config fields a position maps to.
+MOVED_MODEL_OPTIONS = {
+    "position_method": "position_method",
+    "repo_start_layer": "repo_start_layer",
+    "repo_hidden_size": "repo_hidden_size",
+    "position_options": "position_options",
+    "repo_curriculum_start": "curriculum_start",
+    "repo_curriculum_steps": "curriculum_steps",
+}
 
-#: Module options that moved into the policy's `position_options`: old name -> option name there.
-MOVED_MODEL_OPTIONS = {"repo_curriculum_start": "curriculum_start", "repo_curriculum_steps": "curriculum_steps"}
+
+def position_from_old_options(old: dict) -> PositionConfig:
+    """The `model.position` that a checkpoint's or config's old module options stood for (default method: repo)."""
+    options = dict(old.get("position_options") or {})
+    for name in ("repo_curriculum_start", "repo_curriculum_steps"):
+        if old.get(name):  # 0 was "off", which is today's default
+            options[MOVED_MODEL_OPTIONS[name]] = old[name]
+    return position_of_fields(
+        old.get("position_method") or "repo", options, old.get("repo_start_layer"), old.get("repo_hidden_size")
+    )
 
 
 def upgrade_saved_model_hparams(model: dict) -> dict:
-    """A checkpoint's model hyperparameters in today's names (old REPO curriculum options -> position_options)."""
+    """A checkpoint's model hyperparameters in today's names: the old position options as `position`."""
     model = dict(model)
-    options = dict(model.get("position_options") or {})
-    for old, new in MOVED_MODEL_OPTIONS.items():
-        value = model.pop(old, None)
-        if value:  # 0 was "off", which is today's default
-            options[new] = value
-    if options:
-        model["position_options"] = options
+    old = {name: model.pop(name) for name in MOVED_MODEL_OPTIONS if name in model}
+    if old and "position" not in model:
+        model["position"] = position_from_old_options(old).to_config()
     return model
 
 
-def moved_option_error(keys: list[str]) -> str | None:
-    """One line naming the new spelling of old module options (`model.repo_curriculum_*`), or None."""
-    old = [key for key in keys if key in MOVED_MODEL_OPTIONS]
+def moved_option_error(old: dict) -> str | None:
+    """One line naming the new spelling of old module options (`model.position_method`, ...), or None.
+
+    `old`: each old key found with its value (None where the value is not known).
+    """
     if not old:
         return None
-    new = ", ".join(f"{MOVED_MODEL_OPTIONS[key]}: ..." for key in old)
-    return (
-        f"model.{old[0]} moved: a policy's options are model.position_options now; write "
-        f"model.position_options: {{{new}}} (for REPO's curriculum, e.g. {{curriculum_start: 1.0, "
-        "curriculum_steps: 100}})"
-    )
+    try:
+        position = position_from_old_options({k: v for k, v in old.items() if v is not None})
+    except (ValueError, TypeError):
+        position = None
+    if isinstance(position, PositionMethod):
+        new = f"--model.position {position.name} (in a config: model.position: {position.name})"
+    elif position is not None:
+        given = ", ".join(f"{k}: {v}" for k, v in position.changed_options().items())
+        new = f"model.position: {{class_path: {type(position).__name__}, init_args: {{{given}}}}}"
+    else:
+        new = "model.position: METHOD, or {class_path: ..., init_args: {...}} (docs/training.md)"
+    return f"model.{', model.'.join(old)} moved: the position method and its options are one option now; write {new}"
+
+
+def position_parts(value) -> tuple[dict, dict]:
+    """(what the weights depend on: method and layer plan; the other options) of a saved or given position."""
+    fields = resolve_position(value).model_config_fields()
+    options = fields.pop("position_options", {})
+    return fields, options
 
 
 def _plain(value):
@@ -203,9 +235,19 @@ def compare_resume_hparams(
         for key, value in saved.get(section, {}).items():
             if key not in given.get(section, {}):
                 take[section][key] = value
-            elif _plain(given[section][key]) != _plain(value):
-                item = f"{section}.{key} = {_show(value)} in the checkpoint, {_show(given[section][key])} given"
-                (fixed if key in FIXED_ON_RESUME[section] else changed).append(item)
+                continue
+            given_value = given[section][key]
+            if key == "position":  # its method and layer plan are fixed; its other options may change
+                saved_value, given_value = (
+                    resolve_position(value).to_config(),
+                    resolve_position(given_value).to_config(),
+                )
+                is_fixed = position_parts(saved_value)[0] != position_parts(given_value)[0]
+            else:
+                saved_value, is_fixed = value, key in FIXED_ON_RESUME[section]
+            if _plain(given_value) != _plain(saved_value):
+                item = f"{section}.{key} = {_show(saved_value)} in the checkpoint, {_show(given_value)} given"
+                (fixed if is_fixed else changed).append(item)
     if fixed:
         raise ValueError(
             f"--ckpt_path {ckpt_path} cannot resume with other values of what its weights and data position depend "

@@ -50,12 +50,14 @@ from repo_common.run_lock import locked_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
 from repo_train.modeling.accounting import config_parameter_report
+from repo_train.modeling.position_config import PositionConfig, position_class, subclasses
 from repo_train.modeling.presets import preset
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
 from repo_train.training.atomic_checkpoint_io import AtomicCheckpointIO
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (
     ALLOW_HPARAM_CHANGES,
+    MOVED_MODEL_OPTIONS,
     check_config_overrides,
     check_init_from,
     check_resume,
@@ -284,7 +286,7 @@ def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
         )
 
 
-def parse_error_line(message: str, subcommand: str | None) -> str:
+def parse_error_line(message: str, subcommand: str | None, argv: list[str] | None = None) -> str:
     """jsonargparse's (often multi-line) parse error as one line, with where to look up the options."""
     text = message.strip()
     squash = " ".join(text.split())
@@ -298,6 +300,8 @@ def parse_error_line(message: str, subcommand: str | None) -> str:
         line = f"--config: {' '.join(key.group(2).split())}"
     elif key and key.group(1) in ("data.train", "data.val"):
         return data_source_error_line(key.group(1), key.group(2))
+    elif key and key.group(1) == "model.position":
+        return position_error_line(key.group(2), argv or [])
     elif key:
         name, rest = key.groups()
         got = re.search(r"(?:Got value|Given value): (.*)", rest)
@@ -368,10 +372,46 @@ def data_source_error_line(key: str, message: str) -> str:
     )
 
 
+def position_error_line(message: str, argv: list[str]) -> str:
+    """jsonargparse's error about `model.position` as one line naming the fix.
+
+    It arises for an option given without a position class before it, or one the class does not have (jsonargparse
+    then also tries the plain method name, a string, and reports that); an option's wrong type names the option.
+    """
+    classes = ", ".join(sorted(cls.__name__ for cls in subclasses(PositionConfig)))
+    nested = re.search(r"NestedArg\(key='([^']*)', val='(.*?)'\)", message)
+    wrong = re.search(r'Parser key "([^"]+)": Expected an? (.+?)\. Got value: (.*)', message)
+    given = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--model.position"]
+    try:
+        cls = position_class(given[-1], "--model.position") if given else None
+    except ValueError:
+        cls = None
+    if nested and cls is not None:
+        options = ", ".join(f.name for f in fields(cls))
+        return f"--model.position.{nested.group(1)}: {cls.__name__} has no option {nested.group(1)!r}; its options are {options}"
+    if nested:
+        return (
+            f"--model.position.{nested.group(1)} needs the position's class first: e.g. --model.position RepoPosition "
+            f"--model.position.{nested.group(1)} {nested.group(2)} (the classes are {classes})"
+        )
+    if wrong:
+        expected = re.sub(r"<class '([\w.]+)'>", r"\1", wrong.group(2))
+        return f"--model.position.{wrong.group(1)}: {wrong.group(3)!r} is not valid (expected {expected})"
+    return f"--model.position: {' '.join(message.split())[:300]} (python -m repo_train fit --help lists the options)"
+
+
 def check_moved_options(argv: list[str]) -> None:
     """Old module options on the command line or in a `--config` file: one line naming the new spelling."""
-    keys = [arg.removeprefix("--model.").split("=")[0] for arg in argv if arg.startswith("--model.")]
+    old: dict = {}
     for index, arg in enumerate(argv):
+        option, eq, value = arg.partition("=")
+        key = option.removeprefix("--model.")
+        if option.startswith("--model.") and key in MOVED_MODEL_OPTIONS:
+            text = value if eq else (argv[index + 1] if index + 1 < len(argv) else None)
+            try:
+                old[key] = yaml.safe_load(text) if text is not None else None
+            except yaml.YAMLError:
+                old[key] = None
         path = argv[index + 1] if arg == "--config" and index + 1 < len(argv) else arg.removeprefix("--config=")
         if (arg == "--config" or arg.startswith("--config=")) and Path(path).is_file():
             try:
@@ -379,8 +419,9 @@ def check_moved_options(argv: list[str]) -> None:
             except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
                 continue  # the parser reports a broken file in its own words
             if isinstance(model, dict):
-                keys += list(model["init_args"] if isinstance(model.get("init_args"), dict) else model)
-    message = moved_option_error(keys)
+                section = model["init_args"] if isinstance(model.get("init_args"), dict) else model
+                old.update({key: section[key] for key in section if key in MOVED_MODEL_OPTIONS})
+    message = moved_option_error(old)
     if message:
         raise ValueError(message)
 
@@ -450,7 +491,7 @@ def run(argv: list[str]) -> int:
         )
     except argparse.ArgumentError as err:
         subcommand = argv[0] if argv and not argv[0].startswith("-") else None
-        raise ValueError(parse_error_line(str(err), subcommand)) from None
+        raise ValueError(parse_error_line(str(err), subcommand, argv)) from None
     except MisconfigurationException as err:  # Lightning's own checks of the trainer settings
         subcommand = argv[0] if argv and not argv[0].startswith("-") else "fit"
         raise ValueError(

@@ -20,6 +20,8 @@ from pytorch_lightning.plugins.precision import Precision
 from pytorch_lightning.utilities import GradClipAlgorithmType
 
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies
+from repo_train.modeling.methods import resolve_position
+from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.presets import preset
 from repo_train.training.objective import IGNORE_INDEX, lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay
@@ -52,15 +54,12 @@ class NonFiniteLossError(RuntimeError):
 
 
 def model_config_fields(hparams) -> dict:
-    """The model-config fields a module's hyperparameters set (also for checks before training)."""
-    fields = dict(hparams.config_overrides or {})
-    fields["position_method"] = hparams.position_method
-    fields["position_options"] = dict(hparams.position_options or {})  # this run's, also over a loaded model's
-    if hparams.repo_start_layer is not None:
-        fields["repo_start_layer"] = hparams.repo_start_layer
-    if hparams.repo_hidden_size is not None:
-        fields["repo_hidden_size"] = hparams.repo_hidden_size
-    return fields
+    """The model-config fields a module's hyperparameters set (also for checks before training).
+
+    The position's options replace a loaded model's (`init_from`); its layer plan's numbers left at None keep
+    the loaded model's.
+    """
+    return {**dict(hparams.config_overrides or {}), **resolve_position(hparams.position).model_config_fields()}
 
 
 class RePoLightningModule(pl.LightningModule):
@@ -68,9 +67,7 @@ class RePoLightningModule(pl.LightningModule):
         self,
         init_from: str | None = None,
         preset_name: str = "tiny",
-        position_method: str = "repo",
-        repo_start_layer: int | None = None,
-        repo_hidden_size: int | None = None,
+        position: PositionConfig | str = "repo",
         config_overrides: dict | None = None,
         lr: float = 3e-3,
         weight_decay: float = 0.1,
@@ -80,16 +77,15 @@ class RePoLightningModule(pl.LightningModule):
         z_loss_multiplier: float = 1e-5,
         activation_checkpointing: bool = False,
         attn_implementation: str = "auto",
-        position_options: dict | None = None,
     ):
         """
         Args:
             init_from: HF directory to continue from (vanilla OLMo-2, this project's, or published RePo);
                 None = train from scratch with `preset_name`.
             preset_name: model size when training from scratch: tiny, olmo2-1b, olmo2-7b.
-            position_method: rope, nope, r2n1, n2r1 or repo.
-            repo_start_layer: first REPO layer (default ⌊L/3⌋).
-            repo_hidden_size: d_p of REPO (default hidden_size // 8).
+            position: the position method and its options: a name (rope, nope, r2n1, n2r1, repo, or a registered
+                policy's, with default options) or its config class (class_path + init_args), e.g.
+                `RepoPosition` with start_layer, hidden_size (d_p) and the curriculum. Kept in config.json.
             config_overrides: any other RePoOlmo2Config field, e.g. rope_parameters for YaRN.
             lr: peak learning rate (REPO paper, 1B: 7.4487e-5).
             weight_decay: decoupled AdamW decay, not applied to embeddings.
@@ -99,11 +95,11 @@ class RePoLightningModule(pl.LightningModule):
             z_loss_multiplier: weight of the z-loss (OLMo: 1e-5).
             activation_checkpointing: recompute each decoder layer in backward to save memory.
             attn_implementation: auto (flash-attn when installed on CUDA, else sdpa), sdpa, eager, flash_attention_2.
-            position_options: the position policy's own options (its `Options` dataclass, kept in config.json),
-                e.g. REPO's curriculum {curriculum_start: 1.0, curriculum_steps: 100}; a policy's schedule
-                (`on_train_step`) runs before every step.
         """
         super().__init__()
+        # Saved as a plain {class_path, init_args} mapping, as LightningCLI's config.yaml has it: checkpoints then
+        # load with weights_only=True. An unknown name or option fails here, before anything is written.
+        position = resolve_position(position).to_config()
         self.save_hyperparameters()
         self.model: RePoOlmo2ForCausalLM | None = None
         self.stopped_on_nonfinite = False

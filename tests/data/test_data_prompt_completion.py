@@ -44,7 +44,7 @@ def test_training_uses_the_datas_labels(tmp_path, byte_tokenizer_dir):
     data.write_text(json.dumps({"prompt": "Key: ab", "completion": " 7"}) + "\n")
     dataset = PromptCompletionData(paths=[str(data)], tokenizer=str(byte_tokenizer_dir), seq_len=16).build()
     module = RePoLightningModule(
-        position_method="rope", attn_implementation="sdpa",
+        position="rope", attn_implementation="sdpa",
         config_overrides={"vocab_size": 258, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": None},
     )  # fmt: skip
     module.configure_model()

@@ -13,15 +13,17 @@ tests/test_bad_inputs_training.py; the decisions and a real resume are here.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from repo_train.data import OlmoNumpyData, SyntheticData
+from repo_train.modeling.repo_policy import RepoPosition
 from repo_train.training.checks import compare_resume_hparams
 
 #: What LightningCLI saves: the data source as the parsed config, {class_path, init_args} with every option.
 SAVED = {
-    "model": {"position_method": "repo", "lr": 0.01, "betas": (0.9, 0.95), "init_from": None},
+    "model": {"position": "repo", "lr": 0.01, "betas": (0.9, 0.95), "init_from": None},
     "data": {"train": SyntheticData(seq_len=16).to_config(), "global_batch_size": 4, "micro_batch_size": 4},
 }
 #: The same run saved before data sources were classes.
@@ -77,7 +79,7 @@ def test_a_different_value_is_an_error_naming_key_values_and_the_way_out():
 def test_allowed_changes_win_with_a_one_line_warning():
     given = {"model": {"lr": 0.1}, "data": {}}
     take, warning = compare_resume_hparams("x.ckpt", SAVED, given, allow_changes=True)
-    assert "lr" not in take["model"] and take["model"]["position_method"] == "repo"
+    assert "lr" not in take["model"] and take["model"]["position"] == "repo"
     assert warning == (
         "warning: --allow_hparam_changes: the given values win over the checkpoint's in this resume of x.ckpt: "
         "model.lr = 0.01 in the checkpoint, 0.1 given"
@@ -87,7 +89,8 @@ def test_allowed_changes_win_with_a_one_line_warning():
 @pytest.mark.parametrize(
     ("section", "key", "value"),
     [
-        ("model", "position_method", "rope"),
+        ("model", "position", "rope"),
+        ("model", "position", {"class_path": "RepoPosition", "init_args": {"start_layer": 0}}),
         ("data", "global_batch_size", 8),
         ("data", "train", {"class_path": "SyntheticData", "init_args": {"seq_len": 32}}),
         ("data", "train", OlmoNumpyData(mix_file="mix.txt", seq_len=16).to_config()),
@@ -100,6 +103,20 @@ def test_what_the_weights_and_data_position_depend_on_never_changes(section, key
         ValueError, match=rf"cannot resume with other values .* {section}\.{key} = .*--model\.init_from"
     ):
         compare_resume_hparams("x.ckpt", saved, given, allow_changes=True)
+
+
+def test_a_positions_other_options_may_change_and_an_old_checkpoints_method_is_the_same_position():
+    curriculum = {"class_path": "RepoPosition", "init_args": {"curriculum_start": 1.0, "curriculum_steps": 8}}
+    with pytest.raises(ValueError, match=r"was saved with other values than given: model\.position = "):
+        compare_resume_hparams("x.ckpt", SAVED, {"model": {"position": curriculum}, "data": {}}, allow_changes=False)
+    take, warning = compare_resume_hparams("x.ckpt", SAVED, {"model": {"position": curriculum}}, allow_changes=True)
+    assert "position" not in take["model"] and "curriculum_steps': 8" in warning
+    old = {**SAVED, "model": {"position_method": "repo", "repo_start_layer": None, "position_options": {}}}
+    for given in ("repo", {"class_path": "repo_train.modeling.RepoPosition"}):
+        take, warning = compare_resume_hparams("x.ckpt", old, {"model": {"position": given}}, allow_changes=False)
+        assert warning is None and "position" not in take["model"]
+    take, _ = compare_resume_hparams("x.ckpt", old, {"model": {}}, allow_changes=False)
+    assert take["model"] == {"position": RepoPosition().to_config()}  # the old keys, in today's spelling
 
 
 def test_a_checkpoint_data_source_that_cannot_be_read_is_one_line():
@@ -230,3 +247,56 @@ def test_the_fresh_repo_note_is_hidden_only_while_a_resumed_subcommand_runs(capl
             logger.warning("another warning")
         logger.warning(note)  # a later run in the same process still says it
     assert [r.getMessage() for r in caplog.records] == ["another warning", note]
+
+
+#: A 2-step run of `fit --model.position_method repo --model.repo_start_layer 1 --model.position_options
+#: '{curriculum_start: 1.0, curriculum_steps: 4}'` (2-layer, d = 32, vocab 64), saved by the code of 236546c,
+#: before `model.position` replaced those options.
+OLD_POSITION_CHECKPOINT = (
+    Path(__file__).parents[1] / "fixtures" / "training_checkpoint_before_position_config" / "step2.ckpt"
+)
+
+
+def test_a_checkpoint_from_before_model_position_resumes_as_the_same_position():
+    from repo_train.checkpoints import read_hyperparameters
+
+    saved = read_hyperparameters(OLD_POSITION_CHECKPOINT)
+    assert saved["model"]["position_method"] == "repo"  # the fixture is what it says
+    take, warning = compare_resume_hparams("x.ckpt", saved, {"model": {}, "data": {}}, allow_changes=False)
+    expected = RepoPosition(start_layer=1, curriculum_start=1.0, curriculum_steps=4)
+    assert take["model"]["position"] == expected.to_config() and warning is None
+    assert not {"position_method", "repo_start_layer", "repo_hidden_size", "position_options"} & set(take["model"])
+    same = {
+        "class_path": "RepoPosition",
+        "init_args": {"start_layer": 1, "curriculum_start": 1.0, "curriculum_steps": 4},
+    }
+    take, warning = compare_resume_hparams("x.ckpt", saved, {"model": {"position": same}}, allow_changes=False)
+    assert "position" not in take["model"] and warning is None
+    with pytest.raises(ValueError, match=r"depend on: model\.position = .*'start_layer': 1.*'start_layer': 2"):
+        other = {"class_path": "RepoPosition", "init_args": {"start_layer": 2}}
+        compare_resume_hparams("x.ckpt", saved, {"model": {"position": other}}, allow_changes=True)
+
+
+@pytest.mark.slow  # one short Lightning run (~10 s quiet)
+def test_fit_continues_a_checkpoint_from_before_model_position(tmp_path, monkeypatch, one_thread):
+    import shutil
+
+    import torch
+
+    from repo_train.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    checkpoint = shutil.copy(OLD_POSITION_CHECKPOINT, run / "step2.ckpt")
+    monkeypatch.setattr(sys, "argv", ["python -m repo_train"])
+    code = main([
+        "fit", "--ckpt_path", str(checkpoint), "--trainer.max_steps", "3", "--trainer.default_root_dir", str(run),
+        "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", "--checkpoint.every_n_train_steps", "1",
+    ])  # fmt: skip
+    assert code == 0
+    resumed = torch.load(next(run.rglob("*step=3.ckpt")), weights_only=True, map_location="cpu")
+    assert resumed["global_step"] == 3
+    assert resumed["hyper_parameters"]["position"]["init_args"]["curriculum_steps"] == 4
+    config = resumed["model_config"]
+    assert (config["position_method"], config["repo_start_layer"]) == ("repo", 1)
+    assert config["position_options"] == {"curriculum_start": 1.0, "curriculum_steps": 4}

@@ -10,6 +10,7 @@ from transformers import Olmo2Config, Olmo2ForCausalLM
 
 from repo_train.data import OlmoNumpyData, SyntheticData
 from repo_train.modeling import layer_policies
+from repo_train.modeling.repo_policy import RepoPosition
 from repo_train.modeling.presets import tiny
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
@@ -36,7 +37,7 @@ def test_continue_from_a_vanilla_olmo2_directory(tmp_path):
         fields.pop(key, None)
     vanilla = Olmo2ForCausalLM(Olmo2Config(**fields))
     vanilla.save_pretrained(tmp_path / "olmo2")
-    module = RePoLightningModule(init_from=str(tmp_path / "olmo2"), position_method="repo", attn_implementation="sdpa")
+    module = RePoLightningModule(init_from=str(tmp_path / "olmo2"), position="repo", attn_implementation="sdpa")
     module.configure_model()
     assert module.model.config.position_method == "repo"
     assert torch.equal(module.model.model.embed_tokens.weight, vanilla.model.embed_tokens.weight)
@@ -77,7 +78,7 @@ def test_activation_checkpointing_gives_the_same_losses():
 
 def test_repo_curriculum_anneals_linear_positions():
     module = RePoLightningModule(
-        lr=1e-3, attn_implementation="sdpa", position_options={"curriculum_start": 1.0, "curriculum_steps": 4}
+        lr=1e-3, attn_implementation="sdpa", position=RepoPosition(curriculum_start=1.0, curriculum_steps=4)
     )
     seen = []
 

@@ -53,7 +53,7 @@ def _data(seq_len=32, global_batch=8, micro_batch=8):
 def test_every_policy_trains_and_its_loss_decreases(method):
     pl.seed_everything(0, verbose=False)
     history = LossHistory()
-    module = RePoLightningModule(position_method=method, lr=3e-3, attn_implementation="sdpa")
+    module = RePoLightningModule(position=method, lr=3e-3, attn_implementation="sdpa")
     _trainer(30, [history], enable_checkpointing=False).fit(module, _data())
     first, last = sum(history.losses[:3]) / 3, sum(history.losses[-3:]) / 3
     assert len(history.losses) == 30
@@ -66,7 +66,7 @@ def test_accumulation_matches_the_full_batch():
     for micro in (8, 4):
         pl.seed_everything(0, verbose=False)
         history = LossHistory()
-        module = RePoLightningModule(position_method="repo", lr=3e-3, attn_implementation="sdpa")
+        module = RePoLightningModule(position="repo", lr=3e-3, attn_implementation="sdpa")
         trainer = _trainer(5, [history], enable_checkpointing=False)
         trainer.fit(module, _data(micro_batch=micro))
         assert trainer.accumulate_grad_batches == 8 // micro

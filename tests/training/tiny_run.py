@@ -47,7 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pl.seed_everything(0, verbose=False)
-    module = RePoLightningModule(position_method=args.method, lr=args.lr, attn_implementation="sdpa")
+    module = RePoLightningModule(position=args.method, lr=args.lr, attn_implementation="sdpa")
     data = RePoDataModule(
         train=SyntheticData(seq_len=args.seq_len, num_samples=512, seed=1),
         global_batch_size=args.global_batch,

@@ -56,7 +56,7 @@ def train_config(device: str, root: Path, processes: int) -> dict:
             "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": str(root)}},
             "default_root_dir": str(root),
         },
-        "model": {"preset_name": "tiny", "position_method": "repo", "lr": 3e-3, "attn_implementation": "sdpa"},
+        "model": {"preset_name": "tiny", "position": "repo", "lr": 3e-3, "attn_implementation": "sdpa"},
         "data": {"global_batch_size": GLOBAL_BATCH, "micro_batch_size": GLOBAL_BATCH // processes},
         "checkpoint": {"every_n_train_steps": STEPS // 2, "save_last": True, "save_top_k": -1},
     }
