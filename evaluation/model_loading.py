@@ -37,6 +37,7 @@ from transformers import (
 )
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from evaluation.run_config import DEVICES
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_model_directory, check_tokenizer_files, read_model_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
@@ -204,9 +205,6 @@ def load_model(
     model.eval()
     _prepare(model, tokenizer)
     return model, tokenizer
-
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
