@@ -133,3 +133,15 @@ def task_params(task: Task) -> dict[str, Any]:
         for f in fields(task)
         if f.init and f.name != "tokenizer" and getattr(task, f.name) is not None
     }
+
+
+def check_tiny_default_options(dtype: str, attn_implementation: str, prefix: str = "--") -> None:
+    """The tiny default is built in float32 with SDPA: another dtype or attention for it is refused, not ignored
+    (a config would record it as used). `prefix` spells the options as the command does ("--", "--model.")."""
+    given = [f"{prefix}{name} {value}" for name, value, default in (("dtype", dtype, ("auto", "float32")),
+             ("attn_implementation", attn_implementation, ("sdpa",))) if value not in default]  # fmt: skip
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} applies to a model loaded from a directory, and none is given (the built-in tiny "
+            "default runs in float32 with sdpa): pass --model DIR, or leave the option out"
+        )

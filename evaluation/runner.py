@@ -51,7 +51,6 @@ from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.model_loading import (
-    check_tiny_default_options,
     file_identity,
     load_model,
     model_identity,
@@ -73,18 +72,17 @@ from evaluation.results import (
     read_records,
     write_json_atomic,
 )
-from evaluation.run_config import RunConfig, task_params
+from evaluation.run_config import RunConfig, check_tiny_default_options, task_params
+from evaluation.run_directory import MANIFEST_FILE, check_run_directory
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
 from evaluation.tasks import Task, build_task
 from evaluation.tasks.base import RENAMED_GRIDS, source_fingerprint
 from repo_common.atomic import write_text_atomic
 from repo_common.distributed import balanced_shares, barrier, rank_and_world
-from repo_common.output_guard import OutputRefused, check_output_directory, require_path
 from repo_common.progress import track
 from repo_common.run_lock import locked_directory
 
-MANIFEST_FILE = "run.json"
 #: The resolved configuration of the latest command that ran into the directory (`--config` replays it).
 CONFIG_FILE = "config.yaml"
 
@@ -566,24 +564,6 @@ def run(
     owner = locked_directory(config.out, f"evaluation run directory {config.out}") if rank == 0 else nullcontext()
     with owner:  # rank 0 owns the directory; if it is refused, it exits and torchrun stops the other ranks
         return _run_locked(config, model, tokenizer, max_records, on_record, progress, config_text, rank, world)
-
-
-def check_run_directory(out: str | Path) -> Path:
-    """`--out` of a run: missing, empty, or an earlier run's (its run.json); records without run.json (made under
-    settings nobody can check any more) and a folder of other files are refused before anything is written."""
-    path = require_path(out)
-    if path.is_file():
-        raise NotADirectoryError(
-            f"the output directory {out} is a file; pass --out a directory (a new one, or an earlier run's to resume it)"
-        )
-    records = [p.name for p in [path / RECORDS_FILE, *rank_records_files(path)] if p.is_file() and p.stat().st_size]
-    if records and not (path / MANIFEST_FILE).is_file():
-        raise OutputRefused(
-            f"{path} holds records ({', '.join(records)}) but no {MANIFEST_FILE}, so which model and settings made "
-            "them is unknown and a rerun could mix them with other results: pass another --out to start afresh "
-            "(or restore that run's run.json)"
-        )
-    return check_output_directory(path, MANIFEST_FILE, "an evaluation run directory")
 
 
 def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text, rank, world):

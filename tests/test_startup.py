@@ -85,12 +85,17 @@ def test_a_refusal_that_needs_no_model_loads_no_heavy_package(command):
         ["--print_config"],  # the template: the default task and method resolved without their heavy packages
         ["--out", "x", "--method", "nope"],  # an unknown method name: the registry's names alone
         ["--out", "x", "--batch_size", "0"],
+        ["--out", "x", "--dtype", "bfloat16"],  # a dtype the tiny default would ignore
+        ["--out", "{folder}"],  # a folder of other files
     ],
 )
-def test_evaluation_run_checks_its_config_before_loading_the_harness(args):
+def test_evaluation_run_checks_its_config_before_loading_the_harness(args, tmp_path):
+    (tmp_path / "notes.txt").write_text("the user's own")
+    args = [arg.format(folder=tmp_path) for arg in args]
     code, err, heavy = probe("python -m evaluation run", args)
     assert code == (0 if args == ["--print_config"] else 2), err
     assert heavy == [], f"evaluation run {' '.join(args)} imported {heavy}"
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and not (ROOT / "x").exists()
 
 
 def test_the_moved_check_gpu_spelling_is_refused_without_loading_anything():
