@@ -1,8 +1,9 @@
-"""What one evaluation run is: `RunConfig` (tasks and method stacks as objects) and its decode settings.
+"""What one evaluation run is: `RunConfig` (tasks and method stacks as objects), its decode settings, and the
+checks of its options that need no model.
 
 Plain Python, no torch or `datasets`: `evaluation run --print_config` resolves its options into a
-`RunConfig` and prints it without loading the model code; the runner (`evaluation.runner`), which needs
-torch, imports these names from here.
+`RunConfig` and prints it, and a refusal of an option comes, without loading the model code; the runner
+(`evaluation.runner`), which needs torch, imports these names from here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from evaluation.tasks import Task, build_task
 
 #: Where a run may put a model it loads itself (`evaluation.model_loading.place_model`).
 DEVICES = ("auto", "cpu", "cuda")
+#: How a too-long prompt may be cut (`DecodeSettings.truncate`); None = refused.
 TRUNCATION_POLICIES = ("left", "middle")
 
 
