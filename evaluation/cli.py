@@ -21,7 +21,7 @@ EXIT_INTERRUPTED = 3
 
 
 def _add_run(parser: ConfigParser) -> None:
-    from evaluation.config import EPILOG, REPEATED_FLAGS, add_run_options  # heavy: keeps --help fast (the classes)
+    from evaluation.config import EPILOG, REPEATED_FLAGS, add_run_options  # lazy: the other commands skip it
 
     parser.epilog = EPILOG
     parser.repeated_flags = REPEATED_FLAGS
@@ -29,14 +29,11 @@ def _add_run(parser: ConfigParser) -> None:
 
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
-    from evaluation.config import TINY_DEFAULTS, resolve  # heavy: keeps --help fast (the classes)
-    from evaluation.model_loading import check_tiny_default_options  # lazy: keeps --help fast
-    from evaluation.report import render_report  # lazy: keeps --help fast
-    from evaluation.runner import RunInterrupted, check_run_directory, run  # lazy: keeps --help fast
-    from repo_common.distributed import close_distributed, init_distributed, rank_and_world  # lazy: keeps --help fast
-    from repo_train.training.launcher_watch import watch_launcher  # lazy: keeps --help fast
+    from evaluation.config import TINY_DEFAULTS, resolve  # lazy: the other commands skip it
+    from evaluation.run_config import check_tiny_default_options  # lazy: the other commands skip it
+    from evaluation.run_directory import check_run_directory  # lazy: the other commands skip it
 
-    resolved = resolve(options)
+    resolved = resolve(options)  # torch-free, as are the checks below: a refusal comes in a second
     text = dump_config(resolved.config)
     if options.print_config:
         print(text, end="")
@@ -44,6 +41,11 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
     check_run_directory(options.out)  # another program's folder, or records of unknown settings: before any notice
     if options.model is None:  # --dtype / --attn-implementation would be ignored by the tiny default
         check_tiny_default_options(options.dtype, options.attn_implementation)
+    from evaluation.report import render_report  # heavy: after the checks above (matplotlib)
+    from evaluation.runner import RunInterrupted, run  # heavy: after the checks above (torch, datasets)
+    from repo_common.distributed import close_distributed, init_distributed, rank_and_world  # heavy: torch
+    from repo_train.training.launcher_watch import watch_launcher  # lazy: only a run watches its launcher
+
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     started = init_distributed()  # under torchrun: one process group, the work shared out (evaluation.runner.run)
     if options.model is None and rank_and_world()[0] == 0:

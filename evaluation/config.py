@@ -28,14 +28,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, parse_value, register_method
-from evaluation.model_loading import DEVICES
 from evaluation.prompt_format import PromptFormat
+from evaluation.run_config import DEVICES, RunConfig, task_params
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
@@ -43,15 +43,14 @@ from repo_common.config_cli import ConfigParser, Seed, class_entry
 from repo_common.model_directory import check_model_directory
 from repo_common.user_code import resolve_class
 
-if TYPE_CHECKING:
-    from evaluation.runner import RunConfig
-
 #: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
 #: Defaults for real models (the Lost in the Middle settings).
 MODEL_DEFAULTS = dict(num_documents=20, num_keys=75)
 #: Old repeatable flags and the list option each fills.
 REPEATED_FLAGS = {"--method": "methods", "--task-param": "task_param"}
+
+_METHOD_LINES = "\n".join(f"  {name:18s} {METHODS.class_path(name)}" for name in sorted(METHODS))
 
 EPILOG = f"""\
 config: every option is also a key of a YAML file (--config run.yaml; underscores, e.g. batch_size);
@@ -67,7 +66,9 @@ data (short-form tasks):
          --data-dir generates --num-examples examples of --num-keys random UUID pairs from --seed.
   other task parameters: --task-param TASK:key=value (e.g. mdqa_release:path=FILE).
 
-methods: {", ".join(sorted(METHODS))}; NAME or NAME:key=value,...; stack with '+' (a+b:k=v).
+methods: NAME or NAME:key=value,...; stack with '+' (a+b:k=v); in a config also class_path + init_args
+  (the full class path: --methods.help CLASS_PATH shows a class's parameters):
+{_METHOD_LINES}
 
 without --model: a random tiny OLMo-2 with a byte tokenizer (answers are noise) and small
 defaults {TINY_DEFAULTS}.
@@ -299,8 +300,6 @@ def resolve(options: Namespace) -> ResolvedRun:
         tasks = _class_tasks(options.tasks, options.data_dir, user_modules)
     built = [build_task(name, **params) for name, params in tasks.items()]  # a bad parameter fails here
     stacks = [_method_stack(entry, user_modules) for entry in options.methods]
-    from evaluation.runner import RunConfig, task_params  # heavy: keeps --help fast (datasets, the generation loop)
-
     max_new = options.max_new_tokens or (TINY_DEFAULTS["max_new_tokens"] if options.model is None else None)
     config = {
         **({user_code.KEY: imports} if imports else {}),  # the user's modules, so a replay imports them first

@@ -24,14 +24,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from evaluation.methods.base import MethodStack
-from evaluation.methods.decoding import (
-    TRUNCATION_POLICIES,
-    DecodeSettings,
-    Generation,
-    TokenizedPrompt,
-    collate,
-    generate_batch,
-)
+from evaluation.methods.decoding import DecodeSettings, Generation, TokenizedPrompt, collate, generate_batch
+from evaluation.run_config import TRUNCATION_POLICIES
 
 
 def token_spans(offsets: Sequence[tuple[int, int]], char_spans: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

@@ -37,6 +37,10 @@ from transformers import (
 )
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from evaluation.run_config import (
+    DEVICES,
+    check_tiny_default_options,  # noqa: F401 (search imports it from here)
+)
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_model_directory, check_tokenizer_files, read_model_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
@@ -82,18 +86,6 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", padding_side="left", model_max_length=10**9
     )
-
-
-def check_tiny_default_options(dtype: str, attn_implementation: str, prefix: str = "--") -> None:
-    """The tiny default is built in float32 with SDPA: another dtype or attention for it is refused, not ignored
-    (a config would record it as used). `prefix` spells the options as the command does ("--", "--model.")."""
-    given = [f"{prefix}{name} {value}" for name, value, default in (("dtype", dtype, ("auto", "float32")),
-             ("attn_implementation", attn_implementation, ("sdpa",))) if value not in default]  # fmt: skip
-    if given:
-        raise ValueError(
-            f"{', '.join(given)} applies to a model loaded from a directory, and none is given (the built-in tiny "
-            "default runs in float32 with sdpa): pass --model DIR, or leave the option out"
-        )
 
 
 def tiny_default(seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -204,9 +196,6 @@ def load_model(
     model.eval()
     _prepare(model, tokenizer)
     return model, tokenizer
-
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_dtype(dtype: str, device: str) -> str:

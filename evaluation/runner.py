@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,9 @@ import datasets
 
 from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
-from evaluation.methods import Baseline, Method, MethodStack
+from evaluation.methods import Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
 from evaluation.model_loading import (
-    check_tiny_default_options,
     file_identity,
     load_model,
     model_identity,
@@ -73,17 +72,17 @@ from evaluation.results import (
     read_records,
     write_json_atomic,
 )
+from evaluation.run_config import RunConfig, check_tiny_default_options, task_params
+from evaluation.run_directory import MANIFEST_FILE, check_run_directory
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
 from evaluation.tasks import Task, build_task
 from evaluation.tasks.base import RENAMED_GRIDS, source_fingerprint
 from repo_common.atomic import write_text_atomic
 from repo_common.distributed import balanced_shares, barrier, rank_and_world
-from repo_common.output_guard import OutputRefused, check_output_directory, require_path
 from repo_common.progress import track
 from repo_common.run_lock import locked_directory
 
-MANIFEST_FILE = "run.json"
 #: The resolved configuration of the latest command that ran into the directory (`--config` replays it).
 CONFIG_FILE = "config.yaml"
 
@@ -103,95 +102,6 @@ _PUBLIC_COLUMNS = ("id", "example_id", "num_positions")
 
 class RunInterrupted(RuntimeError):
     """The run stopped early on purpose (`max_records`); rerunning the same command resumes it."""
-
-
-@dataclass
-class RunConfig:
-    """One evaluation run (`EvalConfig`): where, which model, which tasks and method stacks, as typed objects.
-
-    `python -m evaluation run` builds it once from its options or YAML (`evaluation.config.resolve`) and the
-    runner works on its objects. Python callers may write the short forms, parsed here once: `tasks` as
-    `{name: build_task parameters}` and `methods` as spec strings ('baseline', 'pi:scale=2', 'a+b:k=v').
-    """
-
-    out: str
-    """Output directory (records.jsonl, summary.json, run.json, plots, report.md)."""
-    tasks: list[Task]
-    """The tasks, each configured (`{name: params}` is built by `build_task`); one task per name."""
-    methods: list[MethodStack] = field(default_factory=lambda: [MethodStack([Baseline()])])
-    """Method stacks (a spec string is parsed by `MethodStack.parse`); each stack's `label` keys its records."""
-    model: str | None = None
-    """Local HF model directory; None = the built-in tiny default."""
-    seed: int = 0
-    """Seed of the tiny default's random weights."""
-    batch_size: int = 8
-    max_new_tokens: int | None = None
-    """None = the task's default (`Task.generation_defaults`)."""
-    max_length: int | None = None
-    """Prompt + new tokens budget; None = the model's max_position_embeddings."""
-    truncate: str | None = None
-    """None (too long = error), 'left' or 'middle'."""
-    dtype: str = "auto"
-    """Weights' dtype of a model the run loads: auto = bfloat16 on a GPU, float32 on the CPU."""
-    attn_implementation: str = "sdpa"
-    device: str = "auto"
-    """Where a model the run loads itself goes: auto (CUDA when present), cpu or cuda. Not a result setting."""
-    bootstrap_resamples: int = 1000
-    chat_template: bool = False
-    """Wrap each task prompt in the tokenizer's chat template (lm-eval's --apply_chat_template)."""
-    system_prompt: str | None = None
-    """System message of the chat template (needs chat_template)."""
-    allow_search_overlap: bool = False
-    """Score a searched method on examples its search used (refused otherwise: `evaluation.search_overlap`)."""
-    allow_other_model_scales: bool = False
-    """Apply a scale file searched for another model (refused otherwise: `evaluation.scale_file_model`)."""
-
-    def __post_init__(self) -> None:
-        self.methods = [MethodStack.parse(m) if isinstance(m, str) else m for m in self.methods]  # a bad spec first
-        if isinstance(self.tasks, Mapping):  # the short form: {name: build_task parameters}
-            self.tasks = [build_task(name, **dict(params)) for name, params in self.tasks.items()]
-        self.tasks = list(self.tasks)
-        for task in self.tasks:
-            if not isinstance(task, Task):
-                raise TypeError(f"RunConfig.tasks: expected Task instances (or {{name: params}}), got {task!r}")
-        names = [task.name for task in self.tasks]
-        if len(set(names)) != len(names):
-            raise ValueError(f"the same task is listed twice: {names}; give each task once")
-        for stack in self.methods:
-            if not isinstance(stack, MethodStack):
-                raise TypeError(f"RunConfig.methods: expected MethodStack objects (or spec strings), got {stack!r}")
-        labels = self.labels
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"the same method stack is listed twice: {labels}")
-
-    @property
-    def labels(self) -> list[str]:
-        """Each method stack's label: the `method` of its records and its key in run.json and the summary."""
-        return [stack.label for stack in self.methods]
-
-    @property
-    def prompt_format(self) -> PromptFormat:
-        return PromptFormat(self.chat_template, self.system_prompt)
-
-    def settings(self, task: Task) -> DecodeSettings:
-        max_new, stops = task.generation_defaults()
-        return DecodeSettings(
-            max_new_tokens=self.max_new_tokens or max_new,
-            stop_strings=stops,
-            batch_size=self.batch_size,
-            max_length=self.max_length,
-            truncate=self.truncate,
-        )
-
-
-def task_params(task: Task) -> dict[str, Any]:
-    """A task's configuration as `build_task` parameters: every field set (not None), except a tokenizer (the
-    evaluated model's, injected by `prepare`). What run.json pins and config.yaml stores for it."""
-    return {
-        f.name: getattr(task, f.name)
-        for f in fields(task)
-        if f.init and f.name != "tokenizer" and getattr(task, f.name) is not None
-    }
 
 
 def task_generation(name: str, params: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
@@ -654,24 +564,6 @@ def run(
     owner = locked_directory(config.out, f"evaluation run directory {config.out}") if rank == 0 else nullcontext()
     with owner:  # rank 0 owns the directory; if it is refused, it exits and torchrun stops the other ranks
         return _run_locked(config, model, tokenizer, max_records, on_record, progress, config_text, rank, world)
-
-
-def check_run_directory(out: str | Path) -> Path:
-    """`--out` of a run: missing, empty, or an earlier run's (its run.json); records without run.json (made under
-    settings nobody can check any more) and a folder of other files are refused before anything is written."""
-    path = require_path(out)
-    if path.is_file():
-        raise NotADirectoryError(
-            f"the output directory {out} is a file; pass --out a directory (a new one, or an earlier run's to resume it)"
-        )
-    records = [p.name for p in [path / RECORDS_FILE, *rank_records_files(path)] if p.is_file() and p.stat().st_size]
-    if records and not (path / MANIFEST_FILE).is_file():
-        raise OutputRefused(
-            f"{path} holds records ({', '.join(records)}) but no {MANIFEST_FILE}, so which model and settings made "
-            "them is unknown and a rerun could mix them with other results: pass another --out to start afresh "
-            "(or restore that run's run.json)"
-        )
-    return check_output_directory(path, MANIFEST_FILE, "an evaluation run directory")
 
 
 def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, progress, config_text, rank, world):

@@ -1,15 +1,16 @@
 """How long each command takes to answer `--help`, a refusal that needs no model, and `--print_config`.
 
-    python scripts/benchmark_startup.py [--rounds 5] [--compare OTHER_CHECKOUT] [--only help]
+    python scripts/benchmark_startup.py [--rounds 5] [--compare OTHER_CHECKOUT] [--only help] [--match 'evaluation run']
 
 Each case is a fresh interpreter (`python -m PACKAGE ...` or `python scripts/X.py ...`) with
 OMP_NUM_THREADS=1, timed wall-clock from start to exit. The cases run in interleaved rounds (every case once
 per round, in the same order), so a load that comes and goes hits them all alike; the table gives the median
 and the range over the rounds. `--compare DIR` times the same cases in another checkout of the project (e.g.
 an older commit, unpacked with `git archive`) in the same rounds, right after each case here, and adds its
-median and the ratio: the only way to compare on a shared machine. The target of issue 24 is <= 2 s on two
-quiet cores for every case except the ones the README's table names (LightningCLI's fit / validate, and the
-commands that resolve tasks and methods as classes).
+median and the ratio: the only way to compare on a shared machine. `--match TEXT` keeps the cases whose
+command contains TEXT (one command's cases, measured in minutes rather than the whole table). The target of
+issue 24 is <= 2 s on two quiet cores for every case except the ones the README's table names (LightningCLI's
+fit / validate, and `search run --print_config`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from jsonargparse.typing import PositiveInt
 from repo_common.config_cli import ConfigParser, parse_script
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (kind, command line after `python`): every command's --help and one model-free refusal; the two heavy
-#: --print_config cases and LightningCLI's fit --help are timed too, to say what they cost.
+#: (kind, command line after `python`): every command's --help and one model-free refusal, some --print_config
+#: cases, and LightningCLI's fit --help, timed to say what it costs.
 CASES = [
     ("help", "-m repo_train --help"),
     ("help", "-m repo_train demo --help"),
@@ -47,6 +48,7 @@ CASES = [
     ("refusal", "-m repo_train demo --steps 0"),
     ("refusal", "-m repo_train export --out x"),
     ("refusal", "-m evaluation report"),
+    ("refusal", "-m evaluation run --out x --tasks nope"),
     ("refusal", "-m search run --ga.population many"),
     ("refusal", "-m workflows check-gpu --train_processes 0"),
     ("refusal", "scripts/quickstart.py --steps none"),
@@ -62,6 +64,7 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--rounds", type=PositiveInt, default=5, help="interleaved rounds (median and range)")
     parser.add_argument("--compare", type=str | None, help="another checkout of the project, timed alongside")
     parser.add_argument("--only", type=str | None, help="comma-separated kinds: help, refusal, print_config")
+    parser.add_argument("--match", type=str | None, help="only the cases whose command contains this text")
     return parser
 
 
@@ -71,6 +74,8 @@ def check_options(options) -> None:
     kinds = {kind for kind, _ in CASES}
     if options.only is not None and not set(options.only.split(",")) <= kinds:
         raise ValueError(f"--only {options.only!r}: choose comma-separated kinds from {sorted(kinds)}")
+    if options.match is not None and not any(options.match in command for _, command in CASES):
+        raise ValueError(f"--match {options.match!r} is in no case's command; e.g. --match 'evaluation run'")
 
 
 def time_once(root: Path, command: str) -> tuple[float, int]:
@@ -86,6 +91,7 @@ def time_once(root: Path, command: str) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     options = parse_script(build_parser(), argv, check_options)
     cases = [(kind, cmd) for kind, cmd in CASES if options.only is None or kind in options.only.split(",")]
+    cases = [(kind, cmd) for kind, cmd in cases if options.match is None or options.match in cmd]
     roots = {"here": ROOT, **({"compare": Path(options.compare).resolve()} if options.compare else {})}
     times: dict[tuple[str, str], list[float]] = {(name, cmd): [] for name in roots for _, cmd in cases}
     codes: dict[tuple[str, str], int] = {}

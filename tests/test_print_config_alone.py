@@ -26,6 +26,7 @@ FAST = [
     "python -m repo_train export",
     "python -m repo_train real-model",
     "python -m workflows check-gpu",
+    "python -m evaluation run",
     "python -m evaluation report",
     "python -m evaluation summarize",
     "python -m search show",
@@ -43,11 +44,10 @@ SCRIPTS = sorted(
     for path in (ROOT / "scripts").glob("*.py")
     if "ConfigParser" in path.read_text(encoding="utf-8") or path.name == "check_gpu.py"
 )
-#: The rest: LightningCLI's, the two that resolve their config through the method classes, the other scripts.
+#: The rest: LightningCLI's, the search (its config resolves through the model classes), the other scripts.
 HEAVY = [
     "python -m repo_train fit",
     "python -m repo_train validate",
-    "python -m evaluation run",
     "python -m search run",
     *(script for script in SCRIPTS if script not in FAST),
 ]

@@ -2,9 +2,9 @@
 
 Each command runs in a fresh interpreter (`startup_probe.py`), which reports the heavy packages in
 `sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
-`scripts/benchmark_startup.py`'s). Two commands are known exceptions and are checked to stay what they are:
-`python -m evaluation run` builds its parser from the method classes (`evaluation.methods` imports torch at
-module level), and `fit` / `validate` are LightningCLI's, whose parser is built from the LightningModule.
+`scripts/benchmark_startup.py`'s). `fit` / `validate` are the known exception, checked to stay what it is:
+LightningCLI's, whose parser is built from the LightningModule. (`python -m evaluation run` was one until its
+parser and resolution read the task and method classes without torch or `datasets`.)
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ COMMANDS = {
     "python -m repo_train real-model": (["--dtype", "int3"], "--dtype"),
     "python -m repo_train check-gpu": None,  # moved: the refusal alone (below)
     "python -m evaluation": (["nope"], "unknown command 'nope'"),
+    "python -m evaluation run": (["--out", "x", "--method", "pi:scale=2", "--tasks", "nope"], "unknown task(s)"),
     "python -m evaluation report": ([], "missing option --out"),
     "python -m evaluation summarize": (["--out", "r", "--colour"], "--colour"),
     "python -m search": (["nope"], "unknown command 'nope'"),
@@ -78,16 +79,32 @@ def test_a_refusal_that_needs_no_model_loads_no_heavy_package(command):
     assert heavy == [], f"{command} {' '.join(args)} imported {heavy} before refusing"
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--print_config"],  # the template: the default task and method resolved without their heavy packages
+        ["--out", "x", "--method", "nope"],  # an unknown method name: the registry's names alone
+        ["--out", "x", "--batch_size", "0"],
+        ["--out", "x", "--dtype", "bfloat16"],  # a dtype the tiny default would ignore
+        ["--out", "{folder}"],  # a folder of other files
+    ],
+)
+def test_evaluation_run_checks_its_config_before_loading_the_harness(args, tmp_path):
+    (tmp_path / "notes.txt").write_text("the user's own")
+    args = [arg.format(folder=tmp_path) for arg in args]
+    code, err, heavy = probe("python -m evaluation run", args)
+    assert code == (0 if args == ["--print_config"] else 2), err
+    assert heavy == [], f"evaluation run {' '.join(args)} imported {heavy}"
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and not (ROOT / "x").exists()
+
+
 def test_the_moved_check_gpu_spelling_is_refused_without_loading_anything():
     code, err, heavy = probe("python -m repo_train", ["check-gpu"])
     assert code == 2 and "python -m workflows check-gpu" in err and heavy == []
 
 
-@pytest.mark.slow  # each loads torch (fit: Lightning too): 13-18 s on two cores at load 2-3
-@pytest.mark.parametrize(
-    ("command", "expected"),
-    [("python -m evaluation run", {"torch"}), ("python -m repo_train fit", {"torch", "pytorch_lightning"})],
-)
+@pytest.mark.slow  # loads torch and Lightning: 13-18 s on two cores at load 2-3
+@pytest.mark.parametrize(("command", "expected"), [("python -m repo_train fit", {"torch", "pytorch_lightning"})])
 def test_the_known_exceptions_still_need_their_packages_for_help(command, expected):
     """If one of these stops importing them, move it to COMMANDS above (the README's table says why it is slow)."""
     code, err, heavy = probe(command, ["--help"])

@@ -2,17 +2,19 @@
 
 `build_method('pi:scale=2')` makes one; `MethodStack.parse('a+b:k=v')` a stack.
 A new method is a `Method` subclass decorated with `@register_method` in a
-module imported here; the harness needs no change.
+module the user names with `--import` (or, for a built-in, a line in
+`base.METHODS`); the harness needs no change.
+
+Importing this package loads no torch: the interface and the registry (`base`) are plain Python, and the
+built-in methods' modules load when a spec names them or one of their names below is first used (module
+`__getattr__`), so `evaluation run --help` and `--print_config` answer in a second.
 """
 
-from evaluation.methods import (
-    caliope,  # noqa: F401  (registers 'caliope')
-    found_in_middle,  # noqa: F401  (registers 'fim')
-    lpes,  # noqa: F401  (registers 'lpes')
-    pcd,  # noqa: F401  (registers 'pcd')
-    pi,  # noqa: F401  (registers 'pi')
-    scaling_baselines,  # noqa: F401  (registers 'ms_poe', 'attention_buckets')
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from evaluation.methods.base import (
     METHODS,
     Baseline,
@@ -20,15 +22,29 @@ from evaluation.methods.base import (
     GenerationState,
     Method,
     MethodStack,
-    PolicyMethod,
     build_method,
     configure_method,
-    current_policies,
     parse_method_spec,
     parse_value,
     register_method,
 )
-from evaluation.methods.pi import PositionInterpolation, ScaledRopePolicy
+
+#: Names re-exported from modules that import torch, loaded on first use.
+_LAZY = {
+    "PolicyMethod": "evaluation.methods.policy_method",
+    "PositionInterpolation": "evaluation.methods.pi",
+    "ScaledRopePolicy": "evaluation.methods.pi",
+    "current_policies": "repo_train.modeling.swapping",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'evaluation.methods' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)  # heavy: keeps --help fast (torch)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "METHODS",

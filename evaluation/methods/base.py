@@ -20,6 +20,10 @@ act at four points, all optional (the defaults do nothing):
 Methods stack: `MethodStack` applies them in order (attach in order, detach in
 reverse; each `prefill_position_ids` sees the positions chosen before it in
 `batch.position_ids`; logits flow through each `process_logits` in turn).
+
+This module imports neither torch nor transformers (tensors appear only in annotations): `evaluation run`
+builds its parser and resolves its configuration from these classes and the registry's names, and loads a
+method's own module, with torch, only when a spec or a class entry names it (`registry.LazyClassRegistry`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import typing
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from evaluation.methods.registry import LazyClassRegistry
 
-from repo_train.modeling import PositionPolicy
-from repo_train.modeling.swapping import current_policies, restore_policies, swap_policies
+if TYPE_CHECKING:
+    import torch
+
+    from repo_train.modeling import PositionPolicy
 
 
 @dataclass
@@ -142,14 +148,28 @@ def spec_fields(cls: type[Method]) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if f.init]
 
 
-METHODS: dict[str, type[Method]] = {}
+#: Every method by its spec name. The built-ins are named by their class path and their module (torch and all) is
+#: imported when a spec first names one; `register_method` adds a user's class as it is defined.
+METHODS: LazyClassRegistry[Method] = LazyClassRegistry(
+    "method",
+    {
+        "baseline": "evaluation.methods.base.Baseline",
+        "caliope": "evaluation.methods.caliope.Caliope",
+        "fim": "evaluation.methods.found_in_middle.FoundInTheMiddle",
+        "lpes": "evaluation.methods.lpes.method.LayerScaledRope",
+        "pcd": "evaluation.methods.pcd.PositionalContrastiveDecoding",
+        "pi": "evaluation.methods.pi.PositionInterpolation",
+        "ms_poe": "evaluation.methods.scaling_baselines.MsPoE",
+        "attention_buckets": "evaluation.methods.scaling_baselines.AttentionBuckets",
+    },
+)
 
 
 def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method buildable from a spec by its `name`."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} must be a dataclass (its fields are the spec parameters)")
-    if cls.name in METHODS and METHODS[cls.name] is not cls:
+    if not METHODS.holds(cls.name, cls):
         raise ValueError(f"method {cls.name!r} registered twice")
     METHODS[cls.name] = cls
     return cls
@@ -323,27 +343,6 @@ class MethodStack:
         for method in self.methods:
             logits = method.process_logits(step, logits, state)
         return logits
-
-
-@dataclass
-class PolicyMethod(Method):
-    """A method that swaps the per-layer position policies while attached (PI, LPES): subclasses build them.
-
-    A new training-free position method is a dataclass subclass defining
-    `layer_policies`, plus `@register_method`; attach/detach swap and restore
-    through `repo_train.modeling.swapping`.
-    """
-
-    def layer_policies(self, model, current: list[PositionPolicy]) -> list[PositionPolicy]:
-        """The policy of each layer while attached, given the installed ones (`current`, one per layer)."""
-        raise NotImplementedError
-
-    def attach(self, model, tokenizer) -> None:
-        self._saved = swap_policies(model, self.layer_policies(model, current_policies(model)))
-
-    def detach(self, model) -> None:
-        restore_policies(model, self._saved)
-        del self._saved
 
 
 @register_method

@@ -30,35 +30,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from evaluation.methods.base import GenerationBatch, GenerationState, MethodStack
 from evaluation.methods.kv_cache import reserved_cache
 from evaluation.methods.row_groups import RowGroups
+from evaluation.run_config import DecodeSettings
 from repo_train.modeling.cache_keyword import cache_argument
-
-TRUNCATION_POLICIES = ("left", "middle")
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """How to generate: greedy, up to `max_new_tokens`, stopping at EOS or a stop string."""
-
-    max_new_tokens: int = 32
-    """Most tokens generated per prompt."""
-    stop_strings: tuple[str, ...] = ()
-    """Generation of a row stops once its text contains one of these; the text is cut before it."""
-    batch_size: int = 8
-    """Prompts per forward (sorted by length, left-padded)."""
-    max_length: int | None = None
-    """Budget of prompt + new tokens; None = the model's max_position_embeddings."""
-    truncate: str | None = None
-    """None: a too-long prompt is an error; 'left' drops its start, 'middle' its middle."""
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.truncate is not None and self.truncate not in TRUNCATION_POLICIES:
-            raise ValueError(f"truncate must be one of {list(TRUNCATION_POLICIES)} or None, got {self.truncate!r}")
-        if isinstance(self.stop_strings, str):
-            raise TypeError(f"stop_strings must be a tuple of strings, got the string {self.stop_strings!r}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from evaluation.methods.base import PolicyMethod, register_method
+from evaluation.methods.base import register_method
+from evaluation.methods.policy_method import PolicyMethod
 from repo_train.modeling import PositionPolicy
 from repo_train.modeling.scaling import ScaledRopePolicy, scaled_policies
 

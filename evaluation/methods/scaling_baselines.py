@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import torch
 
-from evaluation.methods.base import GenerationState, Method, PolicyMethod, register_method
+from evaluation.methods.base import GenerationState, Method, register_method
 from evaluation.methods.pcd import (
     SideDecoder,
     check_passes,
@@ -40,6 +40,7 @@ from evaluation.methods.pcd import (
     rope_base,
     spec_params_without_default_passes,
 )
+from evaluation.methods.policy_method import PolicyMethod
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
 from repo_train.modeling.swapping import current_policies

@@ -28,8 +28,6 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import datasets
-
 from evaluation.tasks.base import GoldPositions, Task, example_rng, resolve_gold_positions
 from evaluation.tasks.ruler import (
     ESSAY_SENTENCES,
@@ -167,11 +165,11 @@ class BabiTask(Task):
 
     def extra_features(self) -> dict[str, Any]:
         return {
-            "length": datasets.Value("int64"),
-            "context_tokens": datasets.Value("int64"),
-            "question": datasets.Value("string"),
-            "facts": datasets.List(datasets.Value("string")),
-            "source_index": datasets.Value("int64"),
+            "length": "int64",
+            "context_tokens": "int64",
+            "question": "string",
+            "facts": ["string"],
+            "source_index": "int64",
         }
 
     def rows(self) -> Iterator[dict[str, Any]]:

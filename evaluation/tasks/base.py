@@ -14,6 +14,10 @@ a calibrator or a search can consume any task without knowing which it is:
   KV line) in `prompt`, newline excluded, in order, so `prompt[s:e]` is item i.
 
 Builds are deterministic: the same config (seed included) gives the same dataset.
+
+Columns are declared as plain type names (`"string"`, `"int64"`, `["string"]` for a list) and become
+`datasets` features only in `build()`: a task module loads no `datasets` (seconds of start-up), so
+`evaluation run --help` and `--print_config` build the tasks' configurations without it.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar
-
-import datasets
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from evaluation.metrics import get_metric, score_batch
 from repo_common.json_files import json_lines
+
+if TYPE_CHECKING:
+    import datasets
 
 #: Named gold-position grids, as fractions of the last index (k - 1); each name says where the positions lie.
 GRIDS: dict[str, tuple[Fraction, ...]] = {
@@ -51,16 +56,30 @@ GoldPositions = str | int | Sequence[int]
 #: Rows converted to Arrow at a time by `Task.build` (bounds the Python objects of a large build).
 BUILD_CHUNK = 2048
 
-BASE_FEATURES: dict[str, Any] = {
-    "id": datasets.Value("string"),
-    "example_id": datasets.Value("string"),
-    "task": datasets.Value("string"),
-    "prompt": datasets.Value("string"),
-    "answers": datasets.List(datasets.Value("string")),
-    "gold_position": datasets.Value("int64"),
-    "num_positions": datasets.Value("int64"),
-    "item_spans": datasets.List(datasets.List(datasets.Value("int64"))),
+#: A column's type: a `datasets.Value` dtype name, or a one-element list `[TYPE]` for a list of TYPE.
+ColumnType = str | list[Any]
+
+BASE_FEATURES: dict[str, ColumnType] = {
+    "id": "string",
+    "example_id": "string",
+    "task": "string",
+    "prompt": "string",
+    "answers": ["string"],
+    "gold_position": "int64",
+    "num_positions": "int64",
+    "item_spans": [["int64"]],
 }
+
+
+def feature_of(column: Any) -> Any:
+    """The `datasets` feature of a column type (`"int64"` -> Value, `["string"]` -> List); a feature as it is."""
+    import datasets  # heavy: a task module stays importable without it (evaluation run --help, --print_config)
+
+    if isinstance(column, str):
+        return datasets.Value(column)
+    if isinstance(column, list) and len(column) == 1:
+        return datasets.List(feature_of(column[0]))
+    return column
 
 
 def refuse_renamed_grid(spec: object) -> None:
@@ -210,11 +229,14 @@ class Task(ABC):
         """Yield the rows of the dataset (core columns plus `extra_features`), in a deterministic order."""
 
     def extra_features(self) -> dict[str, Any]:
-        """Task-specific columns and their `datasets` types."""
+        """Task-specific columns and their types (`ColumnType`, or a `datasets` feature)."""
         return {}
 
     def features(self) -> datasets.Features:
-        return datasets.Features({**BASE_FEATURES, **self.extra_features()})
+        import datasets  # heavy: only a build needs it (see the module's docstring)
+
+        columns = {**BASE_FEATURES, **self.extra_features()}
+        return datasets.Features({name: feature_of(column) for name, column in columns.items()})
 
     def build(self) -> datasets.Dataset:
         """The task's rows as a `datasets.Dataset` (deterministic for a given config).
@@ -224,6 +246,8 @@ class Task(ABC):
         prompts with their spans) never exist all at once; the dataset holds
         the same rows in the same order as one `from_list` of them all.
         """
+        import datasets  # heavy: only a build needs it (see the module's docstring)
+
         features = self.features()
         parts: list[datasets.Dataset] = []
         chunk: list[dict[str, Any]] = []

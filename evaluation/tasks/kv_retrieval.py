@@ -42,8 +42,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from evaluation.metrics import METRICS
 from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
 
@@ -224,9 +222,9 @@ class KVRetrievalTask(Task):
 
     def extra_features(self) -> dict[str, Any]:
         return {
-            "key": datasets.Value("string"),
-            "value": datasets.Value("string"),
-            "source_index": datasets.Value("int64"),
+            "key": "string",
+            "value": "string",
+            "source_index": "int64",
         }
 
     def examples(self) -> list[tuple[list[KVPair], int]]:

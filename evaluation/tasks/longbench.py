@@ -43,8 +43,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from evaluation.metrics import rouge_l, token_f1
 from evaluation.tasks.base import Task, read_jsonl
 from evaluation.tasks.ruler import count_tokens, resolve_tokenizer
@@ -247,10 +245,10 @@ class LongBenchTask(Task):
 
     def extra_features(self) -> dict[str, Any]:
         return {
-            "dataset": datasets.Value("string"),
-            "length": datasets.Value("int64"),
-            "prompt_tokens": datasets.Value("int64"),
-            "source_index": datasets.Value("int64"),
+            "dataset": "string",
+            "length": "int64",
+            "prompt_tokens": "int64",
+            "source_index": "int64",
         }
 
     def rows(self) -> Iterator[dict[str, Any]]:

@@ -23,8 +23,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from evaluation.metrics import normalize_answer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
@@ -71,10 +69,10 @@ def _question_fields(record: Any, where: str) -> tuple[str, list[str], list[Any]
 
 
 _MDQA_FEATURES: dict[str, Any] = {
-    "question": datasets.Value("string"),
-    "gold_title": datasets.Value("string"),
-    "doc_titles": datasets.List(datasets.Value("string")),
-    "source_index": datasets.Value("int64"),
+    "question": "string",
+    "gold_title": "string",
+    "doc_titles": ["string"],
+    "source_index": "int64",
 }
 
 

@@ -31,8 +31,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-import datasets
-
 from evaluation.tasks.base import Task, read_jsonl
 
 FORMATS = ("auto", "arc", "boolq")
@@ -143,10 +141,10 @@ class MultipleChoiceTask(Task):
 
     def extra_features(self) -> dict[str, Any]:
         return {
-            "choices": datasets.List(datasets.Value("string")),
-            "choice_labels": datasets.List(datasets.Value("string")),
-            "label": datasets.Value("int64"),
-            "question": datasets.Value("string"),
+            "choices": ["string"],
+            "choice_labels": ["string"],
+            "label": "int64",
+            "question": "string",
         }
 
     def rows(self) -> Iterator[dict[str, Any]]:

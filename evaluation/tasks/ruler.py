@@ -33,8 +33,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import datasets
-
 from evaluation.tasks.base import GoldPositions, Task, example_rng, resolve_gold_positions
 from evaluation.tasks.kv_retrieval import random_uuid4
 from repo_common.model_directory import check_tokenizer_files
@@ -332,11 +330,11 @@ class HaystackTask(Task):
 
     def extra_features(self) -> dict[str, Any]:
         return {
-            "depth_percent": datasets.Value("float64"),
-            "target_length": datasets.Value("int64"),
-            "prompt_tokens": datasets.Value("int64"),
-            "query": datasets.Value("string"),
-            "source_index": datasets.Value("int64"),
+            "depth_percent": "float64",
+            "target_length": "int64",
+            "prompt_tokens": "int64",
+            "query": "string",
+            "source_index": "int64",
         }
 
     def rows(self) -> Iterator[dict[str, Any]]:

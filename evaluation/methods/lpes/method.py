@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from evaluation.methods.base import PolicyMethod, register_method
+from evaluation.methods.base import register_method
 from evaluation.methods.lpes.scale_file_format import ScaleFileError, read_scale_file
+from evaluation.methods.policy_method import PolicyMethod
 from evaluation.search_overlap import FittedExamples
 from repo_train.modeling import PositionPolicy
 from repo_train.modeling.scaling import scaled_policies
