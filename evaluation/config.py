@@ -81,6 +81,7 @@ def add_run_options(parser: ConfigParser) -> None:
     """The options of `evaluation run` (each also a key of a config file)."""
     set_parsing_settings(subclasses_enabled=[Task, Method])  # class_path may name any Task / Method subclass
     parser.add_import_option()
+    parser.class_path_loaders.append(METHODS.load_class_named)  # `class_path: PositionInterpolation` in a config
     parser.add_argument("--model", type=str | None, help="local HF model directory (default: the tiny random model)")
     parser.add_argument("--out", type=str, required=True, help="output directory (resumes an earlier run's)")
     parser.add_argument(

@@ -134,6 +134,9 @@ class ConfigParser(ArgumentParser):
         #: Whether `--import MODULE` is an option (`add_import_option`), and the modules it imported.
         self.takes_user_code = False
         self.user_modules: list[str] = []
+        #: Called with each class_path a config or the command line gives, after the checks, so that a lazily
+        #: loaded built-in class can be named by its bare class name (jsonargparse finds only loaded subclasses).
+        self.class_path_loaders: list[Callable[[str], None]] = []
 
     def add_import_option(self) -> None:
         """`--import MODULE` (repeatable, or `import: [...]` in a config file): the user's own modules, imported
@@ -154,6 +157,8 @@ class ConfigParser(ArgumentParser):
             self.user_modules = [user_code.module_name_of(name) for name in names]
             for class_path in [*user_code.class_paths_in(data), *user_code.class_paths_in_args(rest)]:
                 user_code.check_class_path(class_path, self.user_modules)
+                for load in self.class_path_loaders:
+                    load(class_path)
         except ValueError as err:
             self.fail(str(err))
         return rest + ([user_code.FLAG, json.dumps(names)] if named else [])

@@ -60,5 +60,11 @@ class LazyClassRegistry(MutableMapping[str, type[T]], Generic[T]):
         entry = self._entries.get(name, cls)
         return entry is cls or entry == class_path_of(cls)
 
+    def load_class_named(self, class_name: str) -> None:
+        """Load the built-in whose class is called `class_name` (a bare name in a config), if one is."""
+        for name, entry in list(self._entries.items()):
+            if isinstance(entry, str) and entry.rpartition(".")[2] == class_name:
+                self[name]  # reading the entry imports its module
+
     def __repr__(self) -> str:
         return f"LazyClassRegistry({self.kind!r}, {sorted(self._entries)})"

@@ -4,7 +4,10 @@ classes declare their columns without `datasets` (both so that `evaluation run` 
 from __future__ import annotations
 
 import json.decoder
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import datasets
@@ -14,6 +17,8 @@ from evaluation.methods import METHODS, Method, MethodStack, register_method
 from evaluation.methods.registry import LazyClassRegistry
 from evaluation.tasks import build_task
 from evaluation.tasks.base import feature_of
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_an_entry_given_as_a_class_path_is_imported_when_read():
@@ -65,3 +70,21 @@ def test_column_types_become_the_datasets_features_they_name():
     built = build_task("kv", num_examples=1, num_keys=3, gold_positions=[0]).build()
     assert built.features["item_spans"] == datasets.List(datasets.List(datasets.Value("int64")))
     assert built.features["key"] == datasets.Value("string") and built.features["source_index"].dtype == "int64"
+
+
+def test_a_built_in_named_by_its_bare_class_name_in_a_config_is_loaded_for_the_parser(tmp_path):
+    """`class_path: PositionInterpolation` worked while every built-in was imported eagerly; it still does."""
+    registry = LazyClassRegistry("thing", {"decoder": "json.decoder.JSONDecoder"})
+    registry.load_class_named("JSONEncoder")  # no entry of that class: nothing is loaded
+    assert isinstance(registry._entries["decoder"], str)
+    registry.load_class_named("JSONDecoder")
+    assert registry._entries["decoder"] is json.decoder.JSONDecoder
+    config = tmp_path / "methods.yaml"
+    config.write_text("methods:\n  - class_path: PositionInterpolation\n    init_args: {scale: 2.0}\n")
+    # a fresh interpreter, where no built-in is loaded yet (here earlier tests may have loaded it)
+    shown = subprocess.run(
+        [sys.executable, "-m", "evaluation", "run", "--config", str(config), "--print_config"],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "class_path: evaluation.methods.pi.PositionInterpolation" in shown.stdout
