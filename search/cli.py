@@ -63,7 +63,7 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
         check_search_outputs(options.out, options.resume)  # a bad or foreign --out fails before anything is loaded
     config = config_from_options(parser, options)
     if config.model.path is None:  # --model.dtype / attn_implementation would be ignored by the tiny default
-        from evaluation.model_loading import check_tiny_default_options  # lazy: keeps --help fast
+        from evaluation.run_config import check_tiny_default_options  # lazy: keeps --help fast
 
         check_tiny_default_options(config.model.dtype, config.model.attn_implementation, "--model.")
     if getattr(parser, "tiny_defaults", False):

@@ -29,6 +29,7 @@ FAST = [
     "python -m evaluation run",
     "python -m evaluation report",
     "python -m evaluation summarize",
+    "python -m search run",
     "python -m search show",
     "python -m search diagnose",
     "scripts/quickstart.py",
@@ -44,11 +45,10 @@ SCRIPTS = sorted(
     for path in (ROOT / "scripts").glob("*.py")
     if "ConfigParser" in path.read_text(encoding="utf-8") or path.name == "check_gpu.py"
 )
-#: The rest: LightningCLI's, the search (its config resolves through the model classes), the other scripts.
+#: The rest: LightningCLI's and the other scripts.
 HEAVY = [
     "python -m repo_train fit",
     "python -m repo_train validate",
-    "python -m search run",
     *(script for script in SCRIPTS if script not in FAST),
 ]
 

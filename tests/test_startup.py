@@ -98,6 +98,11 @@ def test_evaluation_run_checks_its_config_before_loading_the_harness(args, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and not (ROOT / "x").exists()
 
 
+def test_search_run_prints_its_config_template_without_loading_the_model_classes():
+    code, err, heavy = probe("python -m search run", ["--print_config"])
+    assert code == 0 and heavy == [], f"search run --print_config imported {heavy}: {err}"
+
+
 def test_the_moved_check_gpu_spelling_is_refused_without_loading_anything():
     code, err, heavy = probe("python -m repo_train", ["check-gpu"])
     assert code == 2 and "python -m workflows check-gpu" in err and heavy == []
