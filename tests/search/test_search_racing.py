@@ -185,6 +185,9 @@ def test_racing_config_checks_and_the_search_config_option(tmp_path):
     config = SearchConfig.from_dict({"ga": {"racing": {"fractions": [0.1, 0.5, 1], "confidence": 0.9}}})
     assert config.ga.racing == RacingConfig(fractions=(0.1, 0.5, 1.0), confidence=0.9)
     assert SearchConfig.from_dict(config.to_dict()) == config  # NAME.config.yaml replays it
+    assert "exact_bound" not in config.to_dict()["ga"]["racing"]  # off: written as before the option existed
+    exact = SearchConfig.from_dict({"ga": {"racing": {"exact_bound": True}}})
+    assert exact.ga.racing.exact_bound and SearchConfig.from_dict(exact.to_dict()) == exact
     assert SearchConfig.from_dict({}).ga.racing is None  # the plain GA by default
     assert RacingConfig(fractions=(0.25, 0.5, 1.0)).stages(10) == [3, 5, 10]
     assert RacingConfig(fractions=(0.1, 0.2, 1.0)).stages(4) == [1, 4]  # repeats merged
