@@ -209,6 +209,9 @@ class SearchConfig:
         data = dataclasses.asdict(self)
         if not data["task"]["params"]:
             del data["task"]["params"]  # an mdqa/kv config as it was written before params existed
+        racing = data["ga"]["racing"]
+        if racing is not None and not racing["exact_bound"]:
+            del racing["exact_bound"]  # a racing config as it was written before exact_bound existed
         return data
 
     @classmethod

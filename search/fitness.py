@@ -156,6 +156,7 @@ class SyntheticQuestionFitness(SyntheticFitness):
         if num_questions < 1:
             raise ValueError(f"num_questions must be >= 1, got {num_questions}")
         self.num_questions = num_questions
+        self.question_score_max = 0.0  # −mean squared error: at most 0 (racing's exact bound)
         offsets = np.random.default_rng(seed).normal(0.0, spread, size=(num_questions, self.target.size))
         self.targets = self.target + offsets
         self.question_evaluations = 0

@@ -467,7 +467,9 @@ def _record(state: SearchState, counts: tuple[int, int] | RaceCounts) -> None:
         "cache_hits": hits,
     }
     if racing:
-        entry.update(questions_scored=counts.questions, dropped=counts.dropped)
+        entry.update(questions_scored=counts.questions, dropped=counts.dropped, stage_questions=counts.stage_questions)
+        if state.config.racing.exact_bound:
+            entry["dropped_exact"] = counts.dropped_exact
     state.history.append(entry)
 
 

@@ -151,6 +151,8 @@ class HarnessFitness:
         self.example_ids = sorted({row["example_id"] for row in self.prepared.rows})
         self.question_rows = _question_rows(self.prepared.rows, subset_of)
         self.num_questions = len(self.question_rows)
+        # racing's exact bound: a question's Eq. 7 score is at most Σλ = 1, the harness's metrics score in [0, 1]
+        self.question_score_max = 1.0
         self._chunks: dict[tuple[int, int], tuple[PreparedTask, dict[str, int]]] = {}
         self.num_layers = len(current_policies(model))
         scaled_policies(model, [1.0] * self.num_layers, method="LPES")  # a REPO model fails here, not mid-search

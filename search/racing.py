@@ -17,6 +17,17 @@ candidate, in the search set's order). After each stage but the last:
 - c is dropped when the whole interval lies below 0 (its upper bound under the
   reference's, paired), once at least `min_questions` questions are scored.
 
+With `exact_bound` (a deterministic rule, no statistics) a running candidate
+is also dropped after any stage once it cannot beat the incumbent even if
+every remaining question goes its way: its prefix sum plus the fitness's
+`question_score_max` for each of the N − n questions left, over N, is below
+the incumbent's fitness. It never drops a candidate that could become the
+best (the best only changes on a strictly higher fitness), and it needs no
+`min_questions`. The fitness declares the bound (`HarnessFitness`: 1, the
+Eq. 7 weights sum to 1 and the metrics score in [0, 1]); a question scored
+above it stops the search with a one-line error rather than drop on a false
+bound.
+
 Survivors are scored on all N questions and get the same `FitnessResult` as the
 plain GA's (the fitness's `combine_questions`). A dropped candidate never
 becomes the best and is ranked for selection below every fully scored one:
@@ -39,7 +50,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from evaluation.statistics import bootstrap_ci
@@ -64,6 +75,8 @@ class RacingConfig:
     """No candidate is dropped on fewer questions (a percentile bootstrap of a handful is too confident)."""
     seed: int = 0
     """Seed of the bootstrap (the same for every decision, so a resumed search decides alike)."""
+    exact_bound: bool = False
+    """Also drop a candidate that cannot beat the incumbent even at the top score on every question left."""
 
     def __post_init__(self) -> None:
         fractions = tuple(float(f) for f in self.fractions)
@@ -131,6 +144,10 @@ class RaceCounts:
     """(candidate, question) pairs scored now (cached ones excluded)."""
     dropped: int = 0
     """Candidates dropped before the last stage."""
+    dropped_exact: int = 0
+    """Of `dropped`, those the exact bound dropped (before the bootstrap was asked)."""
+    stage_questions: list[int] = field(default_factory=list)
+    """(candidate, question) pairs scored at each stage, in stage order (cached ones excluded)."""
 
 
 def race(
@@ -153,17 +170,30 @@ def race(
             running.append(genome)
     counts.candidates = len(running)
     total = fitness.num_questions
+    ceiling = question_score_max(fitness) if config.exact_bound else None
+    incumbent_sum = None
+    if ceiling is not None and incumbent is not None:
+        incumbent_sum = math.fsum(r.overall for r in cache.questions(context, incumbent))
     for stop in config.stages(total):
         if not running:
             break
-        _score_up_to(cache, context, space, fitness, running, stop, counts, clock)
+        before = counts.questions
+        _score_up_to(cache, context, space, fitness, running, stop, counts, clock, ceiling)
+        counts.stage_questions.append(counts.questions - before)
         if stop == total:
             break
-        if stop < config.min_questions:
+        if incumbent_sum is not None:
+            hopeless = [
+                g for g in running if cannot_beat(cache.questions(context, g)[:stop], total, ceiling, incumbent_sum)
+            ]
+            counts.dropped += len(hopeless)
+            counts.dropped_exact += len(hopeless)
+            running = [g for g in running if g not in hopeless]
+        if stop < config.min_questions or not running:
             continue
-        field = ([incumbent] if incumbent is not None else []) + running
-        means = {g: prefix_mean(cache.questions(context, g)[:stop]) for g in field}
-        leader = max(field, key=lambda g: means[g])  # the first of equals: the incumbent, then population order
+        field_ = ([incumbent] if incumbent is not None else []) + running
+        means = {g: prefix_mean(cache.questions(context, g)[:stop]) for g in field_}
+        leader = max(field_, key=lambda g: means[g])  # the first of equals: the incumbent, then population order
         reference = [r.overall for r in cache.questions(context, leader)[:stop]]
         kept = []
         for genome in running:
@@ -181,7 +211,27 @@ def race(
     return counts
 
 
-def _score_up_to(cache, context, space, fitness, genomes, stop, counts: RaceCounts, clock) -> None:
+def question_score_max(fitness: object) -> float:
+    """The top score one question can get, as the fitness declares it (`exact_bound` needs it)."""
+    ceiling = getattr(fitness, "question_score_max", None)
+    if not isinstance(ceiling, int | float) or not math.isfinite(ceiling):
+        raise TypeError(
+            f"ga.racing.exact_bound needs the fitness's question_score_max (the top score of one question); "
+            f"{type(fitness).__name__} has {ceiling!r}: set it on the fitness or drop exact_bound"
+        )
+    return float(ceiling)
+
+
+def cannot_beat(scores: Sequence[FitnessResult], total: int, ceiling: float, incumbent_sum: float) -> bool:
+    """True when `scores` (questions 0 … n − 1) plus `ceiling` on each of the other total − n questions stay below
+    the incumbent's sum over all `total`: the candidate's fitness could at best fall short of the incumbent's.
+    A margin of 1e-9 of the scale keeps float rounding from dropping a candidate that could tie."""
+    best_case = math.fsum(r.overall for r in scores) + (total - len(scores)) * ceiling
+    margin = 1e-9 * max(1.0, abs(incumbent_sum), abs(best_case))
+    return best_case < incumbent_sum - margin
+
+
+def _score_up_to(cache, context, space, fitness, genomes, stop, counts: RaceCounts, clock, ceiling=None) -> None:
     """Score each genome's questions [cached, stop), one `evaluate_questions` batch per start (usually one)."""
     by_start: dict[int, list] = {}
     for genome in genomes:
@@ -198,5 +248,11 @@ def _score_up_to(cache, context, space, fitness, genomes, stop, counts: RaceCoun
                 f"{stop - start} questions: it must return one list of per-question FitnessResults per candidate"
             )
         for genome, scores in zip(group, results):
+            if ceiling is not None and any(r.overall > ceiling for r in scores):
+                top = max(r.overall for r in scores)
+                raise ValueError(
+                    f"a question scored {top} > the fitness's question_score_max {ceiling}: ga.racing.exact_bound "
+                    "would drop on a false bound; fix question_score_max or drop exact_bound"
+                )
             cache.extend_questions(context, genome, start, scores)
         counts.questions += len(group) * (stop - start)

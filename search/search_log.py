@@ -12,7 +12,8 @@ A log line (JSON, one per generation):
     generation, best (best-so-far Eq. 7 fitness), population_best, mean (population mean),
     diversity (mean over pairs of distinct individuals of the mean |s_h − s'_h| over layers),
     distinct (distinct individuals), evaluated, cache_hits,
-    questions_scored, dropped (racing only: new (candidate, question) pairs, candidates dropped early),
+    questions_scored, dropped, stage_questions (racing only: new (candidate, question) pairs, candidates
+    dropped early, pairs per stage), dropped_exact (racing with exact_bound: dropped by that bound),
     best_per_subset, best_genome, best_scales,
     time_s (wall time of this generation), fitness_s (of which scoring)
 
@@ -80,7 +81,7 @@ def _line(space: SearchSpace, state: SearchState, entry: dict[str, Any], timing:
         "time_s": None,
         "fitness_s": None,
     }
-    for key in ("questions_scored", "dropped"):  # racing only (search/racing.py)
+    for key in ("questions_scored", "dropped", "dropped_exact", "stage_questions"):  # racing only (search/racing.py)
         if key in entry:
             line[key] = entry[key]
     if entry["generation"] == state.generation:  # the population on disk is this generation's

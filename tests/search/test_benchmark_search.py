@@ -40,6 +40,11 @@ def test_smallest_benchmark_prints_the_racing_table_with_consistent_numbers(tmp_
     assert racing[0]["prompts"] <= plain[0]["prompts"]  # the same 5 candidates, some perhaps dropped halfway
     assert (racing[0]["prompts"] < plain[0]["prompts"]) == (racing[0]["dropped"] > 0)
     assert all(line["dropped"] == 0 for line in plain)
+    # racing's evaluations by stage add up to its prompts, generation by generation
+    spent = [a["prompts"] - b["prompts"] for a, b in zip(racing, [{"prompts": 0}, *racing])]
+    assert spent == [sum(line["stage_questions"]) * 3 for line in racing]
+    assert racing[0]["stage_questions"][0] == 5 * 4  # generation 0: all 5 candidates on the first 4 questions
+    assert seed["start_inside_plain_ci"] == (final["low"] <= seed["start_held_out"] <= final["high"])
     # the plain GA reaches its own final result; the ratios and verdicts follow from the numbers above
     reached = seed["plain"]["reached"]
     assert reached is not None and reached["held_out"] >= final["low"]

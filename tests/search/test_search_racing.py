@@ -3,13 +3,14 @@ and spends fewer evaluations, reuses per-question scores, resumes exactly, recor
 
 import json
 
+import numpy as np
 import pytest
 
 from search.config import ConfigError, SearchConfig
 from search.fitness import FitnessResult, SyntheticFitness, SyntheticQuestionFitness
 from search.ga import FitnessCache, GAConfig, SearchState, run
 from search.genome import CurveGenome, SearchSpace
-from search.racing import RacingConfig, race
+from search.racing import RacingConfig, cannot_beat, race
 from search.scale_file_writer import ScaleFile, load_scale_file, search_section, write_scale_file
 
 SPACE = SearchSpace(10, num_points=3)
@@ -17,6 +18,8 @@ OPTIMUM = CurveGenome((0, 3, 9), (20, 10, 13))
 TARGET = SPACE.scales(OPTIMUM)
 QUESTIONS = 16
 RACING = RacingConfig(fractions=(0.25, 0.5, 1.0), min_questions=4)
+EXACT = RacingConfig(fractions=(0.5, 0.75, 1.0), min_questions=4, exact_bound=True)  # stages at 8 and 12
+ONLY_EXACT = RacingConfig(fractions=(0.25, 0.5, 0.75, 1.0), min_questions=10**6, exact_bound=True)  # no bootstrap
 
 
 class BlindStart(SyntheticQuestionFitness):
@@ -47,7 +50,10 @@ class Crashing(SyntheticQuestionFitness):
 
 
 def _without_race_counts(history):
-    return [{k: v for k, v in line.items() if k not in ("questions_scored", "dropped")} for line in history]
+    return [
+        {k: v for k, v in line.items() if k not in ("questions_scored", "dropped", "dropped_exact", "stage_questions")}
+        for line in history
+    ]
 
 
 def _scale_file(result, config, path):
@@ -56,13 +62,16 @@ def _scale_file(result, config, path):
     return write_scale_file(path, ScaleFile.from_genome(SPACE, result.best, result.fitness, model, section))
 
 
-def test_racing_equals_the_plain_ga_when_nothing_can_be_dropped(tmp_path):
-    """Stages at 4 and 8 questions, all of which score alike: every candidate reaches the whole set, so the race
-    must give the plain GA's search exactly (same genomes, fitness, history, scale file)."""
+@pytest.mark.parametrize("racing", [RACING, EXACT], ids=["bootstrap", "bootstrap+exact_bound"])
+def test_racing_equals_the_plain_ga_when_nothing_can_be_dropped(tmp_path, racing):
+    """Stages at 4 and 8 questions, all of which score alike (0, the top score): every candidate reaches the whole
+    set, so the race must give the plain GA's search exactly (same genomes, fitness, history, scale file).
+    (EXACT's stages are at 8 and 12 questions: 12 blind ones.)"""
+    blind = 8 if racing is RACING else 12
     plain_config = GAConfig(seed=3, generations=5)
-    racing_config = GAConfig(seed=3, generations=5, racing=RACING)
-    plain = run(SPACE, BlindStart(blind=8), plain_config, state_path=tmp_path / "plain.json")
-    raced = run(SPACE, BlindStart(blind=8), racing_config, state_path=tmp_path / "raced.json")
+    racing_config = GAConfig(seed=3, generations=5, racing=racing)
+    plain = run(SPACE, BlindStart(blind=blind), plain_config, state_path=tmp_path / "plain.json")
+    raced = run(SPACE, BlindStart(blind=blind), racing_config, state_path=tmp_path / "raced.json")
     assert raced.best == plain.best and raced.fitness == plain.fitness and raced.scales == plain.scales
     assert _without_race_counts(raced.history) == plain.history
     assert [line["dropped"] for line in raced.history] == [0] * 6
@@ -73,11 +82,12 @@ def test_racing_equals_the_plain_ga_when_nothing_can_be_dropped(tmp_path):
     plain_file = json.loads(_scale_file(plain, plain_config, tmp_path / "plain-scales.json").read_text())
     raced_file = json.loads(_scale_file(raced, racing_config, tmp_path / "raced-scales.json").read_text())
     assert raced_file["search"]["ga"].pop("racing") == {
-        "fractions": [0.25, 0.5, 1.0],
+        "fractions": list(racing.fractions),
         "confidence": 0.95,
         "resamples": 1000,
         "min_questions": 4,
         "seed": 0,
+        "exact_bound": racing.exact_bound,
     }
     assert plain_file["search"]["ga"].pop("racing") is None
     assert raced_file == plain_file
@@ -131,10 +141,12 @@ def test_cached_question_scores_are_reused_and_survive_the_state_file(tmp_path):
         cache.extend_questions("ctx", bad, 3, [])
 
 
-def test_resume_after_a_crash_mid_race_equals_an_uninterrupted_run(tmp_path):
-    config = GAConfig(seed=7, generations=6, racing=RACING)
+@pytest.mark.parametrize("racing", [RACING, EXACT], ids=["bootstrap", "bootstrap+exact_bound"])
+def test_resume_after_a_crash_mid_race_equals_an_uninterrupted_run(tmp_path, racing):
+    config = GAConfig(seed=7, generations=6, racing=racing)
     whole = tmp_path / "whole.json"
     reference = run(SPACE, Crashing(), config, state_path=whole)
+    assert not racing.exact_bound or sum(line["dropped_exact"] for line in reference.history) > 0  # the rule acts
 
     broken = tmp_path / "broken.json"
     crashing = Crashing(fail_at=8)  # 3 stages a generation here: the 9th call is generation 2's last stage
@@ -173,6 +185,9 @@ def test_racing_config_checks_and_the_search_config_option(tmp_path):
     config = SearchConfig.from_dict({"ga": {"racing": {"fractions": [0.1, 0.5, 1], "confidence": 0.9}}})
     assert config.ga.racing == RacingConfig(fractions=(0.1, 0.5, 1.0), confidence=0.9)
     assert SearchConfig.from_dict(config.to_dict()) == config  # NAME.config.yaml replays it
+    assert "exact_bound" not in config.to_dict()["ga"]["racing"]  # off: written as before the option existed
+    exact = SearchConfig.from_dict({"ga": {"racing": {"exact_bound": True}}})
+    assert exact.ga.racing.exact_bound and SearchConfig.from_dict(exact.to_dict()) == exact
     assert SearchConfig.from_dict({}).ga.racing is None  # the plain GA by default
     assert RacingConfig(fractions=(0.25, 0.5, 1.0)).stages(10) == [3, 5, 10]
     assert RacingConfig(fractions=(0.1, 0.2, 1.0)).stages(4) == [1, 4]  # repeats merged
@@ -191,3 +206,63 @@ def test_racing_config_checks_and_the_search_config_option(tmp_path):
     result = run(SPACE, SyntheticQuestionFitness(TARGET), GAConfig(generations=1, racing=RACING))
     path = _scale_file(result, GAConfig(generations=1, racing=RACING), tmp_path / "scales.json")
     assert load_scale_file(path).search["ga"]["racing"]["confidence"] == 0.95
+
+
+def test_exact_bound_drops_a_candidate_that_cannot_catch_up_without_statistics():
+    """No bootstrap here (min_questions is out of reach): the bad candidate is dropped after 4 questions because even
+    the top score (0) on the 12 left leaves it below the incumbent's sum; the optimum itself is never dropped."""
+    fitness = SyntheticQuestionFitness(TARGET, num_questions=QUESTIONS, spread=0.2)
+    cache, clock = FitnessCache(), {"fitness_s": 0.0}
+    incumbent = CurveGenome((0, 3, 9), (20, 11, 13))
+    race(cache, "", SPACE, fitness, [incumbent], None, ONLY_EXACT, clock)
+    bad = CurveGenome((0, 5, 9), (10, 20, 20))
+    counts = race(cache, "", SPACE, fitness, [bad, OPTIMUM], incumbent, ONLY_EXACT, clock)
+    assert (counts.dropped, counts.dropped_exact) == (1, 1)
+    assert counts.stage_questions == [8, 4, 4, 4]  # both at 4 questions, then the optimum alone
+    assert len(cache.questions("", bad)) == 4 and cache.get("", bad) is None
+    assert cache.get("", OPTIMUM) == fitness.evaluate([SPACE.scales(OPTIMUM)])[0]
+    assert RACING.exact_bound is False  # without it the same race keeps the bad candidate to the bootstrap's stage
+    assert race(FitnessCache(), "", SPACE, fitness, [bad], None, ONLY_EXACT, clock).dropped == 0  # no incumbent
+
+
+def test_exact_bound_never_drops_a_candidate_that_would_beat_the_incumbent():
+    """Random batches against a middling incumbent: every candidate whose full fitness beats the incumbent's is
+    scored in full with the plain GA's result, and the bound does drop some of the others."""
+    fitness = SyntheticQuestionFitness(TARGET, num_questions=QUESTIONS, spread=0.2)
+    rng = np.random.default_rng(5)
+    incumbent = CurveGenome((0, 4, 9), (18, 12, 14))
+    dropped = 0
+    for _ in range(5):
+        batch = []
+        while len(batch) < 12:
+            middle = int(rng.integers(1, 9))
+            genome = CurveGenome((0, middle, 9), tuple(int(y) for y in rng.integers(10, 21, 3)))
+            if genome not in batch and genome != incumbent:
+                batch.append(genome)
+        cache = FitnessCache()
+        race(cache, "", SPACE, fitness, [incumbent], None, ONLY_EXACT, {"fitness_s": 0.0})
+        counts = race(cache, "", SPACE, fitness, batch, incumbent, ONLY_EXACT, {"fitness_s": 0.0})
+        plain = dict(zip(batch, fitness.evaluate([SPACE.scales(g) for g in batch])))
+        for genome, result in plain.items():
+            if result.overall >= cache.get("", incumbent).overall:
+                assert cache.get("", genome) == result
+        dropped += counts.dropped_exact
+    assert dropped > 0
+
+
+def test_cannot_beat_is_strict_and_the_bound_is_checked():
+    one = FitnessResult(1.0, {})
+    half = FitnessResult(0.5, {})
+    # 2 questions scored (1.5) + 2 left at the top score 1 = 3.5: a tie with 3.5 is not dropped, 3.5 + 1e-6 is
+    assert not cannot_beat([one, half], 4, 1.0, 3.5)
+    assert cannot_beat([one, half], 4, 1.0, 3.5 + 1e-6)
+    assert not cannot_beat([one, half], 4, 1.0, 3.5 + 1e-12)  # within rounding: kept
+    with pytest.raises(TypeError, match="exact_bound needs the fitness's question_score_max") as refused:
+        no_bound = SyntheticQuestionFitness(TARGET, num_questions=QUESTIONS)
+        del no_bound.question_score_max
+        run(SPACE, no_bound, GAConfig(generations=1, racing=EXACT))
+    assert "\n" not in str(refused.value)
+    lying = SyntheticQuestionFitness(TARGET, num_questions=QUESTIONS)
+    lying.question_score_max = -1.0  # every score is above it: the search stops instead of dropping on it
+    with pytest.raises(ValueError, match=r"a question scored .* > the fitness's question_score_max -1.0"):
+        run(SPACE, lying, GAConfig(generations=1, racing=EXACT))
