@@ -4,7 +4,9 @@ One line on stderr, `python -m PKG CMD: error: MESSAGE` (argparse's own
 format), no traceback, and exit code 2 (argparse's usage-error code).
 Parsers' own errors (a bad option value, a missing option) are one line too:
 `repo_common.config_cli.ConfigParser`. (A failed write naming its file:
-`repo_common.atomic.writing_to`.)
+`repo_common.atomic.writing_to`.) A PermissionError is always the user's
+environment, never a bug: every command says it as "cannot read PATH:
+permission denied (why); fix" (`repo_common.file_permissions`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
 
     `prog` names the command, e.g. "python -m search run"; `errors` are the
     exception types that mean a user mistake for this command line (anything
-    else is a bug and keeps its traceback).
+    else is a bug and keeps its traceback), PermissionError always among them.
     """
+    from repo_common.file_permissions import describe
+
     try:
         return action()
+    except PermissionError as err:
+        print(f"{prog}: error: {describe(err)}", file=sys.stderr)
+        return EXIT_USAGE
     except errors as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
