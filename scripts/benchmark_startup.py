@@ -1,6 +1,6 @@
 """How long each command takes to answer `--help`, a refusal that needs no model, and `--print_config`.
 
-    python scripts/benchmark_startup.py [--rounds 5] [--compare OTHER_CHECKOUT] [--only help]
+    python scripts/benchmark_startup.py [--rounds 5] [--compare OTHER_CHECKOUT] [--only help] [--grep 'repo_train fit']
 
 Each case is a fresh interpreter (`python -m PACKAGE ...` or `python scripts/X.py ...`) with
 OMP_NUM_THREADS=1, timed wall-clock from start to exit. The cases run in interleaved rounds (every case once
@@ -51,6 +51,7 @@ CASES = [
     ("refusal", "-m workflows check-gpu --train_processes 0"),
     ("refusal", "scripts/quickstart.py --steps none"),
     ("print_config", "-m repo_train demo --print_config"),
+    ("print_config", "-m repo_train fit --print_config"),
     ("print_config", "-m evaluation run --print_config"),
     ("print_config", "-m search run --print_config"),
     ("print_config", "scripts/quickstart.py --print_config"),
@@ -62,6 +63,9 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--rounds", type=PositiveInt, default=5, help="interleaved rounds (median and range)")
     parser.add_argument("--compare", type=str | None, help="another checkout of the project, timed alongside")
     parser.add_argument("--only", type=str | None, help="comma-separated kinds: help, refusal, print_config")
+    parser.add_argument(
+        "--grep", type=str | None, help="only the commands that contain this text (e.g. 'repo_train fit')"
+    )
     return parser
 
 
@@ -86,6 +90,7 @@ def time_once(root: Path, command: str) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     options = parse_script(build_parser(), argv, check_options)
     cases = [(kind, cmd) for kind, cmd in CASES if options.only is None or kind in options.only.split(",")]
+    cases = [(kind, cmd) for kind, cmd in cases if options.grep is None or options.grep in cmd]
     roots = {"here": ROOT, **({"compare": Path(options.compare).resolve()} if options.compare else {})}
     times: dict[tuple[str, str], list[float]] = {(name, cmd): [] for name in roots for _, cmd in cases}
     codes: dict[tuple[str, str], int] = {}
