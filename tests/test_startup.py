@@ -4,7 +4,8 @@ Each command runs in a fresh interpreter (`startup_probe.py`), which reports the
 `sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
 `scripts/benchmark_startup.py`'s). Two commands are known exceptions and are checked to stay what they are:
 `python -m evaluation run` builds its parser from the method classes (`evaluation.methods` imports torch at
-module level), and `fit` / `validate` are LightningCLI's, whose parser is built from the LightningModule.
+module level), and `fit` / `validate` are LightningCLI's, whose parser is built from the LightningModule
+(`fit --help` / `fit --print_config` alone come from repo_train/help_snapshot.json while it is current).
 """
 
 from __future__ import annotations
