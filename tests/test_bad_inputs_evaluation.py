@@ -509,8 +509,9 @@ ROWS = [
         "evaluation",
         _eval(edited_model("tokenizer_code", tokenizer_with_own_code)),
         EXIT_USAGE,
-        "asks for the directory's own tokenizer code (tokenization_mine.MineTokenizer, class Mine); this project "
-        "never runs a model's code (no trust_remote_code)",
+        "asks for the directory's own tokenizer code (auto_map: tokenization_mine.MineTokenizer) and its "
+        "tokenizer_class 'Mine' is not one of transformers' tokenizers; this project never runs a model's code (no "
+        "trust_remote_code)",
     ),
     BadInput(
         "eval-model-hub-id",
