@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from repo_common.file_permissions import describe
+
 #: Exit code of a usage error, as argparse uses it.
 EXIT_USAGE = 2
 
@@ -25,8 +27,6 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
     exception types that mean a user mistake for this command line (anything
     else is a bug and keeps its traceback), PermissionError always among them.
     """
-    from repo_common.file_permissions import describe
-
     try:
         return action()
     except PermissionError as err:

@@ -74,7 +74,7 @@ def is_builtin_tokenizer_class(name: str) -> bool:
     finds it (`tokenizer_class_from_name`): AutoTokenizer then loads that class, ignores the directory's auto_map
     and runs none of its code. `AutoTokenizer` or `PreTrainedTokenizerBase` are no such class (loading fails)."""
     from transformers import PreTrainedTokenizerBase  # heavy: only for a tokenizer whose auto_map names code
-    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name  # heavy: as above
 
     stem = name.removesuffix("Fast")
     for candidate in (stem, f"{stem}Fast"):

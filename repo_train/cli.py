@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
         if help_snapshot.question(argv) is not None:
-            from repo_common.progress import is_terminal  # as `training.cli.run` decides the progress bar's default
+            from repo_common.progress import is_terminal  # lazy: tqdm, only for fit's help (the bar's default)
 
             os.environ["COLUMNS"] = str(help_snapshot.HELP_COLUMNS)  # live or not, the width the snapshot holds
             if help_snapshot.answer(argv, terminal=is_terminal(sys.stdout) and is_terminal(sys.stderr)):
