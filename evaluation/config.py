@@ -40,6 +40,7 @@ from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, Seed, class_entry
+from repo_common.file_permissions import check_folder_listable
 from repo_common.model_directory import check_model_directory
 from repo_common.user_code import resolve_class
 
@@ -291,6 +292,8 @@ def resolve(options: Namespace) -> ResolvedRun:
         check_model_directory("--model", options.model)  # a hub id gets the download hint
     if options.data_dir is not None and not Path(options.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {str(options.data_dir)!r} is not a directory")
+    if options.data_dir is not None:
+        check_folder_listable(options.data_dir)  # else its files "are not there"
     imports = list(options.get(user_code.KEY) or [])
     user_modules = [user_code.module_name_of(name) for name in imports]
     if isinstance(options.tasks, str):

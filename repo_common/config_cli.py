@@ -37,6 +37,7 @@ from jsonargparse.typing import restricted_number_type
 
 from repo_common import user_code
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
+from repo_common.file_permissions import permission_message
 
 PRINT_CONFIG = "--print_config"
 #: jsonargparse's restricted number types, as the one-line error names them.
@@ -331,6 +332,13 @@ def binary_config_message(path: str, err: UnicodeDecodeError) -> str:
 
 def _config_file_ok(path: str) -> tuple[bool, str]:
     """(use it, why not): a missing, unreadable or non-mapping file is an error; an empty one sets nothing."""
+    try:
+        return _config_file_checked(path)
+    except PermissionError:
+        return False, permission_message(path)
+
+
+def _config_file_checked(path: str) -> tuple[bool, str]:
     if not Path(path).is_file():
         return False, f"no config file at {path}; pass --config an existing YAML file"
     if Path(path).stat().st_size > MAX_CONFIG_BYTES:

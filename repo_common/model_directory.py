@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from repo_common.file_permissions import check_folder_readable
 from repo_common.json_files import read_json_object
 
 #: `org/name` (the hub's repository ids): not a local path unless such a directory exists.
@@ -47,15 +48,19 @@ def missing_directory_message(option: str, path: str | os.PathLike) -> str:
 
 
 def check_model_directory(option: str, path: str | os.PathLike) -> Path:
-    """`path` as an existing directory, or a FileNotFoundError from `missing_directory_message`."""
+    """`path` as an existing directory whose files this user may read, or a FileNotFoundError from
+    `missing_directory_message` (a PermissionError naming the folder or file it may not read)."""
     directory = Path(path).expanduser()
     if not directory.is_dir():
         raise FileNotFoundError(missing_directory_message(option, path))
+    check_folder_readable(directory)  # else transformers says "No such file" of unreadable weights
     return directory
 
 
 def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
-    """config.json of a model directory as a dict; not JSON, binary or not an object: one line naming it."""
+    """config.json of a model directory as a dict; not JSON, binary or not an object: one line naming it (and
+    a folder or file in it this user may not read: a PermissionError naming it)."""
+    check_folder_readable(directory)
     path = Path(directory) / "config.json"
     return read_json_object(
         path,
@@ -65,17 +70,32 @@ def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def is_builtin_tokenizer_class(name: str) -> bool:
-    """transformers has a tokenizer class `name` (or its Fast twin) of its own: loading it runs no model code."""
-    import transformers  # heavy: only for a tokenizer whose auto_map names code
+    """transformers has a concrete tokenizer class `name` (or its Fast twin) of its own, found the way AutoTokenizer
+    finds it (`tokenizer_class_from_name`): AutoTokenizer then loads that class, ignores the directory's auto_map
+    and runs none of its code. `AutoTokenizer` or `PreTrainedTokenizerBase` are no such class (loading fails)."""
+    from transformers import PreTrainedTokenizerBase  # heavy: only for a tokenizer whose auto_map names code
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name  # heavy: as above
 
-    return "Tokenizer" in name and any(hasattr(transformers, n) for n in (name, f"{name}Fast"))
+    stem = name.removesuffix("Fast")
+    for candidate in (stem, f"{stem}Fast"):
+        found = tokenizer_class_from_name(candidate)
+        if (
+            isinstance(found, type)
+            and found.__module__.startswith("transformers.")
+            and issubclass(found, PreTrainedTokenizerBase)
+            and found is not PreTrainedTokenizerBase
+        ):
+            return True
+    return False
 
 
 def check_tokenizer_files(directory: str | os.PathLike) -> None:
     """The tokenizer JSON files of `directory` are JSON objects, and none asks for the directory's own code.
 
-    A tokenizer whose `auto_map` names code and whose `tokenizer_class` is not
-    one of transformers' own could only load by running that code.
+    An `auto_map` (code the directory ships) is refused unless `tokenizer_class`
+    is one of transformers' own tokenizers: AutoTokenizer then loads that class
+    and ignores the auto_map, so no code runs either way (the policy: a model's
+    code is never run). Otherwise the tokenizer could only load by running it.
     """
     directory = Path(directory)
     fix = "save the tokenizer again with tokenizer.save_pretrained(DIR), or copy it again"
@@ -91,9 +111,13 @@ def check_tokenizer_files(directory: str | os.PathLike) -> None:
     custom = [str(n) for n in (names if isinstance(names, list | tuple) else [names]) if n]
     tokenizer_class = str(config.get("tokenizer_class") or "")
     if custom and not (tokenizer_class and is_builtin_tokenizer_class(tokenizer_class)):
+        which = (
+            f"its tokenizer_class {tokenizer_class!r} is not" if tokenizer_class else "it names no tokenizer_class of"
+        )
         raise ValueError(
-            f"{directory / 'tokenizer_config.json'} asks for the directory's own tokenizer code ({', '.join(custom)}"
-            f", class {tokenizer_class or 'unnamed'}); this project never runs a model's code (no "
-            "trust_remote_code): save a built-in tokenizer there (e.g. PreTrainedTokenizerFast(tokenizer_file=...)"
-            ".save_pretrained(DIR)), or use a model whose tokenizer needs no code"
+            f"{directory / 'tokenizer_config.json'} asks for the directory's own tokenizer code (auto_map: "
+            f"{', '.join(custom)}) and {which} one of transformers' tokenizers; this project never runs a model's "
+            "code (no trust_remote_code): set tokenizer_class to the transformers class it builds on (e.g. "
+            "PreTrainedTokenizerFast when tokenizer.json holds the whole tokenizer), which loads without that code "
+            "(the auto_map is then ignored), or save a built-in tokenizer there with save_pretrained"
         )

@@ -10,10 +10,12 @@ tiny default), configured the same way. `check-gpu` moved to `python -m workflow
 
 from __future__ import annotations
 
+import os
 import sys
 
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
 from repo_common.config_cli import deferred, dispatch
+from repo_train import help_snapshot
 
 #: Each command's module is imported only when that command runs (`deferred`): `--help` stays fast.
 COMMANDS = {
@@ -52,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m repo_train: error: '{argv[0]}' moved: run {MOVED[argv[0]]}", file=sys.stderr)
         return EXIT_USAGE
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
+        if help_snapshot.question(argv) is not None:
+            from repo_common.progress import is_terminal  # lazy: tqdm, only for fit's help (the bar's default)
+
+            os.environ["COLUMNS"] = str(help_snapshot.HELP_COLUMNS)  # live or not, the width the snapshot holds
+            if help_snapshot.answer(argv, terminal=is_terminal(sys.stdout) and is_terminal(sys.stderr)):
+                return 0  # LightningCLI's own answer, kept for exactly these sources and packages
         from repo_train.training.cli import run  # imports Lightning only when training
 
         return report_user_errors(f"python -m repo_train {argv[0]}", lambda: run(argv), TRAINING_ERRORS)

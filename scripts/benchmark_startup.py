@@ -53,6 +53,7 @@ CASES = [
     ("refusal", "-m workflows check-gpu --train_processes 0"),
     ("refusal", "scripts/quickstart.py --steps none"),
     ("print_config", "-m repo_train demo --print_config"),
+    ("print_config", "-m repo_train fit --print_config"),
     ("print_config", "-m evaluation run --print_config"),
     ("print_config", "-m search run --print_config"),
     ("print_config", "scripts/quickstart.py --print_config"),

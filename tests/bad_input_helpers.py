@@ -5,15 +5,19 @@ directory, names the command line and its arguments, the expected exit code, a
 phrase the one-line message must contain, and optionally a path that must not
 exist afterwards (a crafted file's side effect) or a `check` of its own.
 `check_row` runs the command's `main(argv)` in this process and checks code,
-message and files (`refused_in_one_line`). The tables live beside their package:
+message and files (`refused_in_one_line`). A row whose setup denies reading a
+file (`Context.deny_reading`) runs in a forked child without root's file-mode
+overrides, since the tests run as root and root reads a file of mode 0. The tables live beside their package:
 tests/test_bad_inputs_{evaluation,search,training}.py (issue 13) and
 tests/test_bad_inputs_resume_and_overwrite.py (issue 24).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import importlib
+import io
 import json
 import os
 import resource
@@ -122,11 +126,24 @@ HOLDER = textwrap.dedent(
 
 
 class Context:
-    """What a row's setup gets: the directory, and `hold(lock_file)` to have another process own a lock."""
+    """What a row's setup gets: the directory, `hold(lock_file)` to have another process own a lock, and
+    `deny_reading(path)` for a file that exists but this user may not read."""
 
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.holders: list[subprocess.Popen] = []
+        self.denied: list[Path] = []
+
+    def deny_reading(self, path: Path) -> Path:
+        """Mode 0 on `path` (a file, or a folder nobody may enter); the row then runs without root's powers
+        over file modes (`run_cli_as_plain_user`), as the tests run as root."""
+        path.chmod(0)
+        self.denied.append(path)
+        return path
+
+    def restore_modes(self) -> None:
+        for path in self.denied:
+            path.chmod(0o700 if path.is_dir() else 0o600)
 
     def hold(self, lock_file: Path) -> subprocess.Popen:
         """Start a process (stdlib only, about 50 ms) that holds `lock_file` until `release_all`."""
@@ -160,7 +177,7 @@ class BadInput:
     """Builds the input (and earlier outputs) under ctx.tmp; returns argv."""
     code: int
     phrase: str
-    """Must appear in the one stderr line."""
+    """Must appear in the one stderr line ("{tmp}" stands for the row's directory)."""
     absent: str | None = None
     """A path (relative to ctx.tmp) that must not exist afterwards."""
     check: Callable[[Context], None] | None = None
@@ -261,6 +278,63 @@ def address_space_cap(extra: int = 2 * 2**30):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+#: Linux capabilities that let root read, write and enter whatever the file modes say: CAP_DAC_OVERRIDE (1),
+#: CAP_DAC_READ_SEARCH (2).
+_FILE_MODE_OVERRIDES = (1 << 1) | (1 << 2)
+
+
+def drop_file_mode_overrides() -> None:
+    """This process, from now on, obeys file modes as its owner uid does, even as root (capset(2)): both the
+    effective and the permitted set lose the overrides, so `os.access` answers as it would for a plain user.
+    Irreversible: call it in a forked child only."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget failed")
+    data[0].effective &= ~_FILE_MODE_OVERRIDES
+    data[0].permitted &= ~_FILE_MODE_OVERRIDES
+    data[0].inheritable &= ~_FILE_MODE_OVERRIDES
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def run_cli_as_plain_user(cli: str, argv: list[str]) -> tuple[int, str]:
+    """(exit code, stderr) of `run_cli(cli, argv)` in a forked child that has dropped root's file-mode
+    overrides (`drop_file_mode_overrides`): a file of mode 0 is then unreadable to it, as to any user who is
+    not its owner with read permission. Forked, so the imports already made cost nothing."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code, err = 99, io.StringIO()
+        try:
+            os.close(read_end)
+            drop_file_mode_overrides()
+            sys.stderr = err
+            with address_space_cap():
+                code = run_cli(cli, argv)
+        except BaseException:  # noqa: BLE001  (a traceback is what the row must fail on: hand it to the parent)
+            import traceback
+
+            traceback.print_exc(file=err)
+        finally:
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps([code, err.getvalue()]))
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as result:
+        text = result.read()
+    os.waitpid(pid, 0)
+    code, err = json.loads(text)
+    return code, err
+
+
 def run_cli(cli: str, argv: list[str]) -> int:
     try:
         return importlib.import_module(CLIS[cli]).main(argv)
@@ -268,15 +342,21 @@ def run_cli(cli: str, argv: list[str]) -> int:
         return int(stop.code or 0)
 
 
-def refused_in_one_line(cli: str, argv: list[str], root: Path, code: int, phrase: str, capsys, monkeypatch) -> None:
-    """`python -m CLI ARGV` (in-process, under `address_space_cap`) exits with `code` and one stderr line
-    `...error: ...` holding `phrase`, and leaves every file under `root` as it was, none added or removed."""
+def refused_in_one_line(
+    cli: str, argv: list[str], root: Path, code: int, phrase: str, capsys, monkeypatch, plain_user: bool = False
+) -> None:
+    """`python -m CLI ARGV` (in-process, under `address_space_cap`; `plain_user`: in a forked child without
+    root's file-mode overrides) exits with `code` and one stderr line `...error: ...` holding `phrase`, and
+    leaves every file under `root` as it was, none added or removed."""
     before = tree_bytes(root)
     monkeypatch.setattr(sys, "argv", [f"python -m {cli}"])
     capsys.readouterr()
-    with address_space_cap():
-        got = run_cli(cli, argv)
-    err = capsys.readouterr().err
+    if plain_user:
+        got, err = run_cli_as_plain_user(cli, argv)
+    else:
+        with address_space_cap():
+            got = run_cli(cli, argv)
+        err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert got == code, err
     assert len(lines) == 1 and "error:" in lines[0], err
@@ -295,13 +375,16 @@ def context_in(tmp: Path):
         yield context
     finally:
         context.release_all()
+        context.restore_modes()
 
 
 def check_row(row: BadInput, tmp: Path, capsys, monkeypatch) -> None:
     """Run one row in `tmp`: refused in one line with the row's code and phrase, files unchanged, `absent`
     absent, and the row's own `check` passed."""
     with context_in(tmp) as ctx:
-        refused_in_one_line(row.cli, row.setup(ctx), ctx.tmp, row.code, row.phrase, capsys, monkeypatch)
+        argv = row.setup(ctx)
+        phrase, plain_user = row.phrase.replace("{tmp}", str(ctx.tmp)), bool(ctx.denied)
+        refused_in_one_line(row.cli, argv, ctx.tmp, row.code, phrase, capsys, monkeypatch, plain_user)
         if row.absent is not None:
             assert not (ctx.tmp / row.absent).exists()
         if row.check is not None:
@@ -369,3 +452,15 @@ def tokenizer_with_own_code(path: Path) -> None:
 
 #: A hub id as a user copies it from a model's page: not a local directory.
 HUB_ID = "allenai/OLMo-2-0425-1B"
+
+
+def denying(setup: Callable[[Context], list[str]], *names: str) -> Callable[[Context], list[str]]:
+    """`setup`, then the files (or folders) `names` under ctx.tmp made unreadable (`Context.deny_reading`)."""
+
+    def make(ctx: Context) -> list[str]:
+        argv = setup(ctx)
+        for name in names:
+            ctx.deny_reading(ctx.tmp / name)
+        return argv
+
+    return make

@@ -34,6 +34,7 @@ from bad_input_helpers import (
     Context,
     check_row,
     damaged_weights,
+    denying,
     edited_model,
     file_at,
     foreign_lock,
@@ -508,8 +509,9 @@ ROWS = [
         "evaluation",
         _eval(edited_model("tokenizer_code", tokenizer_with_own_code)),
         EXIT_USAGE,
-        "asks for the directory's own tokenizer code (tokenization_mine.MineTokenizer, class Mine); this project "
-        "never runs a model's code (no trust_remote_code)",
+        "asks for the directory's own tokenizer code (auto_map: tokenization_mine.MineTokenizer) and its "
+        "tokenizer_class 'Mine' is not one of transformers' tokenizers; this project never runs a model's code (no "
+        "trust_remote_code)",
     ),
     BadInput(
         "eval-model-hub-id",
@@ -620,6 +622,86 @@ ROWS = [
         lambda ctx: ["report", "--out", str(file_at("out/summary.json", "[]")(ctx).parent)],
         EXIT_USAGE,
         "summary.json: expected a JSON object, got list",
+    ),
+    # -- files that exist but this user may not read: one line naming the file, never "No such file" (issue 24)
+    BadInput(
+        "eval-config-json-unreadable",
+        "evaluation",
+        denying(_eval(repo_model), "repo/config.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo/config.json: permission denied",
+    ),
+    BadInput(
+        "eval-weights-unreadable",
+        "evaluation",
+        denying(_eval(repo_model), "repo/model.safetensors"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo/model.safetensors: permission denied",
+    ),
+    BadInput(
+        "eval-tokenizer-unreadable",
+        "evaluation",
+        denying(_eval(repo_model), "repo/tokenizer.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo/tokenizer.json: permission denied",
+    ),
+    BadInput(
+        "eval-model-folder-not-enterable",
+        "evaluation",
+        denying(_eval(repo_model), "repo"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo: permission denied",
+    ),
+    BadInput(
+        "eval-lpes-scale-file-unreadable",
+        "evaluation",
+        denying(_ev_lpes(scale_json()), "scales/s.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/scales/s.json: permission denied",
+    ),
+    BadInput(
+        "eval-config-unreadable",
+        "evaluation",
+        denying(_ev_config("tasks: [kv]\n"), "eval.yaml"),
+        EXIT_USAGE,
+        "cannot read {tmp}/eval.yaml: permission denied",
+    ),
+    BadInput(
+        "eval-data-file-unreadable",
+        "evaluation",
+        denying(_kv_file(KV_LINES), "data/kv-retrieval-2_keys.jsonl"),
+        EXIT_USAGE,
+        "cannot read {tmp}/data/kv-retrieval-2_keys.jsonl: permission denied",
+    ),
+    BadInput(
+        "eval-earlier-manifest-unreadable",
+        "evaluation",
+        denying(_eval(repo_model), "out/run.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/out/run.json: permission denied",
+    ),
+    BadInput(
+        "summarize-records-unreadable",
+        "evaluation",
+        denying(_summarize_records(b'{"id": "a"}\n'), "out/records.jsonl"),
+        EXIT_USAGE,
+        "cannot read {tmp}/out/records.jsonl: permission denied",
+    ),
+    BadInput(
+        "report-summary-unreadable",
+        "evaluation",
+        denying(
+            lambda ctx: ["report", "--out", str(file_at("out/summary.json", SUMMARY)(ctx).parent)], "out/summary.json"
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/out/summary.json: permission denied",
+    ),
+    BadInput(
+        "eval-data-folder-not-enterable",
+        "evaluation",
+        denying(_kv_file(KV_LINES), "data"),
+        EXIT_USAGE,
+        "cannot read {tmp}/data: permission denied",
     ),
     # == rows: insert above this line ==
 ]

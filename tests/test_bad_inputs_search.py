@@ -22,6 +22,7 @@ from bad_input_helpers import (
     Context,
     check_row,
     damaged_weights,
+    denying,
     edited_model,
     file_at,
     full_disk_on,
@@ -117,6 +118,12 @@ def _out_in(where: str) -> Callable[[Context], list[str]]:
         return ["run", "--model", str(llama_as_olmo2(ctx.tmp)), "--out", str(ctx.tmp / where)]
 
     return make
+
+
+def _earlier_state(ctx: Context) -> list[str]:
+    """`--resume` of an earlier search's state, scales/s.state.json."""
+    file_at("scales/s.state.json", "{}")(ctx)
+    return ["--resume"]
 
 
 # == setups: insert above this line ==
@@ -266,6 +273,54 @@ ROWS = [
         ],
         EXIT_USAGE,
         "s.yaml is not a YAML config file: it is binary, not UTF-8 text (byte 0xff at offset 4)",
+    ),
+    # -- files that exist but this user may not read: one line naming the file, never "No such file" (issue 24)
+    BadInput(
+        "search-show-unreadable",
+        "search",
+        denying(_search_show(scale_json()), "scales/s.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/scales/s.json: permission denied",
+    ),
+    BadInput(
+        "search-config-unreadable",
+        "search",
+        denying(
+            lambda ctx: [
+                "run",
+                "--config",
+                str(file_at("search.yaml", "seed: 1\n")(ctx)),
+                "--out",
+                str(ctx.tmp / "s.json"),
+            ],
+            "search.yaml",
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/search.yaml: permission denied",
+    ),
+    BadInput(
+        "search-state-unreadable",
+        "search",
+        denying(
+            _se_run(make=_earlier_state),
+            "scales/s.state.json",
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/scales/s.state.json: permission denied",
+    ),
+    BadInput(
+        "search-model-config-unreadable",
+        "search",
+        denying(_search(repo_model), "repo/config.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo/config.json: permission denied",
+    ),
+    BadInput(
+        "search-show-folder-not-enterable",
+        "search",
+        denying(_search_show(scale_json()), "scales"),
+        EXIT_USAGE,
+        "cannot read {tmp}/scales/s.json: permission denied (this user may not enter the folder {tmp}/scales)",
     ),
     # == rows: insert above this line ==
 ]

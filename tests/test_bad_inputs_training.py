@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,11 +26,13 @@ from bad_input_helpers import (
     Context,
     check_row,
     config_only,
+    denying,
     edited_model,
     file_at,
     garbage,
     lightning_like,
     llama_as_olmo2,
+    repo_model,
     tiny_fields,
     tokenizer_with_own_code,
     tree_bytes,
@@ -809,6 +812,121 @@ ROWS = [
         EXIT_USAGE,
         "notes.txt is a file, not a directory; pass another --out",
     ),
+    # -- files that exist but this user may not read: one line naming the file, never "No such file" (issue 24)
+    BadInput(
+        "fit-ckpt-unreadable",
+        "repo_train",
+        denying(_ckpt(lambda ctx: lightning_like(ctx.tmp / "run.ckpt")), "run.ckpt"),
+        EXIT_USAGE,
+        "cannot read {tmp}/run.ckpt: permission denied",
+    ),
+    BadInput(
+        "export-checkpoint-unreadable",
+        "repo_train",
+        denying(_export_to(lambda ctx: ctx.tmp / "hf"), "run.ckpt"),
+        EXIT_USAGE,
+        "cannot read {tmp}/run.ckpt: permission denied",
+    ),
+    BadInput(
+        "fit-config-unreadable",
+        "repo_train",
+        denying(
+            _fit_with(lambda ctx: ["--config", str(file_at("train.yaml", "model:\n  lr: 0.01\n")(ctx))]), "train.yaml"
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/train.yaml: permission denied",
+    ),
+    BadInput(
+        "demo-config-unreadable",
+        "repo_train",
+        denying(lambda ctx: ["demo", "--config", str(file_at("demo.yaml", "steps: 1\n")(ctx))], "demo.yaml"),
+        EXIT_USAGE,
+        "cannot read {tmp}/demo.yaml: permission denied",
+    ),
+    BadInput(
+        "fit-init-from-config-json-unreadable",
+        "repo_train",
+        denying(_init_from(repo_model), "repo/config.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo/config.json: permission denied",
+    ),
+    BadInput(
+        "fit-init-from-weights-unreadable",
+        "repo_train",
+        denying(_init_from(repo_model), "repo/model.safetensors"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo/model.safetensors: permission denied",
+    ),
+    BadInput(
+        "fit-init-from-folder-not-enterable",
+        "repo_train",
+        denying(_init_from(repo_model), "repo"),
+        EXIT_USAGE,
+        "cannot read {tmp}/repo: permission denied",
+    ),
+    BadInput(
+        "export-tokenizer-unreadable",
+        "repo_train",
+        denying(_export_tokenizer(lambda path: None), "tokenizer/tokenizer_config.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/tokenizer/tokenizer_config.json: permission denied",
+    ),
+    BadInput(
+        "fit-text-txt-unreadable",
+        "repo_train",
+        denying(_fit_with(_data(TextData, file_at("docs.txt", "a b c\n"), seq_len=16)), "docs.txt"),
+        EXIT_USAGE,
+        "cannot read {tmp}/docs.txt: permission denied",
+    ),
+    BadInput(
+        "fit-text-jsonl-unreadable",
+        "repo_train",
+        denying(_fit_with(_data(TextData, file_at("docs.jsonl", '{"text": "a"}\n'), seq_len=16)), "docs.jsonl"),
+        EXIT_USAGE,
+        "cannot read {tmp}/docs.jsonl: permission denied",
+    ),
+    BadInput(
+        "fit-text-tokenizer-unreadable",
+        "repo_train",
+        denying(_fit_with(_data(TextData, file_at("docs.txt", "a b c\n"), seq_len=16)), "tokenizer/tokenizer.json"),
+        EXIT_USAGE,
+        "cannot read {tmp}/tokenizer/tokenizer.json: permission denied",
+    ),
+    BadInput(
+        "fit-prompt-completion-unreadable",
+        "repo_train",
+        denying(
+            _fit_with(_data(PromptCompletionData, file_at("pc.jsonl", '{"prompt": "a", "completion": "b"}\n'))),
+            "pc.jsonl",
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/pc.jsonl: permission denied",
+    ),
+    BadInput(
+        "fit-olmo-numpy-mix-unreadable",
+        "repo_train",
+        denying(
+            _fit_with(_data(OlmoNumpyData, _numpy_mix(np.arange(64, dtype=np.uint16).tobytes()), **NUMPY)), "mix.txt"
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/mix.txt: permission denied",
+    ),
+    BadInput(
+        "fit-olmo-numpy-shard-unreadable",
+        "repo_train",
+        denying(
+            _fit_with(_data(OlmoNumpyData, _numpy_mix(np.arange(64, dtype=np.uint16).tobytes()), **NUMPY)), "shard.npy"
+        ),
+        EXIT_USAGE,
+        "cannot read {tmp}/shard.npy: permission denied",
+    ),
+    BadInput(
+        "fit-text-folder-not-enterable",
+        "repo_train",
+        denying(_fit_with(_data(TextData, file_at("data/docs.txt", "a b c\n"), seq_len=16)), "data"),
+        EXIT_USAGE,
+        "cannot read {tmp}/data/docs.txt: permission denied (this user may not enter the folder {tmp}/data)",
+    ),
     # == rows: insert above this line ==
 ]
 
@@ -885,6 +1003,47 @@ def test_a_text_file_of_one_huge_line_is_refused_before_datasets_reads_it(tmp_pa
     with pytest.raises(ValueError, match=phrase):
         TextDataset([path], tokenizer=with_tokenizer(tmp_path / "tokenizer"), seq_len=16, cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()  # datasets never started reading
+
+
+@pytest.mark.parametrize(
+    ("sample_by", "phrase"),
+    [
+        ("line", "docs.txt:1 is longer than 67,108,864 bytes: with txt_sample_by=line a .txt file holds one document"),
+        ("paragraph", "docs.txt:1-1 is longer than 67,108,864 bytes: with txt_sample_by=paragraph"),
+        ("document", "docs.txt is 3,221,225,472 bytes, more than one document may be (67,108,864 bytes)"),
+    ],
+)
+def test_a_multi_gb_one_line_txt_file_is_refused_before_datasets_reads_it(tmp_path, sample_by, phrase):
+    """A 3 GiB .txt of one line (sparse: no disk used) would be a MemoryError in `datasets`' text reader; the
+    document cap (the real 64 MiB) refuses it in one line after reading at most that much of it."""
+    from repo_train.data.text import TextDataset
+
+    path = tmp_path / "docs.txt"
+    path.write_text("the first words ")
+    os.truncate(path, 3 * 2**30)
+    tokenizer = with_tokenizer(tmp_path / "tokenizer")
+    with pytest.raises(ValueError, match=re.escape(phrase)) as info:
+        TextDataset([path], tokenizer=tokenizer, seq_len=16, txt_sample_by=sample_by, cache_dir=tmp_path / "cache")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "cache").exists()  # datasets never started reading
+
+
+def test_the_paragraph_cap_counts_up_to_a_blank_line(tmp_path, monkeypatch):
+    """Paragraphs of many short lines: refused when one paragraph passes the cap, accepted when blank lines cut
+    them shorter (the cap is on a document, not on the file)."""
+    from repo_train.data import text
+
+    monkeypatch.setattr(text, "MAX_TXT_DOCUMENT_BYTES", 1000)
+    lines = ["twenty bytes a line\n"] * 100  # 2,000 bytes
+    one_paragraph, paragraphs = tmp_path / "one.txt", tmp_path / "many.txt"
+    one_paragraph.write_text("".join(lines))
+    paragraphs.write_text("\n".join("".join(lines[i : i + 10]) for i in range(0, 100, 10)))
+    with pytest.raises(ValueError, match=r"one.txt:1-51 is longer than 1,000 bytes"):
+        text.check_txt_documents(one_paragraph, "paragraph")
+    text.check_txt_documents(paragraphs, "paragraph")
+    text.check_txt_documents(one_paragraph, "line")
+    with pytest.raises(ValueError, match=r"one.txt is 2,000 bytes"):
+        text.check_txt_documents(one_paragraph, "document")
 
 
 @pytest.mark.parametrize(

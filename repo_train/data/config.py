@@ -268,7 +268,7 @@ class TextData(DataSource):
     text_field: str = "text"
     """Field holding the document text (jsonl / json / parquet)."""
     txt_sample_by: str = "line"
-    """What one document is in .txt files: 'line', 'paragraph' or 'document'."""
+    """What one document is in .txt files: 'line', 'paragraph' or 'document' (at most 64 MiB each)."""
     seq_len: int = 1024
     """Tokens per sequence."""
     vocab_size: int | None = None

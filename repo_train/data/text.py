@@ -30,6 +30,39 @@ from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 #: what one document is in a .txt file (the `sample_by` option of the `text` builder).
 TXT_SAMPLE_BY = ("line", "paragraph", "document")
+#: The longest document a .txt file may hold (a line, a paragraph or the whole file, by `txt_sample_by`):
+#: `datasets`' text reader and the tokenizer hold one document whole, so a multi-GB one would be a MemoryError.
+MAX_TXT_DOCUMENT_BYTES = 64 * 2**20
+
+
+def check_txt_documents(path: Path, sample_by: str) -> None:
+    """Refuse a .txt file with a document longer than `MAX_TXT_DOCUMENT_BYTES`, streaming it (never more than
+    that many bytes of it in memory): one line naming the file, the line and the fix."""
+    limit = MAX_TXT_DOCUMENT_BYTES
+    if sample_by == "document":
+        size = path.stat().st_size
+        if size > limit:
+            raise ValueError(
+                f"{path} is {size:,} bytes, more than one document may be ({limit:,} bytes) with txt_sample_by="
+                "document (the whole file is one document): split it into files of one document each"
+            )
+        return
+    with open(path, "rb") as handle:
+        number, paragraph, start = 0, 0, 1
+        while line := handle.readline(limit + 1):
+            number += 1
+            if sample_by == "paragraph" and not line.strip(b"\r\n"):  # datasets splits paragraphs at "\n\n"
+                paragraph, start = 0, number + 1
+                continue
+            paragraph = paragraph + len(line) if sample_by == "paragraph" else len(line)
+            if paragraph > limit:
+                where = f"{path}:{number}" if sample_by == "line" else f"{path}:{start}-{number}"
+                unit = "a line" if sample_by == "line" else "a paragraph (up to a blank line)"
+                raise ValueError(
+                    f"{where} is longer than {limit:,} bytes: with txt_sample_by={sample_by} a .txt file holds one "
+                    f"document {unit}, and one this long does not fit in memory (is it one huge document, or not "
+                    "text?); split it into shorter documents"
+                )
 
 
 def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
@@ -229,6 +262,8 @@ class TextDataset(TokenSequenceDataset):
                 )
             if path.suffix.lower() == ".jsonl":
                 check_line_lengths(path)  # datasets' json reader would hold a multi-GB line in memory whole
+            elif path.suffix.lower() == ".txt":
+                check_txt_documents(path, txt_sample_by)  # and its text reader a multi-GB line (or paragraph)
         # A failing read would print half a progress bar and datasets' own log lines before the one-line error.
         bars_were_off, verbosity = datasets.are_progress_bars_disabled(), datasets.logging.get_verbosity()
         datasets.disable_progress_bars()

@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from repo_common.file_permissions import check_folder_readable
 from repo_common.model_directory import download_hint, looks_like_hub_id
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
 from repo_train.data import DataSource, SyntheticData
@@ -46,6 +47,7 @@ def check_init_from(path: str | None) -> None:
         raise FileNotFoundError(f"model.init_from={path!r} is not a local directory; {download_hint(str(path))}")
     if not directory.exists():
         raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory: it does not exist; {fix}")
+    check_folder_readable(directory)  # a folder or file this user may not read: one line naming it
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory (no config.json there); {fix}")
     # Another architecture's config.json fails here, before the run writes anything; weights that do not fit

@@ -1,0 +1,28 @@
+"""Rewrite repo_train/help_snapshot.json from the live `python -m repo_train fit --help` / `--print_config`.
+
+    python scripts/regenerate_help_snapshot.py
+
+Runs LightningCLI four times (each question with stdout a pipe and a terminal; ~20 s each on two loaded
+cores). Needed after a change to repo_train/ or repo_common/ or an upgrade of the packages the key names
+(`repo_train.help_snapshot`); until then those two commands answer live, as slowly as before.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from repo_common.atomic import write_json_atomic
+from repo_train.help_snapshot import SNAPSHOT, live_snapshot
+
+
+def main() -> int:
+    write_json_atomic(SNAPSHOT, live_snapshot())
+    print(f"wrote {SNAPSHOT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
