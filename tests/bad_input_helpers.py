@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
@@ -182,6 +183,13 @@ class BadInput:
     """A path (relative to ctx.tmp) that must not exist afterwards."""
     check: Callable[[Context], None] | None = None
     """More to check afterwards (e.g. that the records are the earlier run's alone)."""
+    slow: bool = False
+    """Left to the slow suite: one more case of a kind the fast rows already cover, at seconds apiece."""
+
+
+def row_params(rows: list[BadInput]) -> list:
+    """`rows` as pytest parameters named by their ids, the `slow` ones marked slow."""
+    return [pytest.param(row, id=row.id, marks=[pytest.mark.slow] if row.slow else []) for row in rows]
 
 
 EVAL = ["run", "--tasks", "kv", "--num-examples", "2", "--num-keys", "2", "--max-new-tokens", "2", "--no-progress"]

@@ -33,6 +33,7 @@ from bad_input_helpers import (
     lightning_like,
     llama_as_olmo2,
     repo_model,
+    row_params,
     tiny_fields,
     tokenizer_with_own_code,
     tree_bytes,
@@ -849,6 +850,7 @@ ROWS = [
         denying(_init_from(repo_model), "repo/config.json"),
         EXIT_USAGE,
         "cannot read {tmp}/repo/config.json: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-init-from-weights-unreadable",
@@ -856,6 +858,7 @@ ROWS = [
         denying(_init_from(repo_model), "repo/model.safetensors"),
         EXIT_USAGE,
         "cannot read {tmp}/repo/model.safetensors: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-init-from-folder-not-enterable",
@@ -884,6 +887,7 @@ ROWS = [
         denying(_fit_with(_data(TextData, file_at("docs.jsonl", '{"text": "a"}\n'), seq_len=16)), "docs.jsonl"),
         EXIT_USAGE,
         "cannot read {tmp}/docs.jsonl: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-text-tokenizer-unreadable",
@@ -891,6 +895,7 @@ ROWS = [
         denying(_fit_with(_data(TextData, file_at("docs.txt", "a b c\n"), seq_len=16)), "tokenizer/tokenizer.json"),
         EXIT_USAGE,
         "cannot read {tmp}/tokenizer/tokenizer.json: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-prompt-completion-unreadable",
@@ -901,6 +906,7 @@ ROWS = [
         ),
         EXIT_USAGE,
         "cannot read {tmp}/pc.jsonl: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-olmo-numpy-mix-unreadable",
@@ -910,6 +916,7 @@ ROWS = [
         ),
         EXIT_USAGE,
         "cannot read {tmp}/mix.txt: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-olmo-numpy-shard-unreadable",
@@ -919,6 +926,7 @@ ROWS = [
         ),
         EXIT_USAGE,
         "cannot read {tmp}/shard.npy: permission denied",
+        slow=True,  # the kind: fit-text-txt-unreadable, fit-ckpt-unreadable
     ),
     BadInput(
         "fit-text-folder-not-enterable",
@@ -931,7 +939,7 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+@pytest.mark.parametrize("row", row_params(ROWS))
 def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
     check_row(row, tmp_path, capsys, monkeypatch)
 
