@@ -220,7 +220,9 @@ def test_other_mistakes(tmp_path, capsys):
 
 def test_every_shipped_config_loads():
     shipped = {path.name: load_config(path) for path in sorted(CONFIGS.glob("*.yaml"))}
-    assert set(shipped) == {"lpes.yaml", "lpes-vicuna-mdqa10.yaml", "lpes-qwen-kv50.yaml", "tiny.yaml", "quick.yaml"}
+    assert set(shipped) == {
+        "lpes.yaml", "lpes-vicuna-mdqa10.yaml", "lpes-qwen-kv50.yaml", "tiny.yaml", "quick.yaml", "smollm2-mdqa.yaml"
+    }  # fmt: skip
     assert shipped["lpes.yaml"] == SearchConfig()  # the file spells out the paper defaults
     assert shipped["tiny.yaml"] == SearchConfig.tiny()
     paper = shipped["lpes.yaml"]
@@ -230,6 +232,8 @@ def test_every_shipped_config_loads():
     vicuna, qwen = shipped["lpes-vicuna-mdqa10.yaml"], shipped["lpes-qwen-kv50.yaml"]
     assert (vicuna.model.num_layers, vicuna.task.name, vicuna.task.num_items) == (32, "mdqa", 10)
     assert (qwen.model.num_layers, qwen.task.name, qwen.task.num_items) == (28, "kv", 50)
+    smollm2 = shipped["smollm2-mdqa.yaml"]  # the real-model racing measurement's (docs/measurements)
+    assert (smollm2.task.name, smollm2.task.num_items, smollm2.ga.population) == ("mdqa", 5, 4)
     for config in shipped.values():
         assert config.space.build(config.model.num_layers or 4).initial()
         assert SearchConfig.from_dict(config.to_dict()) == config  # YAML/JSON round trip

@@ -10,8 +10,8 @@ from transformers import Olmo2Config, Olmo2ForCausalLM
 
 from repo_train.data import OlmoNumpyData, SyntheticData
 from repo_train.modeling import layer_policies
-from repo_train.modeling.repo_policy import RepoPosition
 from repo_train.modeling.presets import tiny
+from repo_train.modeling.repo_policy import RepoPosition
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
 
