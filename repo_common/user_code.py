@@ -126,6 +126,25 @@ def resolve_class(class_path: str, base: type, user_modules: Iterable[str] = (),
     return cls
 
 
+def subclasses(cls: type) -> list[type]:
+    """Every loaded subclass of `cls`, depth first."""
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *subclasses(direct))]
+
+
+def loaded_subclass(base: type, class_path: str) -> type | None:
+    """The loaded subclass of `base` a config's class_path names, or None; nothing is imported.
+
+    A class is named by its class name, its defining module's path, or a path a loaded module re-exports it under
+    (`repo_train.data.TextData`, `repo_train.modeling.RepoPosition`).
+    """
+    for cls in subclasses(base):
+        if class_path in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}"):
+            return cls
+    module_name, _, name = class_path.rpartition(".")
+    found = getattr(sys.modules.get(module_name), name, None)
+    return found if isinstance(found, type) and issubclass(found, base) and found is not base else None
+
+
 def class_paths_in(value: Any) -> Iterator[str]:
     """Every `class_path` string inside a parsed YAML/JSON value."""
     if isinstance(value, dict):

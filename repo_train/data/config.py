@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import yaml
 from transformers import PreTrainedTokenizerBase
 
+from repo_common.user_code import loaded_subclass
 from repo_train.data.base import TokenSequenceDataset
 from repo_train.data.olmo_numpy import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE, OlmoNumpyDataset
 from repo_train.data.prompt_completion import PromptCompletionDataset
@@ -148,19 +149,10 @@ def source_class(class_path: str, where: str = "data source", *, may_import: boo
         except ImportError:
             found = None
     else:
-        found = next((cls for cls in _subclasses(DataSource) if class_path in _names_of(cls)), None)
+        found = loaded_subclass(DataSource, class_path)
     if not (isinstance(found, type) and issubclass(found, DataSource)) or found is DataSource:
         raise ValueError(f"{where}: class_path {class_path!r} is not a data source; {fix}.")
     return found
-
-
-def _names_of(cls: type[DataSource]) -> set[str]:
-    """What a config may call a loaded source: its name, the path configs write, its defining module's path."""
-    return {cls.__name__, cls.class_path(), f"{cls.__module__}.{cls.__qualname__}"}
-
-
-def _subclasses(cls: type) -> list[type]:
-    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
 
 
 def legacy_source_message(data: Mapping[str, Any], where: str = "data.train") -> str:

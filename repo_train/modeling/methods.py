@@ -109,15 +109,12 @@ def position_of_fields(
         repo_start_layer=repo_start_layer,
         repo_hidden_size=repo_hidden_size,
     )
-    options = POSITION_POLICIES[position_method].Options if position_method in POSITION_POLICIES else None
-    if options is not None:
-        return options.from_model_config(fields)
     check_method_name(position_method)
-    if fields.position_options:
-        raise ValueError(
-            f"position_options {sorted(fields.position_options)}: position method {position_method!r} takes no options"
-        )
-    return PositionMethod(position_method)
+    if position_method not in POSITION_POLICIES:
+        check_position_options(fields)  # a layer plan takes none
+        return PositionMethod(position_method)
+    options = POSITION_POLICIES[position_method].options_from(fields)  # None: the policy takes none
+    return options if options is not None else PositionMethod(position_method)
 
 
 def check_position_options(config) -> None:

@@ -19,10 +19,11 @@ and `repo_hidden_size`), which stay as they were so that every saved model still
 from __future__ import annotations
 
 import dataclasses
-import sys
 from abc import ABC
 from collections.abc import Mapping
 from typing import Any, ClassVar
+
+from repo_common.user_code import loaded_subclass, subclasses
 
 
 class PositionConfig(ABC):
@@ -78,23 +79,14 @@ class PositionMethod(PositionConfig):
         return {"position_method": self.name, "position_options": {}}
 
 
-def subclasses(cls: type) -> list[type]:
-    """Every loaded subclass of `cls`, depth first."""
-    return [sub for direct in cls.__subclasses__() for sub in (direct, *subclasses(direct))]
-
-
 def position_class(class_path: str, where: str) -> type[PositionConfig]:
     """The loaded `PositionConfig` subclass a class_path names: its class name or its module path.
 
     Only loaded classes are looked up (a checkpoint or config is not trusted to name modules to import); a
     user's class is loaded by `--import MODULE`.
     """
-    for cls in subclasses(PositionConfig):
-        if class_path in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}"):
-            return cls
-    module_name, _, name = class_path.rpartition(".")
-    found = getattr(sys.modules.get(module_name), name, None)  # a re-export (repo_train.modeling.RepoPosition)
-    if isinstance(found, type) and issubclass(found, PositionConfig) and found is not PositionConfig:
+    found = loaded_subclass(PositionConfig, class_path)
+    if found is not None:
         return found
     names = ", ".join(sorted(c.__name__ for c in subclasses(PositionConfig)))
     raise ValueError(

@@ -113,7 +113,7 @@ def check_resume(ckpt_path: str | None, world_size: int) -> None:
 #: Option that lets given values differ from a resumed checkpoint's (a CLI flag and a top-level config key).
 ALLOW_HPARAM_CHANGES = "allow_hparam_changes"
 #: Saved values that fix what the checkpoint's weights and data position mean: they never change on resume
-#: (of `position`, its method and layer plan; its other options may change, see `position_parts`).
+#: (of `position`, its method and layer plan; its other options may change, see `position_layer_plan`).
 FIXED_ON_RESUME = {
     "model": ("preset_name", "position", "config_overrides"),
     "data": ("train", "global_batch_size"),
@@ -172,11 +172,9 @@ def moved_option_error(old: dict) -> str | None:
     return f"model.{', model.'.join(old)} moved: the position method and its options are one option now; write {new}"
 
 
-def position_parts(value) -> tuple[dict, dict]:
-    """(what the weights depend on: method and layer plan; the other options) of a saved or given position."""
-    fields = resolve_position(value).model_config_fields()
-    options = fields.pop("position_options", {})
-    return fields, options
+def position_layer_plan(position: PositionConfig) -> dict:
+    """What the weights depend on in a position: its model-config fields but the options (method, layer plan)."""
+    return {k: v for k, v in position.model_config_fields().items() if k != "position_options"}
 
 
 def _plain(value):
@@ -240,11 +238,9 @@ def compare_resume_hparams(
                 continue
             given_value = given[section][key]
             if key == "position":  # its method and layer plan are fixed; its other options may change
-                saved_value, given_value = (
-                    resolve_position(value).to_config(),
-                    resolve_position(given_value).to_config(),
-                )
-                is_fixed = position_parts(saved_value)[0] != position_parts(given_value)[0]
+                saved_position, given_position = resolve_position(value), resolve_position(given_value)
+                saved_value, given_value = saved_position.to_config(), given_position.to_config()
+                is_fixed = position_layer_plan(saved_position) != position_layer_plan(given_position)
             else:
                 saved_value, is_fixed = value, key in FIXED_ON_RESUME[section]
             if _plain(given_value) != _plain(saved_value):

@@ -47,10 +47,11 @@ from repo_common import user_code
 from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem, take_flag
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
+from repo_common.user_code import subclasses
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
 from repo_train.modeling.accounting import config_parameter_report
-from repo_train.modeling.position_config import PositionConfig, position_class, subclasses
+from repo_train.modeling.position_config import PositionConfig, position_class
 from repo_train.modeling.presets import preset
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
 from repo_train.training.atomic_checkpoint_io import AtomicCheckpointIO
