@@ -173,6 +173,10 @@ def load_lightning_checkpoint(path: str | Path) -> dict:
     return state
 
 
+def missing_checkpoint_message(path: str | Path) -> str:
+    return f"ckpt_path={str(path)!r} does not exist: pass the .ckpt of an earlier run to resume it"
+
+
 def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     """{"model": ..., "data": ...}: the module's and the data module's saved hyperparameters (empty if none).
 
@@ -182,9 +186,7 @@ def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
-            f"ckpt_path={str(path)!r} does not exist: pass the .ckpt of an earlier run to resume it"
-        )
+        raise FileNotFoundError(missing_checkpoint_message(path))
     if path.is_dir():
         state = _load_file(zero_model_states_file(path), path, kind="zero", mmap=True)
     else:

@@ -15,7 +15,7 @@ import sys
 
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
 from repo_common.config_cli import deferred, dispatch
-from repo_train import help_snapshot
+from repo_train import fit_precheck, help_snapshot
 
 #: Each command's module is imported only when that command runs (`deferred`): `--help` stays fast.
 COMMANDS = {
@@ -60,9 +60,14 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["COLUMNS"] = str(help_snapshot.HELP_COLUMNS)  # live or not, the width the snapshot holds
             if help_snapshot.answer(argv, terminal=is_terminal(sys.stdout) and is_terminal(sys.stderr)):
                 return 0  # LightningCLI's own answer, kept for exactly these sources and packages
+        prog = f"python -m repo_train {argv[0]}"
+        refused = fit_precheck.refusal(argv)  # what needs no model, from the kept parser: in about a second
+        if refused is not None:
+            print(f"{prog}: error: {refused}", file=sys.stderr)
+            return EXIT_USAGE
         from repo_train.training.cli import run  # imports Lightning only when training
 
-        return report_user_errors(f"python -m repo_train {argv[0]}", lambda: run(argv), TRAINING_ERRORS)
+        return report_user_errors(prog, lambda: run(argv), TRAINING_ERRORS)
     return dispatch(
         "python -m repo_train",
         "repo-train: OLMo-2 with learned (REPO) and baseline position methods.",

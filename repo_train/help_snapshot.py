@@ -32,6 +32,8 @@ from importlib import metadata
 from pathlib import Path
 
 SNAPSHOT = Path(__file__).with_name("help_snapshot.json")
+#: Set (to anything), the live LightningCLI answers everything: no help, print_config or refusal from the file.
+LIVE = "REPO_TRAIN_LIVE"
 #: The argument lists answered from the snapshot (exactly these: anything more is parsed live).
 QUESTIONS = {
     ("fit", "--help"): "fit --help",
@@ -40,6 +42,8 @@ QUESTIONS = {
 }
 #: The width `fit --help` is formatted at, live or from the snapshot (argparse reads COLUMNS).
 HELP_COLUMNS = 100
+#: The entry holding the `fit` / `validate` parsers' options (`repo_train.fit_precheck`), beside the two modes'.
+PARSER = "parser"
 #: Packages whose code shapes LightningCLI's parser and help text.
 PACKAGES = ("pytorch-lightning", "lightning-utilities", "jsonargparse", "docstring-parser", "torch", "transformers")
 _ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +83,7 @@ def answer(argv: list[str], terminal: bool) -> bool:
     """Print the snapshot's answer to `argv` and say True, or say False (not a snapshot question, no snapshot,
     or one made from other sources or packages: the caller runs LightningCLI)."""
     name = question(argv)
-    if name is None or os.environ.get("REPO_TRAIN_LIVE_HELP") or not SNAPSHOT.is_file():
+    if name is None or os.environ.get(LIVE) or not SNAPSHOT.is_file():
         return False
     try:
         entry = json.loads(SNAPSHOT.read_text(encoding="utf-8"))[_mode(terminal)]
@@ -96,7 +100,7 @@ def answer(argv: list[str], terminal: bool) -> bool:
 def live_answer(argv: list[str], terminal: bool) -> str:
     """What `python -m repo_train ARGV` prints, live (LightningCLI, snapshot bypassed), with stdout and stderr a
     pipe or a terminal (a pseudo-terminal in raw mode: no newline translation)."""
-    env = {**os.environ, "COLUMNS": str(HELP_COLUMNS), "REPO_TRAIN_LIVE_HELP": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "COLUMNS": str(HELP_COLUMNS), LIVE: "1", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     command = [sys.executable, "-m", "repo_train", *argv]
     if not terminal:
@@ -125,11 +129,28 @@ def live_answer(argv: list[str], terminal: bool) -> str:
     return b"".join(chunks).decode()
 
 
+def live_parser_options() -> dict:
+    """The `fit` / `validate` parsers' options (`repo_train.fit_precheck`), from a fresh interpreter that builds
+    LightningCLI's parsers."""
+    code = (
+        "import json; from repo_train.training.cli import kept_parser_options; print(json.dumps(kept_parser_options()))"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=_ROOT, check=False, timeout=600
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the parsers' options: exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def live_snapshot() -> dict:
     """The snapshot of this checkout, from the live command: {mode: {"key": ..., "versions": {package: version},
-    "outputs": {question: text}}} (the versions are part of the key, kept apart to say why a key differs)."""
+    "outputs": {question: text}}} (the versions are part of the key, kept apart to say why a key differs), and
+    {PARSER: {"key", "versions", "subcommands": {name: options}}} for `repo_train.fit_precheck`."""
     names = sorted(set(QUESTIONS.values()))
-    return {
+    snapshot = {
         _mode(terminal): {
             "key": inputs_key(terminal),
             "versions": package_versions(),
@@ -137,6 +158,8 @@ def live_snapshot() -> dict:
         }
         for terminal in (False, True)
     }
+    snapshot[PARSER] = {"key": inputs_key(False), "versions": package_versions(), "subcommands": live_parser_options()}
+    return snapshot
 
 
 def package_versions() -> dict[str, str]:

@@ -27,7 +27,7 @@ def snapshot_of(path, terminal: bool, text: str) -> None:
 
 def test_a_current_snapshot_answers_exactly_its_questions(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(help_snapshot, "SNAPSHOT", tmp_path / "snapshot.json")
-    monkeypatch.delenv("REPO_TRAIN_LIVE_HELP", raising=False)
+    monkeypatch.delenv(help_snapshot.LIVE, raising=False)
     snapshot_of(help_snapshot.SNAPSHOT, terminal=False, text="the help\n")
     assert help_snapshot.answer(["fit", "--help"], terminal=False)
     assert help_snapshot.answer(["fit", "-h"], terminal=False)
@@ -36,7 +36,7 @@ def test_a_current_snapshot_answers_exactly_its_questions(tmp_path, monkeypatch,
     for argv in (["fit", "--help", "--trainer.max_steps", "3"], ["validate", "--help"], ["fit"], []):
         assert not help_snapshot.answer(argv, terminal=False), argv
     assert not help_snapshot.answer(["fit", "--help"], terminal=True)  # made for a pipe: the bar's default differs
-    monkeypatch.setenv("REPO_TRAIN_LIVE_HELP", "1")
+    monkeypatch.setenv(help_snapshot.LIVE, "1")
     assert not help_snapshot.answer(["fit", "--help"], terminal=False)
     assert capsys.readouterr().out == ""
 
@@ -44,7 +44,7 @@ def test_a_current_snapshot_answers_exactly_its_questions(tmp_path, monkeypatch,
 def test_a_snapshot_of_other_sources_or_packages_is_not_served(tmp_path, monkeypatch, capsys):
     """Another package version, or any source file changed under repo_train/ or repo_common/: live answer."""
     monkeypatch.setattr(help_snapshot, "SNAPSHOT", tmp_path / "snapshot.json")
-    monkeypatch.delenv("REPO_TRAIN_LIVE_HELP", raising=False)
+    monkeypatch.delenv(help_snapshot.LIVE, raising=False)
     snapshot_of(help_snapshot.SNAPSHOT, terminal=False, text="the help\n")
     with monkeypatch.context() as patch:
         patch.setattr(help_snapshot, "_version", lambda package: "0.0.1")
@@ -62,7 +62,7 @@ def test_a_snapshot_of_other_sources_or_packages_is_not_served(tmp_path, monkeyp
     assert capsys.readouterr().out == "the help\n"
 
 
-@pytest.mark.slow  # four live LightningCLI runs: ~2 min on two loaded cores
+@pytest.mark.slow  # five live LightningCLI starts: ~2 min on two loaded cores
 def test_the_committed_snapshot_is_the_live_commands_output():
     """Fails when the project's sources changed since the file was written (regenerate it); skips when only the
     installed packages differ (setup.cfg pins no exact Lightning or jsonargparse: such a machine answers live)."""
@@ -72,8 +72,11 @@ def test_the_committed_snapshot_is_the_live_commands_output():
         pytest.skip(f"the snapshot was made with other packages than {installed}: those commands answer live here")
     live = help_snapshot.live_snapshot()
     for mode, entry in live.items():
-        for name, text in entry["outputs"].items():
+        for name, text in entry.get("outputs", {}).items():
             assert committed[mode]["outputs"][name] == text, (
                 f"{name} ({mode}) differs from the live output: {REGENERATE}"
             )
         assert committed[mode]["key"] == entry["key"], f"the snapshot is not of this checkout: run {REGENERATE}"
+    assert committed[help_snapshot.PARSER]["subcommands"] == live[help_snapshot.PARSER]["subcommands"], (
+        f"the fit / validate parsers' options differ from the live ones: {REGENERATE}"
+    )

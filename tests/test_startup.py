@@ -2,10 +2,11 @@
 
 Each command runs in a fresh interpreter (`startup_probe.py`), which reports the heavy packages in
 `sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
-`scripts/benchmark_startup.py`'s). `fit` / `validate` are the known exception, checked to stay what it is:
-LightningCLI's, whose parser is built from the LightningModule (`fit --help` / `fit --print_config` alone
-come from repo_train/help_snapshot.json while it is current). (`python -m evaluation run` was one until its
-parser and resolution read the task and method classes without torch or `datasets`.)
+`scripts/benchmark_startup.py`'s). `fit` / `validate` are LightningCLI's, whose parser is built from the
+LightningModule: `fit --help` / `fit --print_config` alone come from repo_train/help_snapshot.json while it is
+current, and so do their model-free refusals (the kept parser, tests/test_fit_precheck.py); anything more is
+parsed live. (`python -m evaluation run` was an exception until its parser and resolution read the task and
+method classes without torch or `datasets`.)
 """
 
 from __future__ import annotations

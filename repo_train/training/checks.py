@@ -13,6 +13,7 @@ from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
 from repo_train.modeling.methods import position_of_fields, resolve_position
 from repo_train.modeling.position_config import PositionConfig, PositionMethod
+from repo_train.training.settings_checks import MOVED_MODEL_OPTIONS
 
 
 def check_config_overrides(overrides: dict | None) -> None:
@@ -73,23 +74,6 @@ def check_init_from(path: str | None) -> None:
             )
 
 
-def check_root_dir(root: str) -> None:
-    """`trainer.default_root_dir` must be a directory (or not exist yet); writability is probed by the run lock."""
-    path = Path(root)
-    if path.exists() and not path.is_dir():
-        raise ValueError(
-            f"trainer.default_root_dir={root!r} is a file, not a directory: pass a directory for the run's "
-            "checkpoints and logs (it is created if missing)."
-        )
-
-
-def unwritable_root_dir(root: str, err: OSError) -> ValueError:
-    return ValueError(
-        f"trainer.default_root_dir={root!r} cannot be written ({err.strerror or type(err).__name__}): pass a "
-        "directory this user can write (it is created if missing)."
-    )
-
-
 def check_resume(ckpt_path: str | None, world_size: int) -> None:
     """A ZeRO checkpoint holds one optimizer shard per process: it resumes only on the same count."""
     if ckpt_path is None or ckpt_path in LIGHTNING_CKPT_ALIASES:
@@ -117,17 +101,6 @@ ALLOW_HPARAM_CHANGES = "allow_hparam_changes"
 FIXED_ON_RESUME = {
     "model": ("preset_name", "position", "config_overrides"),
     "data": ("train", "global_batch_size"),
-}
-
-#: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
-#: model-config fields a position maps to.
-MOVED_MODEL_OPTIONS = {
-    "position_method": "position_method",
-    "repo_start_layer": "repo_start_layer",
-    "repo_hidden_size": "repo_hidden_size",
-    "position_options": "position_options",
-    "repo_curriculum_start": "curriculum_start",
-    "repo_curriculum_steps": "curriculum_steps",
 }
 
 

@@ -44,12 +44,13 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_common import user_code
-from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem, take_flag
+from repo_common.config_cli import take_flag
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, newest_last_checkpoint, read_hyperparameters
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
+from repo_train.fit_precheck import SUBCOMMANDS, parser_options
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.position_config import PositionConfig, position_class
 from repo_train.modeling.presets import preset
@@ -58,18 +59,26 @@ from repo_train.training.atomic_checkpoint_io import AtomicCheckpointIO
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (
     ALLOW_HPARAM_CHANGES,
-    MOVED_MODEL_OPTIONS,
     check_config_overrides,
     check_init_from,
     check_resume,
-    check_root_dir,
     compare_resume_hparams,
     moved_option_error,
-    unwritable_root_dir,
 )
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.launcher_watch import watch_launcher
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
+from repo_train.training.parse_errors import parse_error_line as plain_parse_error_line
+from repo_train.training.settings_checks import (
+    MOVED_MODEL_OPTIONS,
+    batch_accumulation,
+    check_every_n_train_steps,
+    check_no_earlier_run,
+    check_root_dir,
+    check_validate_inputs,
+    read_config_files,
+    unwritable_root_dir,
+)
 
 # Every Trainer with a logger prints Lightning's advertisement for its cloud logger (litlogger) at info
 # level; it says nothing about the run. Only that one message is dropped.
@@ -203,18 +212,13 @@ class RePoCLI(LightningCLI):
         check_no_earlier_run(str(trainer.default_root_dir), ckpt_path)
         check_resume(ckpt_path, trainer.world_size)
         continue_logger_version(trainer.loggers, ckpt_path)
-        every = self.config[self.subcommand].get("checkpoint.every_n_train_steps")
-        if every is not None and every < 1:
-            raise ValueError(
-                f"checkpoint.every_n_train_steps must be >= 1, got {every}: without step checkpoints a stopped run "
-                "cannot resume; give N (the paper runs use 1000)"
-            )
+        check_every_n_train_steps(self.config[self.subcommand].get("checkpoint.every_n_train_steps"))
         if trainer._accelerator_connector.use_distributed_sampler:
             raise ValueError(
                 "set trainer.use_distributed_sampler: false; RePoDataModule shards and resumes the data itself."
             )
         # Accumulation is computed from the global batch; fail now, not inside a worker.
-        RePoDataModule.accumulation(
+        batch_accumulation(
             self.datamodule.hparams.global_batch_size, self.datamodule.hparams.micro_batch_size, trainer.world_size
         )
         config = model.model_config()  # unknown position method, bad init_from config: before any write
@@ -223,16 +227,11 @@ class RePoCLI(LightningCLI):
 
     def before_validate(self) -> None:
         """`validate` scores the validation data on a checkpoint; without either it would do nothing and exit 0."""
-        missing = []
-        if self.datamodule.hparams.get("val") is None:
-            missing.append("--data.val SOURCE (the data to validate on)")
-        if not self.config_init[self.subcommand].get("ckpt_path") and not self.model.hparams.init_from:
-            missing.append("--ckpt_path CKPT or --model.init_from DIR (the weights to validate)")
-        if missing:
-            raise ValueError(
-                f"validate needs {' and '.join(missing)}: without them it would validate nothing (or freshly "
-                "initialised weights) and report success"
-            )
+        check_validate_inputs(
+            self.datamodule.hparams.get("val"),
+            self.config_init[self.subcommand].get("ckpt_path"),
+            self.model.hparams.init_from,
+        )
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -268,57 +267,15 @@ class RePoCLI(LightningCLI):
             raise unwritable_root_dir(root, err) from err
 
 
-def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
-    """A `fit` without `--ckpt_path` into a root that holds an earlier run's checkpoint is refused.
-
-    Lightning would start again at step 0 in a new version_N beside the old
-    checkpoints, and `newest_last_checkpoint` would later pick either run's. The
-    message names the checkpoint (the newest last.ckpt, else the newest *.ckpt)
-    and the flag that resumes it. Remote roots are not searched.
-    """
-    if ckpt_path or "://" in root:
-        return
-    others = [p for p in Path(root).rglob("*.ckpt")] if Path(root).is_dir() else []  # e.g. step=N.ckpt alone
-    found = newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
-    if found is not None:
-        raise ValueError(
-            f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
-            "to resume it, or another --trainer.default_root_dir to start afresh"
-        )
-
-
 def parse_error_line(message: str, subcommand: str | None, argv: list[str] | None = None) -> str:
-    """jsonargparse's (often multi-line) parse error as one line, with where to look up the options."""
-    text = message.strip()
-    squash = " ".join(text.split())
-    key = re.match(r'Parser key "([^"]+)":\s*(.*)', text, re.DOTALL)
-    if text.startswith("Unexpected config:"):
-        got = " ".join(text.split(":", 1)[1].split())
-        line = f"the config is not a YAML mapping of sections (seed_everything, trainer, model, data, ...); got: {got}"
-    elif text.startswith("Problems parsing config:"):
-        line = f"the config is not valid YAML: {' '.join(text.split(':', 1)[1].split())}"
-    elif key and key.group(1) == "config":
-        line = f"--config: {' '.join(key.group(2).split())}"
-    elif key and key.group(1) in ("data.train", "data.val"):
+    """jsonargparse's error as one line: a data source's or the position's in their own words (they name the
+    classes), any other as `parse_errors.parse_error_line` says it."""
+    key = re.match(r'Parser key "([^"]+)":\s*(.*)', message.strip(), re.DOTALL)
+    if key and key.group(1) in ("data.train", "data.val"):
         return data_source_error_line(key.group(1), key.group(2))
-    elif key and key.group(1) == "model.position":
+    if key and key.group(1) == "model.position":
         return position_error_line(key.group(2), argv or [])
-    elif key:
-        name, rest = key.groups()
-        got = re.search(r"(?:Got value|Given value): (.*)", rest)
-        expected = [
-            re.sub(r"<class '([\w.]+)'>", r"\1", e).strip()
-            for e in re.findall(r"Expected a (.+?)(?:\. Got value:.*)?$", rest, re.MULTILINE)
-        ]
-        line = f"--{name}: " + (f"{got.group(1).strip()!r} is not valid" if got else " ".join(rest.split()))
-        if expected:
-            line += f" (expected {' or '.join(expected)})"
-    else:
-        line = squash
-    if len(line) > 400:
-        line = line[:397] + "..."
-    command = f"python -m repo_train {subcommand}" if subcommand else "python -m repo_train fit"
-    return f"{line} ({command} --help lists the options)"
+    return plain_parse_error_line(message, subcommand)
 
 
 def data_source_error_line(key: str, message: str) -> str:
@@ -433,18 +390,7 @@ def import_named_modules(argv: list[str]) -> list[str]:
     named, rest = take_flag(argv, user_code.FLAG)
     files, _ = take_flag(rest, "--config")
     from_files, class_paths = [], []
-    for path in files:
-        if Path(path).is_file() and Path(path).stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file")
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
-        except UnicodeDecodeError as err:  # the parser's own words would not name the file
-            raise ValueError(binary_config_message(path, err)) from None
-        except yaml.YAMLError:
-            continue  # the parser reports a broken file in its own words
-        problem = config_size_problem(path, data)
-        if problem:
-            raise ValueError(problem)
+    for data in read_config_files(files):
         if isinstance(data, dict):
             from_files += list(data.get(user_code.KEY) or [])
             class_paths += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]
@@ -481,15 +427,7 @@ def run(argv: list[str]) -> int:
     # `ProgressLog` writes plain lines there instead.
     terminal = is_terminal(sys.stdout) and is_terminal(sys.stderr)
     try:
-        RePoCLI(
-            RePoLightningModule,
-            RePoDataModule,
-            trainer_defaults={**TINY_TRAINER_DEFAULTS, "enable_progress_bar": terminal},
-            seed_everything_default=42,
-            save_config_kwargs={"overwrite": True},
-            args=argv,
-            parser_kwargs={"prog": "python -m repo_train", "exit_on_error": False},
-        )
+        RePoCLI(**_cli_arguments(argv, terminal))
     except argparse.ArgumentError as err:
         subcommand = argv[0] if argv and not argv[0].startswith("-") else None
         raise ValueError(parse_error_line(str(err), subcommand, argv)) from None
@@ -500,6 +438,38 @@ def run(argv: list[str]) -> int:
             "--help lists the options)"
         ) from None
     return 0
+
+
+def _cli_arguments(argv: list[str], terminal: bool) -> dict:
+    """RePoCLI's arguments for `python -m repo_train ARGV` (the run, and the parser kept for the precheck)."""
+    return {
+        "model_class": RePoLightningModule,
+        "datamodule_class": RePoDataModule,
+        "trainer_defaults": {**TINY_TRAINER_DEFAULTS, "enable_progress_bar": terminal},
+        "seed_everything_default": 42,
+        "save_config_kwargs": {"overwrite": True},
+        "args": argv,
+        "parser_kwargs": {"prog": "python -m repo_train", "exit_on_error": False},
+    }
+
+
+class _ParserOnlyCLI(RePoCLI):
+    """Builds `python -m repo_train`'s parsers and nothing else (no checkpoint read, no model, no run)."""
+
+    def _parse_ckpt_path(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        pass
+
+
+def kept_parser_options() -> dict:
+    """The options of the `fit` and `validate` parsers as `repo_train.fit_precheck` keeps them (stdout a pipe)."""
+    parsers = _ParserOnlyCLI(**_cli_arguments(["fit"], terminal=False)).parser._subcommands_action._name_parser_map
+    return {name: parser_options(parsers[name]) for name in SUBCOMMANDS}
 
 
 class _ParseOnlyCLI(RePoCLI):
@@ -529,7 +499,7 @@ def check_config_file(path: str) -> dict:
     model_config = preset(model.preset_name, **model_config_fields(model))
     devices = trainer.devices if isinstance(trainer.devices, int) else 1
     world = devices * (trainer.num_nodes or 1)
-    accumulation = RePoDataModule.accumulation(data.global_batch_size, data.micro_batch_size, world)
+    accumulation = batch_accumulation(data.global_batch_size, data.micro_batch_size, world)
     seq_len = (DataSource.from_config(data.train.as_dict(), "data.train") if data.train else SyntheticData()).seq_len
     if seq_len > model_config.max_position_embeddings:
         raise ValueError(f"{path}: seq_len {seq_len} > max_position_embeddings {model_config.max_position_embeddings}")

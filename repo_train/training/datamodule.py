@@ -18,6 +18,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Sampler
 
 from repo_train.data import DataSource, ResumableSampler, SyntheticData, TokenSequenceDataset
+from repo_train.training.settings_checks import batch_accumulation
 
 
 def silence_loader_warnings() -> None:
@@ -95,20 +96,6 @@ class RePoDataModule(pl.LightningDataModule):
         self.sampler: ResumableSampler | None = None
         self._consumed = 0
 
-    # ----------------------------------------------------------- batch math
-    @staticmethod
-    def accumulation(global_batch: int, micro_batch: int, world_size: int) -> int:
-        """Micro-batches per optimizer step per process; refuses a split that is not exact."""
-        if global_batch < 1 or micro_batch < 1:
-            raise ValueError(f"batch sizes must be >= 1 (global={global_batch}, micro={micro_batch})")
-        per_step = micro_batch * world_size
-        if global_batch % per_step:
-            raise ValueError(
-                f"global_batch_size={global_batch} is not divisible by micro_batch_size × processes = "
-                f"{micro_batch} × {world_size} = {per_step}; pick a micro batch (or process count) that divides it."
-            )
-        return global_batch // per_step
-
     def build_sources(self) -> None:
         """Read (and check) the data sources; the training command calls it before anything is written."""
         if self.train_dataset is None:
@@ -133,7 +120,7 @@ class RePoDataModule(pl.LightningDataModule):
         if self.trainer is None:
             return
         self.check_model(self.trainer.lightning_module.model_config())
-        self.trainer.accumulate_grad_batches = self.accumulation(
+        self.trainer.accumulate_grad_batches = batch_accumulation(
             self.hparams.global_batch_size, self.hparams.micro_batch_size, self.trainer.world_size
         )
 

@@ -7,9 +7,9 @@ import torch
 
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.objective import IGNORE_INDEX, lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay, parameter_groups
+from repo_train.training.settings_checks import batch_accumulation
 
 
 def test_loss_is_cross_entropy_plus_scaled_log_z_squared():
@@ -56,7 +56,7 @@ def test_linear_decay_to_zero_without_warmup():
 
 def test_gradient_accumulation_is_computed_from_the_global_batch():
     # REPO paper: 512 sequences per step, micro-batch 4, 4 GPUs -> 32 micro-batches per step.
-    assert RePoDataModule.accumulation(512, 4, 4) == 32
-    assert RePoDataModule.accumulation(512, 4, 16) == 8
+    assert batch_accumulation(512, 4, 4) == 32
+    assert batch_accumulation(512, 4, 16) == 8
     with pytest.raises(ValueError, match="not divisible by micro_batch_size × processes = 3 × 4 = 12"):
-        RePoDataModule.accumulation(512, 3, 4)
+        batch_accumulation(512, 3, 4)

@@ -1,0 +1,121 @@
+"""Checks of the training settings that need neither torch nor Lightning.
+
+The live `fit` / `validate` (training/cli.py, after LightningCLI has parsed and
+built everything) and the fast precheck (`repo_train.fit_precheck`, before
+anything heavy is imported) call the same functions, so a refusal reads the
+same whichever path gives it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem
+from repo_train.checkpoints import newest_last_checkpoint
+
+#: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
+#: model-config fields a position maps to.
+MOVED_MODEL_OPTIONS = {
+    "position_method": "position_method",
+    "repo_start_layer": "repo_start_layer",
+    "repo_hidden_size": "repo_hidden_size",
+    "position_options": "position_options",
+    "repo_curriculum_start": "curriculum_start",
+    "repo_curriculum_steps": "curriculum_steps",
+}
+
+
+def check_root_dir(root: str) -> None:
+    """`trainer.default_root_dir` must be a directory (or not exist yet); writability is probed by the run lock."""
+    path = Path(root)
+    if path.exists() and not path.is_dir():
+        raise ValueError(
+            f"trainer.default_root_dir={root!r} is a file, not a directory: pass a directory for the run's "
+            "checkpoints and logs (it is created if missing)."
+        )
+
+
+def unwritable_root_dir(root: str, err: OSError) -> ValueError:
+    return ValueError(
+        f"trainer.default_root_dir={root!r} cannot be written ({err.strerror or type(err).__name__}): pass a "
+        "directory this user can write (it is created if missing)."
+    )
+
+
+def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
+    """A `fit` without `--ckpt_path` into a root that holds an earlier run's checkpoint is refused.
+
+    Lightning would start again at step 0 in a new version_N beside the old
+    checkpoints, and `newest_last_checkpoint` would later pick either run's. The
+    message names the checkpoint (the newest last.ckpt, else the newest *.ckpt)
+    and the flag that resumes it. Remote roots are not searched.
+    """
+    if ckpt_path or "://" in root:
+        return
+    others = [p for p in Path(root).rglob("*.ckpt")] if Path(root).is_dir() else []  # e.g. step=N.ckpt alone
+    found = newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
+    if found is not None:
+        raise ValueError(
+            f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
+            "to resume it, or another --trainer.default_root_dir to start afresh"
+        )
+
+
+def check_every_n_train_steps(every: int | None) -> None:
+    """Step checkpoints are what a stopped run resumes from: an interval below 1 would write none."""
+    if every is not None and every < 1:
+        raise ValueError(
+            f"checkpoint.every_n_train_steps must be >= 1, got {every}: without step checkpoints a stopped run "
+            "cannot resume; give N (the paper runs use 1000)"
+        )
+
+
+def check_validate_inputs(val, ckpt_path: str | None, init_from: str | None) -> None:
+    """`validate` scores the validation data on a checkpoint; without either it would do nothing and exit 0."""
+    missing = []
+    if val is None:
+        missing.append("--data.val SOURCE (the data to validate on)")
+    if not ckpt_path and not init_from:
+        missing.append("--ckpt_path CKPT or --model.init_from DIR (the weights to validate)")
+    if missing:
+        raise ValueError(
+            f"validate needs {' and '.join(missing)}: without them it would validate nothing (or freshly "
+            "initialised weights) and report success"
+        )
+
+
+def batch_accumulation(global_batch: int, micro_batch: int, world_size: int) -> int:
+    """Micro-batches per optimizer step per process; refuses a split that is not exact."""
+    if global_batch < 1 or micro_batch < 1:
+        raise ValueError(f"batch sizes must be >= 1 (global={global_batch}, micro={micro_batch})")
+    per_step = micro_batch * world_size
+    if global_batch % per_step:
+        raise ValueError(
+            f"global_batch_size={global_batch} is not divisible by micro_batch_size × processes = "
+            f"{micro_batch} × {world_size} = {per_step}; pick a micro batch (or process count) that divides it."
+        )
+    return global_batch // per_step
+
+
+def read_config_files(paths: list[str]) -> list[Any]:
+    """Each existing `--config` file's YAML (None for one that is missing or not valid YAML: the parser reports
+    those in its own words); a file too big, binary, or expanding past the cap (an alias bomb) is refused first,
+    naming the file, before the parser would expand it."""
+    found = []
+    for path in paths:
+        if Path(path).is_file() and Path(path).stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file")
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
+        except UnicodeDecodeError as err:  # the parser's own words would not name the file
+            raise ValueError(binary_config_message(path, err)) from None
+        except yaml.YAMLError:
+            data = None
+        problem = config_size_problem(path, data)
+        if problem:
+            raise ValueError(problem)
+        found.append(data)
+    return found
