@@ -15,7 +15,9 @@ of the same options is rebuilt here, importing nothing heavy, and refuses:
   `--ckpt_path` that does not exist, `validate` with nothing to validate.
 
 It refuses only what the live command refuses, in the same line (the slow
-tests/test_fit_precheck.py runs both). What it cannot judge exactly goes to
+tests/test_fit_precheck.py runs both). With several problems at once it may
+name another of them first: the live command checks the Trainer's settings and
+builds the model before it looks at the root dir. What it cannot judge exactly goes to
 the live command unjudged: an option inside a class-typed key (a data
 source's, a position's, a callback's), a whole section given as a file,
 `--import`, the old option names, a key the snapshot does not hold, or a
@@ -35,7 +37,6 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from repo_common.config_cli import take_flag
 from repo_common.file_permissions import describe
 from repo_common.run_lock import LOCK_FILE
 from repo_train import help_snapshot
@@ -48,6 +49,7 @@ from repo_train.training.settings_checks import (
     check_no_earlier_run,
     check_root_dir,
     check_validate_inputs,
+    config_file_arguments,
     read_config_files,
 )
 
@@ -171,9 +173,7 @@ def refusal(argv: list[str]) -> str | None:
     if kept is None:
         return None
     try:
-        files, _ = take_flag(args, "--config")
-        short, _ = take_flag(args, "-c")
-        config_data = read_config_files([*files, *short])
+        config_data = read_config_files(config_file_arguments(args))
     except PermissionError as err:
         return describe(err)
     except ValueError as err:

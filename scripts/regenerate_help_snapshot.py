@@ -1,10 +1,11 @@
-"""Rewrite repo_train/help_snapshot.json from the live `python -m repo_train fit --help` / `--print_config`.
+"""Rewrite repo_train/help_snapshot.json from the live `python -m repo_train fit --help` / `--print_config`
+and the live `fit` / `validate` parsers' options (`repo_train.fit_precheck`).
 
     python scripts/regenerate_help_snapshot.py
 
-Runs LightningCLI four times (each question with stdout a pipe and a terminal; ~20 s each on two loaded
-cores). Needed after a change to repo_train/ or repo_common/ or an upgrade of the packages the key names
-(`repo_train.help_snapshot`); until then those two commands answer live, as slowly as before.
+Starts LightningCLI five times (each question with stdout a pipe and a terminal, and once to read the
+parsers; ~20 s each on two loaded cores). Needed after a change to repo_train/ or repo_common/ or an upgrade of the packages the key names
+(`repo_train.help_snapshot`); until then `fit` / `validate` answer live, as slowly as before.
 """
 
 from __future__ import annotations

@@ -76,6 +76,7 @@ from repo_train.training.settings_checks import (
     check_no_earlier_run,
     check_root_dir,
     check_validate_inputs,
+    config_file_arguments,
     read_config_files,
     unwritable_root_dir,
 )
@@ -388,9 +389,8 @@ def import_named_modules(argv: list[str]) -> list[str]:
     """Import the user's modules named by `--import` and the config files' `import:` lists (their policies and
     data sources can then be named); `argv` with the merged list as one `--import` value, for the saved config."""
     named, rest = take_flag(argv, user_code.FLAG)
-    files, _ = take_flag(rest, "--config")
     from_files, class_paths = [], []
-    for data in read_config_files(files):
+    for data in read_config_files(config_file_arguments(rest)):
         if isinstance(data, dict):
             from_files += list(data.get(user_code.KEY) or [])
             class_paths += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]

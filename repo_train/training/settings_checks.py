@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem
+from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem, take_flag
 from repo_train.checkpoints import newest_last_checkpoint
 
 #: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
@@ -98,6 +98,13 @@ def batch_accumulation(global_batch: int, micro_batch: int, world_size: int) -> 
             f"{micro_batch} × {world_size} = {per_step}; pick a micro batch (or process count) that divides it."
         )
     return global_batch // per_step
+
+
+def config_file_arguments(args: list[str]) -> list[str]:
+    """The files `args` name with `--config FILE` / `-c FILE` (either spelling, in order)."""
+    files, rest = take_flag(args, "--config")
+    short, _ = take_flag(rest, "-c")
+    return [*files, *short]
 
 
 def read_config_files(paths: list[str]) -> list[Any]:
