@@ -37,6 +37,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from repo_common import user_code
 from repo_common.file_permissions import describe
 from repo_common.run_lock import LOCK_FILE
 from repo_train import help_snapshot
@@ -50,12 +51,14 @@ from repo_train.training.settings_checks import (
     check_root_dir,
     check_validate_inputs,
     config_file_arguments,
+    named_class_paths,
     read_config_files,
 )
 
 #: The subcommands whose parsers are kept (the ones `python -m repo_train` routes to LightningCLI).
 SUBCOMMANDS = ("fit", "validate")
-#: Value types kept exactly; an option of any other type (a class, a list, a path, a Literal) takes any value here.
+#: Value types kept exactly; an option of any other type (a class, a list, a path, a Literal) takes any value here
+#: as given (`as_given`).
 SIMPLE_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None)}
 #: Arguments that ask the live command something (help, the resolved config, code to import).
 LIVE_ONLY = ("-h", "--help", "--print_config", "--print_shtab", "--import")
@@ -129,10 +132,21 @@ def _rebuilt_parser(subcommand: str, kept: dict) -> Any:
     options.add_argument("-c", "--config", action=ActionConfigFile)
     for key, option in kept["options"].items():
         names = option["type"]
-        hint = typing.Union[tuple(SIMPLE_TYPES[n] for n in names)] if names else typing.Any  # noqa: UP007
+        hint = typing.Union[tuple(SIMPLE_TYPES[n] for n in names)] if names else as_given  # noqa: UP007
         options.add_argument(f"--{key}", type=hint, default=option["default"])
     parser.add_subcommands().add_subcommand(subcommand, options)
     return parser
+
+
+def as_given(value: Any) -> Any:
+    """The type of an option whose value is not judged here: the value as given (a command line's text, a config's
+    YAML). Not `typing.Any`, for which jsonargparse imports the module of any `class_path` in the value."""
+    return value
+
+
+def _null(value: Any) -> bool:
+    """None, or a command line's spelling of it (the live parser reads `--ckpt_path null` as None)."""
+    return value is None or (isinstance(value, str) and value.strip() in ("", "null", "Null", "NULL", "~", "None"))
 
 
 def _judged_here(args: list[str], kept: dict, config_data: list[Any]) -> bool:
@@ -146,12 +160,12 @@ def _judged_here(args: list[str], kept: dict, config_data: list[Any]) -> bool:
             continue
         if option in LIVE_ONLY or option in sections or option in moved or option.startswith(nested):
             return False
-        if option.endswith((".help", "+")) or "+" in option:
+        if "+" in option or option.endswith(".help"):  # appending to a list, a class's help
             return False
     for data in config_data:
         if not isinstance(data, dict):
             continue
-        if "import" in data:
+        if user_code.KEY in data:
             return False
         for name in kept["sections"]:
             section = data.get(name)
@@ -181,11 +195,16 @@ def refusal(argv: list[str]) -> str | None:
     if not _judged_here(args, kept, config_data):
         return None
     try:
+        for class_path in named_class_paths(args, config_data):  # before anything could import them (as live)
+            user_code.check_class_path(class_path)
+    except ValueError as err:
+        return str(err)
+    try:
         config = _rebuilt_parser(subcommand, kept).parse_args(argv)[subcommand].as_dict()
     except argparse.ArgumentError as err:
         return parse_error_line(str(err), subcommand)
     try:
-        _check_settings(subcommand, config, kept)
+        _check_settings(subcommand, config)
     except PermissionError as err:
         return describe(err)
     except (ValueError, FileNotFoundError) as err:
@@ -193,29 +212,31 @@ def refusal(argv: list[str]) -> str | None:
     return None
 
 
-def _check_settings(subcommand: str, config: dict, kept: dict) -> None:
-    """The live command's model-free checks, in its order; a value the snapshot could not keep is not judged."""
+def _check_settings(subcommand: str, config: dict) -> None:
+    """The live command's model-free checks, in its order; a default the snapshot could not keep is not judged."""
 
-    def known(key: str) -> bool:
-        value = _lookup(config, key)
-        return not (isinstance(value, dict) and "not_kept" in value)
+    def value(key: str) -> Any:
+        found = _lookup(config, key)
+        if isinstance(found, dict) and "not_kept" in found:
+            raise LookupError(key)
+        return None if _null(found) else found
 
-    value = lambda key: _lookup(config, key)
-    ckpt_path = value("ckpt_path")
-    if ckpt_path and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES and not Path(ckpt_path).exists():
-        raise FileNotFoundError(missing_checkpoint_message(ckpt_path))
-    if subcommand == "validate":
-        if known("data.val") and known("model.init_from"):
+    try:
+        ckpt_path, root = value("ckpt_path"), value("trainer.default_root_dir")
+        if ckpt_path is not None and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES and not Path(ckpt_path).exists():
+            raise FileNotFoundError(missing_checkpoint_message(ckpt_path))
+        if subcommand == "validate":
             check_validate_inputs(value("data.val"), ckpt_path, value("model.init_from"))
+            return
+        if not isinstance(root, str) or "://" in root:
+            return  # the working directory (None), or remote: not searched, as live
+        check_root_dir(root)
+        if (Path(root) / LOCK_FILE).exists():
+            return  # maybe a run in progress: the live command names its holder (not "resume it")
+        check_no_earlier_run(root, ckpt_path)
+        check_every_n_train_steps(value("checkpoint.every_n_train_steps"))
+        one_process = value("trainer.devices") in (1, "1") and value("trainer.num_nodes") in (1, None)
+        if one_process and "WORLD_SIZE" not in os.environ:
+            batch_accumulation(value("data.global_batch_size"), value("data.micro_batch_size"), 1)
+    except LookupError:
         return
-    root = value("trainer.default_root_dir")
-    if not known("trainer.default_root_dir") or not isinstance(root, str) or "://" in root:
-        return
-    check_root_dir(root)
-    if (Path(root) / LOCK_FILE).exists():
-        return  # maybe a run in progress: the live command names its holder (not "resume it")
-    check_no_earlier_run(root, ckpt_path)
-    check_every_n_train_steps(value("checkpoint.every_n_train_steps"))
-    one_process = value("trainer.devices") in (1, "1") and value("trainer.num_nodes") in (1, None)
-    if one_process and "WORLD_SIZE" not in os.environ:
-        batch_accumulation(value("data.global_batch_size"), value("data.micro_batch_size"), 1)

@@ -68,6 +68,7 @@ REFUSED = [
     ("config-alias-bomb", ["--config", "{tmp}/bomb.yaml"], "expands to more than 100,000 values"),
     ("config-binary", ["--config", "{tmp}/binary.yaml"], "is binary, not UTF-8 text"),
     ("ckpt-missing", ["--ckpt_path", "{tmp}/no.ckpt"], "does not exist"),
+    ("data-source-elsewhere", ["--data.train", "elsewhere.sources.Mine"], "pass --import elsewhere.sources"),
     ("root-is-a-file", ["--trainer.default_root_dir", "{tmp}/root-file"], "is a file, not a directory"),
     ("root-holds-a-run", ["--trainer.default_root_dir", "{tmp}/earlier"], "holds an earlier run's checkpoint"),
     ("checkpoint-every-0", ["--checkpoint.every_n_train_steps", "0"], "every_n_train_steps must be >= 1"),
@@ -126,6 +127,28 @@ def test_every_shipped_config_passes(config, tmp_path, monkeypatch):
     monkeypatch.delenv(help_snapshot.LIVE, raising=False)
     argv = ["fit", "--config", str(config), "--trainer.default_root_dir", str(tmp_path / "run")]
     assert fit_precheck.refusal(argv) is None
+
+
+@needs_current_snapshot
+def test_a_class_path_in_a_value_is_never_imported(tmp_path, monkeypatch):
+    """Values the precheck does not judge are kept as given: a class_path in them imports nothing (jsonargparse
+    would import it for an option typed `Any`)."""
+    monkeypatch.delenv(help_snapshot.LIVE, raising=False)
+    (tmp_path / "marker_pkg").mkdir()
+    (tmp_path / "marker_pkg" / "__init__.py").write_text(
+        f"open({str(tmp_path / 'imported')!r}, 'w').close()\nclass Thing:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "run.yaml").write_text(
+        "trainer:\n  callbacks: [{class_path: marker_pkg.Thing}]\n  logger: {class_path: marker_pkg.Thing}\n"
+    )
+    line = fit_precheck.refusal(_argv("fit", ["--config", f"{tmp_path}/run.yaml", "--model.lr", "x"], tmp_path))
+    assert line is not None and "--model.lr: 'x' is not valid" in line
+    assert not (tmp_path / "imported").exists()
+    (tmp_path / "model.yaml").write_text("model:\n  config_overrides: {class_path: marker_pkg.Thing}\n")
+    line = fit_precheck.refusal(_argv("fit", ["--config", f"{tmp_path}/model.yaml"], tmp_path))
+    assert "pass --import marker_pkg" in line  # under model / data: refused by name, as the live command does
+    assert not (tmp_path / "imported").exists()
 
 
 def test_a_snapshot_of_other_sources_or_the_live_switch_judges_nothing(tmp_path, monkeypatch):

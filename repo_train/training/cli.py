@@ -77,6 +77,7 @@ from repo_train.training.settings_checks import (
     check_root_dir,
     check_validate_inputs,
     config_file_arguments,
+    named_class_paths,
     read_config_files,
     unwritable_root_dir,
 )
@@ -389,34 +390,13 @@ def import_named_modules(argv: list[str]) -> list[str]:
     """Import the user's modules named by `--import` and the config files' `import:` lists (their policies and
     data sources can then be named); `argv` with the merged list as one `--import` value, for the saved config."""
     named, rest = take_flag(argv, user_code.FLAG)
-    from_files, class_paths = [], []
-    for data in read_config_files(config_file_arguments(rest)):
-        if isinstance(data, dict):
-            from_files += list(data.get(user_code.KEY) or [])
-            class_paths += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]
+    configs = read_config_files(config_file_arguments(rest))
+    from_files = [name for data in configs if isinstance(data, dict) for name in data.get(user_code.KEY) or []]
     names = user_code.split_names([*from_files, *named])
     user_code.import_user_modules(names)
-    class_paths += data_source_class_paths(rest)
-    for class_path in class_paths:  # before LightningCLI imports them
+    for class_path in named_class_paths(rest, configs):  # before LightningCLI imports them
         user_code.check_class_path(class_path, [user_code.module_name_of(name) for name in names])
     return rest + ([user_code.FLAG, json.dumps(names)] if named else [])
-
-
-def data_source_class_paths(argv: list[str]) -> list[str]:
-    """The class_paths a command line gives under `--model` and `--data` (`--data.train a.b.C`, a YAML value with
-    class_path keys, `--data.train.class_path a.b.C`). Trainer callbacks and loggers name Lightning's and other
-    libraries' classes and are left to the parser."""
-    found: list[str] = []
-    for index, arg in enumerate(argv):
-        option, eq, value = arg.partition("=")
-        if not option.startswith(("--data.", "--model.")):
-            continue
-        value = value if eq else (argv[index + 1] if index + 1 < len(argv) else "")
-        if value[:1] in ("{", "["):
-            found += user_code.class_paths_in_args([value])
-        elif option.endswith(("class_path", ".train", ".val")) and "." in value:
-            found.append(value)
-    return found
 
 
 def run(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from repo_common import user_code
 from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem, take_flag
 from repo_train.checkpoints import newest_last_checkpoint
 
@@ -125,4 +126,25 @@ def read_config_files(paths: list[str]) -> list[Any]:
         if problem:
             raise ValueError(problem)
         found.append(data)
+    return found
+
+
+def named_class_paths(args: list[str], configs: list[Any]) -> list[str]:
+    """The class_paths the config files (their `model` and `data` sections) and the command line give under
+    `--model` and `--data` (`--data.train a.b.C`, a YAML value with class_path keys, `--data.train.class_path
+    a.b.C`): each is checked (`user_code.check_class_path`) before anything imports it. Trainer callbacks and
+    loggers name Lightning's and other libraries' classes and are left to the parser."""
+    found: list[str] = []
+    for data in configs:
+        if isinstance(data, dict):
+            found += [*user_code.class_paths_in(data.get("data")), *user_code.class_paths_in(data.get("model"))]
+    for index, arg in enumerate(args):
+        option, eq, value = arg.partition("=")
+        if not option.startswith(("--data.", "--model.")):
+            continue
+        value = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+        if value[:1] in ("{", "["):
+            found += user_code.class_paths_in_args([value])
+        elif option.endswith(("class_path", ".train", ".val")) and "." in value:
+            found.append(value)
     return found
