@@ -65,14 +65,13 @@ def build_parser() -> ConfigParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """Everything that can be checked before the model loads: the method, the task's parameters, the file
-    (the method's own parameters last: checking them loads its module, torch)."""
+    """What can be checked before the model loads without torch: the method's name, the task's parameters, the
+    file (the method's own parameters: `check_method_parameters`, after `--print_config`)."""
     check_fim_name(args.method)
     if not args.out.endswith(".json"):
         raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
     check_task_params(args.task, calibration_params(args), "--task_params")
     check_output_file(args.out, "a bias file", ours=is_bias_file(Path(args.out)))
-    check_fim_method(args.method)
 
 
 def check_fim_name(spec: str) -> None:
@@ -81,10 +80,14 @@ def check_fim_name(spec: str) -> None:
         raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {spec!r}")
 
 
-def check_fim_method(spec: str) -> None:
-    """`spec` is a Found in the Middle spec (its dummy and layers are what a bias file serves)."""
-    check_fim_name(spec)
-    build_method(spec)  # its parameters' checks
+def check_method_parameters(parser: ConfigParser, spec: str) -> None:
+    """The fim spec's own parameters (its dummy and layers are what a bias file serves), once the options are
+    parsed: checking them loads the method's module (torch), which `--help` and `--print_config` do without. A
+    bad one is a parser error, one line and exit code 2, as the other checks'."""
+    try:
+        build_method(spec)
+    except ValueError as err:
+        parser.fail(str(err))
 
 
 def check_task_params(task: str, params: dict, option: str) -> None:
@@ -109,7 +112,10 @@ def is_bias_file(path: Path) -> bool:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv, check_options)
+    parser = build_parser()
+    args = parse_script(parser, argv, check_options)
+    check_method_parameters(parser, args.method)
+    return args
 
 
 def prompt_set_params(task_params: dict, num_examples: int, seed: int, offset: int, gold_positions) -> dict:

@@ -74,8 +74,8 @@ def build_parser() -> ConfigParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """What can be checked before the model loads: the method, both prompt sets' task parameters, the folder (the
-    method's own parameters last: checking them loads its module, torch)."""
+    """What can be checked before the model loads without torch: the method's name, both prompt sets' task
+    parameters, the folder (the method's own parameters: `maker.check_method_parameters`, after `--print_config`)."""
     maker.check_fim_name(args.method)
     for params in (eval_params(args), maker.calibration_params(calibration_args(args))):
         maker.check_task_params(args.task, params, "--task_params")
@@ -83,11 +83,13 @@ def check_options(args: argparse.Namespace) -> None:
     check_output_directory(
         args.out, BIAS_NAME, "a FiM comparison", is_ours=lambda out: maker.is_bias_file(out / BIAS_NAME)
     )
-    maker.check_fim_method(args.method)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv, check_options)
+    parser = build_parser()
+    args = parse_script(parser, argv, check_options)
+    maker.check_method_parameters(parser, args.method)
+    return args
 
 
 def eval_params(args: argparse.Namespace) -> dict:
