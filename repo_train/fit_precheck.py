@@ -42,18 +42,8 @@ from repo_common.file_permissions import describe
 from repo_common.run_lock import LOCK_FILE
 from repo_train import help_snapshot
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, missing_checkpoint_message
+from repo_train.training import settings_checks
 from repo_train.training.parse_errors import parse_error_line
-from repo_train.training.settings_checks import (
-    MOVED_MODEL_OPTIONS,
-    batch_accumulation,
-    check_every_n_train_steps,
-    check_no_earlier_run,
-    check_root_dir,
-    check_validate_inputs,
-    config_file_arguments,
-    named_class_paths,
-    read_config_files,
-)
 
 #: The subcommands whose parsers are kept (the ones `python -m repo_train` routes to LightningCLI).
 SUBCOMMANDS = ("fit", "validate")
@@ -153,7 +143,7 @@ def _judged_here(args: list[str], kept: dict, config_data: list[Any]) -> bool:
     """False for what only the live parser can judge exactly (see the module docstring)."""
     nested = tuple(f"--{key}." for key in kept["classes"])
     sections = {f"--{key}" for key in kept["sections"]}
-    moved = {f"--model.{name}" for name in MOVED_MODEL_OPTIONS}
+    moved = {f"--model.{name}" for name in settings_checks.MOVED_MODEL_OPTIONS}
     for arg in args:
         option = arg.partition("=")[0]
         if not arg.startswith("-") or option in ("-c", "--config"):
@@ -172,7 +162,7 @@ def _judged_here(args: list[str], kept: dict, config_data: list[Any]) -> bool:
             if isinstance(section, dict) and ({"class_path", "init_args"} & set(section)):
                 return False
         model = data.get("model")
-        if isinstance(model, dict) and set(MOVED_MODEL_OPTIONS) & set(model):
+        if isinstance(model, dict) and set(settings_checks.MOVED_MODEL_OPTIONS) & set(model):
             return False
     return True
 
@@ -187,7 +177,7 @@ def refusal(argv: list[str]) -> str | None:
     if kept is None:
         return None
     try:
-        config_data = read_config_files(config_file_arguments(args))
+        config_data = settings_checks.read_config_files(settings_checks.config_file_arguments(args))
     except PermissionError as err:
         return describe(err)
     except ValueError as err:
@@ -195,7 +185,9 @@ def refusal(argv: list[str]) -> str | None:
     if not _judged_here(args, kept, config_data):
         return None
     try:
-        for class_path in named_class_paths(args, config_data):  # before anything could import them (as live)
+        for class_path in settings_checks.named_class_paths(
+            args, config_data
+        ):  # before anything could import them (as live)
             user_code.check_class_path(class_path)
     except ValueError as err:
         return str(err)
@@ -226,17 +218,17 @@ def _check_settings(subcommand: str, config: dict) -> None:
         if ckpt_path is not None and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES and not Path(ckpt_path).exists():
             raise FileNotFoundError(missing_checkpoint_message(ckpt_path))
         if subcommand == "validate":
-            check_validate_inputs(value("data.val"), ckpt_path, value("model.init_from"))
+            settings_checks.check_validate_inputs(value("data.val"), ckpt_path, value("model.init_from"))
             return
         if not isinstance(root, str) or "://" in root:
             return  # the working directory (None), or remote: not searched, as live
-        check_root_dir(root)
+        settings_checks.check_root_dir(root)
         if (Path(root) / LOCK_FILE).exists():
             return  # maybe a run in progress: the live command names its holder (not "resume it")
-        check_no_earlier_run(root, ckpt_path)
-        check_every_n_train_steps(value("checkpoint.every_n_train_steps"))
+        settings_checks.check_no_earlier_run(root, ckpt_path)
+        settings_checks.check_every_n_train_steps(value("checkpoint.every_n_train_steps"))
         one_process = value("trainer.devices") in (1, "1") and value("trainer.num_nodes") in (1, None)
         if one_process and "WORLD_SIZE" not in os.environ:
-            batch_accumulation(value("data.global_batch_size"), value("data.micro_batch_size"), 1)
+            settings_checks.batch_accumulation(value("data.global_batch_size"), value("data.micro_batch_size"), 1)
     except LookupError:
         return

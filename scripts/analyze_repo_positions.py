@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from jsonargparse.typing import PositiveInt
 
-from evaluation.head_position_plot import plot_head_positions
-from evaluation.model_loading import load_model
-from evaluation.repo_position_stats import CHUNK, PATTERNS, position_statistics
 from evaluation.tasks import build_task
 from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
-from repo_train.modeling import RepoPolicy, layer_policies, record_positions
+
+if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
+    import torch
 
 PROG = "scripts/analyze_repo_positions.py"
 
@@ -76,6 +75,10 @@ def _task_params(pairs: list[str]) -> dict:
 
 def record(model, tokenizer, prompts: list[str]) -> list[list[torch.Tensor | None]]:
     """REPO positions per prompt and layer, None for other layers (one forward per prompt: no padding)."""
+    import torch  # lazy: --help answers without torch
+
+    from repo_train.modeling import RepoPolicy, layer_policies, record_positions  # lazy: --help without torch
+
     is_repo = [isinstance(policy, RepoPolicy) for policy in layer_policies(model)]
     out = []
     for prompt in prompts:
@@ -88,6 +91,10 @@ def record(model, tokenizer, prompts: list[str]) -> list[list[torch.Tensor | Non
 
 def summarize(per_prompt: list[list[torch.Tensor | None]]) -> list[dict | None]:
     """Per layer: per-head range and pattern shares, averaged over prompts (each prompt weighs its chunks)."""
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.repo_position_stats import PATTERNS, position_statistics  # lazy: --help answers without torch
+
     layers = []
     for layer in range(len(per_prompt[0])):
         if per_prompt[0][layer] is None:
@@ -104,6 +111,8 @@ def summarize(per_prompt: list[list[torch.Tensor | None]]) -> list[dict | None]:
 
 
 def markdown(layers: list[dict | None], args: argparse.Namespace, tokens: list[int]) -> str:
+    from evaluation.repo_position_stats import CHUNK, PATTERNS  # lazy: --help answers without torch
+
     lines = [
         "# REPO positions per head",
         "",
@@ -129,7 +138,7 @@ def markdown(layers: list[dict | None], args: argparse.Namespace, tokens: list[i
 
 
 def plot_ranges(layers: list[dict | None], path: Path) -> Path:
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: --help answers without matplotlib
 
     rows = [(i, e["range"]) for i, e in enumerate(layers) if e is not None]
     fig = Figure(figsize=(1.0 + 0.6 * len(rows[0][1]), 0.8 + 0.5 * len(rows)), layout="constrained")
@@ -145,6 +154,9 @@ def plot_ranges(layers: list[dict | None], path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    from evaluation.head_position_plot import plot_head_positions  # lazy: --help answers without torch
+    from evaluation.model_loading import load_model
+
     out = Path(args.out)
     model, tokenizer = load_model(args.model)
     task = build_task(args.task, num_examples=args.num_examples, seed=args.seed, **_task_params(args.task_param))

@@ -38,23 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
-import torch
 from jsonargparse.typing import PositiveInt
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.generation import plan_batches, tokenize_prompts
 from evaluation.methods import METHODS, Method, MethodStack, build_method
-from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
-from evaluation.methods.fim_bias import write_bias_file
-from evaluation.methods.found_in_middle import estimate_bias
-from evaluation.model_loading import byte_tokenizer
+from evaluation.methods.base import parse_method_spec, split_stack_spec
 from evaluation.tasks.mdqa import Passage, build_mdqa_prompt
 from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.modeling.presets import tiny
 
 #: Where the amortised FiM spec takes the bias file this script makes.
 BIAS_FILE = "{bias_file}"
@@ -142,6 +135,12 @@ class StepClock(Method):
 
 def build_model(args):
     """The random model and its tokenizer (seeded: the same in every process)."""
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.model_loading import byte_tokenizer  # lazy: --help answers without torch
+    from repo_train.modeling import RePoOlmo2ForCausalLM
+    from repo_train.modeling.presets import tiny
+
     torch.manual_seed(0)
     tokenizer = byte_tokenizer()
     shape = dict(
@@ -160,6 +159,8 @@ def build_model(args):
 
 def build_prompts(tokenizer, args, doc_words: int, count: int, seed: int):
     """`count` MDQA-style prompts of `args.docs` documents of `doc_words` words (seeded)."""
+    from evaluation.generation import tokenize_prompts  # lazy: --help answers without torch
+
     rng = random.Random(seed)
     texts, spans = [], []
     for _ in range(count):
@@ -175,6 +176,9 @@ def build_prompts(tokenizer, args, doc_words: int, count: int, seed: int):
 
 def build_batches(tokenizer, args, doc_words: int):
     """The collated batches every method runs on at one length, and their prompts' token lengths."""
+    from evaluation.generation import plan_batches  # lazy: --help answers without torch
+    from evaluation.methods.decoding import collate
+
     prompts = build_prompts(tokenizer, args, doc_words, args.prompts, seed=0)
     plan = plan_batches([len(p.input_ids) for p in prompts], args.batch_size)
     batches = [collate([prompts[i] for i in indices], tokenizer.pad_token_id) for indices in plan]
@@ -183,6 +187,9 @@ def build_batches(tokenizer, args, doc_words: int):
 
 def make_bias_file(model, tokenizer, args, path: Path) -> float:
     """The amortised FiM's bias file, from `args.calibration_prompts` prompts per length (seeds 1, 2); seconds."""
+    from evaluation.methods.fim_bias import write_bias_file  # lazy: --help answers without torch
+    from evaluation.methods.found_in_middle import estimate_bias
+
     start = time.perf_counter()
     prompts = []
     for seed, words in enumerate(lengths(args), start=1):
@@ -209,6 +216,8 @@ def lengths(args) -> tuple[int, int]:
 
 def timed(model, tokenizer, batches, settings, spec: str | None) -> tuple[float, float]:
     """Seconds to generate all batches with a method stack (None = baseline), and the decode part of them."""
+    from evaluation.methods.decoding import generate_batch  # lazy: --help answers without torch
+
     clock = StepClock()
     stack = MethodStack([*(MethodStack.parse(spec).methods if spec else []), clock])
     with stack.attached(model, tokenizer):
@@ -224,6 +233,8 @@ def _status_kib(key: str) -> int:
 
 def memory_child(args) -> None:
     """Print the peak RSS growth (KiB) of one generation pass with `args.child` (run in a fresh process)."""
+    from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
+
     model, tokenizer = build_model(args)
     batches, _ = build_batches(tokenizer, args, args.child_words)
     settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
@@ -354,18 +365,41 @@ def build_parser() -> ConfigParser:
         help="a smoke run of every method in seconds: tiny model and prompts, 1 round, no memory runs "
         "(sets those options; its ratios mean nothing)",
     )
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
+    )
     parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a memory run's method
     parser.add_argument("--child_words", type=int, default=0, help=argparse.SUPPRESS)  # ... and its length
     return parser
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """Every method spec parses, so a typo stops the run before the baseline is timed; `--quick` sets its sizes."""
+    """Every method spec reads as registered names, so a typo stops the run before the baseline is timed (their
+    parameters: `check_method_parameters`, after `--print_config`); `--quick` sets its sizes."""
     if args.quick:
         vars(args).update(QUICK)
     if not args.methods:
         raise ValueError("--methods: give at least one method spec, e.g. --methods pcd pi:scale=2")
+    for spec in args.methods:
+        parts = split_stack_spec(spec)
+        if not parts:
+            raise ValueError("empty method spec; use e.g. 'baseline' or 'pi:scale=2'")
+        for name in (parse_method_spec(part)[0] for part in parts):
+            if name not in METHODS:  # the registry's names: no method module (torch) is loaded
+                raise ValueError(f"unknown method {name!r}; registered methods are {sorted(METHODS)}")
+
+
+def check_method_parameters(parser: ConfigParser, args: argparse.Namespace) -> None:
+    """Every spec builds (its parameters' names and types), once the options are parsed: this loads the methods'
+    modules (torch), which `--help` and `--print_config` do without. A bad one is a parser error, one line and exit
+    code 2, as the other checks'."""
+    try:
+        _build_specs(args)
+    except ValueError as err:
+        parser.fail(str(err))
+
+
+def _build_specs(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scale_file = Path(scratch) / "lpes-scales.json"
         write_lpes_scales(scale_file, args.layers)
@@ -375,11 +409,20 @@ def check_options(args: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv, check_options)
+    parser = build_parser()
+    args = parse_script(parser, argv, check_options)
+    check_method_parameters(parser, args)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
+
+    if args.threads is None:
+        args.threads = torch.get_num_threads()  # the memory runs get the same count, and the table names it
     torch.set_num_threads(args.threads)
     if args.child:
         memory_child(args)

@@ -28,24 +28,16 @@ import textwrap
 import time
 from pathlib import Path
 
-import torch
 from jsonargparse.typing import PositiveInt
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluation.attention_probe import probing
-from evaluation.generation import tokenize_prompts
 from evaluation.methods import MethodStack
-from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
-from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
-from evaluation.model_loading import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.modeling.presets import tiny
 from workflows.benchmarking import alternate, summary
 
 FIXTURE = NQ_OPEN_ORACLE
@@ -55,6 +47,14 @@ FIM_CHUNKED = FIM + ",calibration_batch=1"  # one calibration prompt per prefill
 
 def setup(args):
     """Model, tokenizer and one left-padded batch of MDQA prompts (gold in the middle)."""
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.generation import tokenize_prompts  # lazy: --help answers without torch
+    from evaluation.methods.decoding import DecodeSettings, collate
+    from evaluation.model_loading import byte_tokenizer
+    from repo_train.modeling import RePoOlmo2ForCausalLM
+    from repo_train.modeling.presets import tiny
+
     torch.manual_seed(0)
     tokenizer = byte_tokenizer()
     shape = dict(hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers)
@@ -73,6 +73,8 @@ def setup(args):
 
 
 def generate(model, tokenizer, batch, settings, spec: str) -> float:
+    from evaluation.methods.decoding import generate_batch  # lazy: --help answers without torch
+
     stack = MethodStack.parse(spec)
     with stack.attached(model, tokenizer):
         start = time.perf_counter()
@@ -88,6 +90,8 @@ def rss_mb() -> float:
 
 def child(args) -> None:
     """One configuration in a fresh process: its time and its peak RSS above the loaded state."""
+    import torch  # lazy: --help answers without torch
+
     torch.set_num_threads(args.threads)
     model, tokenizer, batch, _, settings = setup(args)
     base = rss_mb()
@@ -119,7 +123,9 @@ def build_parser() -> ConfigParser:
     parser.add_argument(
         "--rounds", type=PositiveInt, default=2, help="timed baseline/fim pairs (after one warm-up pair)"
     )
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
+    )
     parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a fresh process's method
     return parser
 
@@ -131,6 +137,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.attention_probe import probing  # lazy: --help answers without torch
+    from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
+
+    if args.threads is None:
+        args.threads = torch.get_num_threads()
     if args.child:
         child(args)
         return

@@ -19,23 +19,21 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import torch
 from jsonargparse.typing import PositiveInt
-from transformers import Olmo2Config, Olmo2ForCausalLM
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.generation import plan_batches, tokenize_prompts
-from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
-from evaluation.model_loading import byte_tokenizer
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.modeling.presets import tiny
 from workflows.benchmarking import alternate, summary
 
 
 def build_model(family: str, vocab: int, hidden: int, layers: int, heads: int):
+    from transformers import Olmo2Config, Olmo2ForCausalLM  # lazy: --help answers without torch
+
+    from repo_train.modeling import RePoOlmo2ForCausalLM  # lazy: --help answers without torch
+    from repo_train.modeling.presets import tiny
+
     shape = dict(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -73,6 +71,8 @@ def make_prompts(count: int, low: int, high: int, seed: int) -> list[str]:
 
 
 def ours(model, tokenizer, batches, settings) -> tuple[float, list[list[int]]]:
+    from evaluation.methods.decoding import generate_batch  # lazy: --help answers without torch
+
     start = time.perf_counter()
     tokens = []
     for batch in batches:
@@ -80,8 +80,14 @@ def ours(model, tokenizer, batches, settings) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, tokens
 
 
-@torch.no_grad()
 def hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
+    import torch  # lazy: --help answers without torch
+
+    with torch.no_grad():
+        return _hf(model, batches, new_tokens)
+
+
+def _hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
     start = time.perf_counter()
     tokens = []
     for batch in batches:
@@ -117,7 +123,9 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
     parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed A/B pairs (after 1 warm-up pair)")
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
+    )
     return parser
 
 
@@ -134,6 +142,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.generation import plan_batches, tokenize_prompts  # lazy: --help answers without torch
+    from evaluation.methods.decoding import DecodeSettings, collate
+    from evaluation.model_loading import byte_tokenizer
+
+    if args.threads is None:
+        args.threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 

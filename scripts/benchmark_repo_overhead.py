@@ -23,18 +23,15 @@ import argparse
 import copy
 import textwrap
 import time
+from typing import TYPE_CHECKING
 
-import torch
 from jsonargparse.typing import PositiveInt
-from torch.profiler import record_function
-from transformers import Olmo2ForCausalLM
 
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
-from repo_train.modeling.olmo2 import learned_policy_keys
-from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
 from workflows.benchmarking import comparison, interleave, trace_allocations
+
+if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
+    import torch
 
 #: --clock: wall time, or CPU seconds of this process (all its threads).
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -43,6 +40,8 @@ MIB = 2**20
 
 def training_step(model, batch) -> None:
     """Forward (no KV cache, as training runs), then backward inside a `backward` profiler range (the memory trace reads its start)."""
+    from torch.profiler import record_function  # lazy: --help answers without torch
+
     loss = model(batch, labels=batch, use_cache=False).loss
     with record_function("backward"):
         loss.backward()
@@ -66,6 +65,13 @@ def step_memory(model, batch) -> tuple[int, int]:
 
 def build_models(args) -> dict[str, torch.nn.Module]:
     """HF OLMo-2, RoPE and REPO models of one shape, with the same weights (REPO has its predictor on top)."""
+    import torch  # lazy: --help answers without torch
+    from transformers import Olmo2ForCausalLM
+
+    from repo_train.modeling import RePoOlmo2ForCausalLM  # lazy: --help answers without torch
+    from repo_train.modeling.olmo2 import learned_policy_keys
+    from repo_train.modeling.presets import tiny
+
     shape = dict(
         hidden_size=args.hidden,
         intermediate_size=4 * args.hidden,
@@ -103,7 +109,9 @@ def build_parser() -> ConfigParser:
     parser.add_argument(
         "--rounds", type=PositiveInt, default=10, help="timed rounds, one step of each model (after 2 warm-up)"
     )
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
+    )
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or process CPU time")
     return parser
 
@@ -115,6 +123,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
+    from repo_train.modeling.accounting import (  # lazy: --help answers without torch
+        config_parameter_report,
+        parameter_report,
+        training_flops_per_token,
+    )
+    from repo_train.modeling.presets import olmo2_1b, olmo2_7b
+
+    if args.threads is None:
+        args.threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     models = build_models(args)
     batch = torch.randint(2, args.vocab, (args.batch, args.seq_len))

@@ -30,8 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 # The checkout's packages, also when an older editable install does not list them yet.
@@ -43,9 +43,10 @@ from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from search.config import load_config
 from search.ga import GAConfig, SearchState, run
-from search.harness_fitness import HarnessFitness
-from search.prepare import decode_settings, load_search_model, task_parameters
 from search.racing import RacingConfig
+
+if TYPE_CHECKING:  # an annotation's name only: --help answers without torch
+    from search.harness_fitness import HarnessFitness
 
 PROG = "scripts/benchmark_search.py"
 TARGET_RATIO = 1 / 3
@@ -277,6 +278,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
+    from search.harness_fitness import HarnessFitness  # lazy: --help answers without torch
+    from search.prepare import decode_settings, load_search_model, task_parameters
+
     torch.set_num_threads(args.threads)
     search = load_config(args.search_config)
     task = dataclasses.replace(search.task, num_examples=args.questions)

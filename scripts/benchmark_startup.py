@@ -45,6 +45,9 @@ CASES = [
     ("help", "-m workflows check-gpu --help"),
     ("help", "scripts/quickstart.py --help"),
     ("help", "scripts/reproduce_position_bias.py --help"),
+    ("help", "scripts/benchmark_calibrators.py --help"),
+    ("help", "scripts/benchmark_training.py --help"),
+    ("help", "scripts/crosscheck_lm_eval.py --help"),
     ("refusal", "-m repo_train demo --steps 0"),
     ("refusal", "-m repo_train export --out x"),
     ("refusal", "-m evaluation report"),
@@ -52,6 +55,7 @@ CASES = [
     ("refusal", "-m search run --ga.population many"),
     ("refusal", "-m workflows check-gpu --train_processes 0"),
     ("refusal", "scripts/quickstart.py --steps none"),
+    ("refusal", "scripts/calibrate_fim_bias.py --model m --method pi --out b.json"),
     ("refusal", "-m repo_train fit --trainer.max_steps abc"),
     ("refusal", "-m repo_train fit --checkpoint.every_n_train_steps 0"),
     ("refusal", "-m repo_train validate"),
@@ -60,6 +64,7 @@ CASES = [
     ("print_config", "-m evaluation run --print_config"),
     ("print_config", "-m search run --print_config"),
     ("print_config", "scripts/quickstart.py --print_config"),
+    ("print_config", "scripts/benchmark_calibrators.py --print_config"),
 ]
 
 

@@ -22,14 +22,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytorch_lightning as pl
-import torch
 from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.data import SyntheticData
-from repo_train.training.datamodule import RePoDataModule
-from repo_train.training.module import RePoLightningModule
 from workflows.benchmarking import alternate, summary
 
 TINY_RUN = Path(__file__).resolve().parents[1] / "tests" / "training" / "tiny_run.py"
@@ -39,6 +34,12 @@ SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, 
 
 def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
     """Wall time of `steps` optimizer steps (after 2 warm-up steps) through `Trainer.fit`."""
+    import pytorch_lightning as pl  # lazy: --help answers without torch and Lightning
+
+    from repo_train.data import SyntheticData  # lazy: --help answers without torch
+    from repo_train.training.datamodule import RePoDataModule
+    from repo_train.training.module import RePoLightningModule
+
     pl.seed_everything(0, verbose=False)
     module = RePoLightningModule(position=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
     data = RePoDataModule(
@@ -49,23 +50,28 @@ def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
     trainer = pl.Trainer(
         accelerator="cpu", max_steps=steps + 2, logger=False, enable_progress_bar=False, enable_model_summary=False,
         enable_checkpointing=False, use_distributed_sampler=False, gradient_clip_val=1.0,
-        callbacks=[_Timer(skip=2)],
+        callbacks=[step_timer(skip=2)],
     )  # fmt: skip
     trainer.fit(module, data)
     return trainer.callbacks[0].elapsed
 
 
-class _Timer(pl.Callback):
-    """Wall time of the optimizer steps after `skip` warm-up steps."""
+def step_timer(skip: int):
+    """A callback whose `elapsed` is the wall time of the optimizer steps after `skip` warm-up steps (made here, not
+    at module level: the class derives from Lightning's, which `--help` does not import)."""
+    import pytorch_lightning as pl  # lazy: --help answers without Lightning
 
-    def __init__(self, skip: int):
-        self.skip, self.start, self.elapsed = skip, None, 0.0
+    class _Timer(pl.Callback):
+        def __init__(self, skip: int):
+            self.skip, self.start, self.elapsed = skip, None, 0.0
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self.skip:
-            self.start = time.perf_counter()
-        elif trainer.global_step > self.skip:
-            self.elapsed = time.perf_counter() - self.start
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == self.skip:
+                self.start = time.perf_counter()
+            elif trainer.global_step > self.skip:
+                self.elapsed = time.perf_counter() - self.start
+
+    return _Timer(skip)
 
 
 def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
@@ -102,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
     torch.set_num_threads(2)
     result = alternate(
         lambda: train_seconds("rope", args.steps, args.seq_len, args.batch),

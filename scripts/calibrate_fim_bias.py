@@ -19,26 +19,26 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from jsonargparse.typing import PositiveInt
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.methods import build_method
-from evaluation.methods.decoding import DecodeSettings
-from evaluation.methods.fim_bias import BiasFile, read_bias_file, write_bias_file
-from evaluation.methods.found_in_middle import FoundInTheMiddle, estimate_bias
-from evaluation.model_loading import load_model
+from evaluation.methods import build_method, parse_method_spec
 from evaluation.prompt_format import PromptFormat
-from evaluation.runner import prepare_task
 from evaluation.tasks import build_task
 from repo_common.cli_errors import report_user_errors
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_common.output_guard import check_output_file
 
+if TYPE_CHECKING:  # an annotation's name only: --help answers without torch
+    from evaluation.methods.fim_bias import BiasFile
+
 PROG = "scripts/calibrate_fim_bias.py"
+#: `FoundInTheMiddle.name`, spelled here so that the options are checked before its module (torch) loads.
+FIM_NAME = "fim"
 
 
 def build_parser() -> ConfigParser:
@@ -57,24 +57,37 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--system_prompt", "--system-prompt", type=str | None, default=None, help="as the run's")
     parser.add_argument("--method", type=str, default="fim", help="the fim spec the file serves (dummy, score_layers)")
     parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=4, help="calibration prompts a batch")
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads")
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
+    )
     parser.add_argument("--out", type=str, required=True, help="the bias file to write (JSON), e.g. RUN/fim-bias.json")
     return parser
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """Everything that can be checked before the model loads: the method, the task's parameters, the file."""
-    check_fim_method(args.method)
+    """What can be checked before the model loads without torch: the method's name, the task's parameters, the
+    file (the method's own parameters: `check_method_parameters`, after `--print_config`)."""
+    check_fim_name(args.method)
     if not args.out.endswith(".json"):
         raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
     check_task_params(args.task, calibration_params(args), "--task_params")
     check_output_file(args.out, "a bias file", ours=is_bias_file(Path(args.out)))
 
 
-def check_fim_method(spec: str) -> None:
-    """`spec` is a Found in the Middle spec (its dummy and layers are what a bias file serves)."""
-    if build_method(spec).name != FoundInTheMiddle.name:
+def check_fim_name(spec: str) -> None:
+    """`spec` names Found in the Middle (read from the spec's text: no method module is loaded)."""
+    if parse_method_spec(spec)[0] != FIM_NAME:
         raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {spec!r}")
+
+
+def check_method_parameters(parser: ConfigParser, spec: str) -> None:
+    """The fim spec's own parameters (its dummy and layers are what a bias file serves), once the options are
+    parsed: checking them loads the method's module (torch), which `--help` and `--print_config` do without. A
+    bad one is a parser error, one line and exit code 2, as the other checks'."""
+    try:
+        build_method(spec)
+    except ValueError as err:
+        parser.fail(str(err))
 
 
 def check_task_params(task: str, params: dict, option: str) -> None:
@@ -87,6 +100,10 @@ def check_task_params(task: str, params: dict, option: str) -> None:
 
 def is_bias_file(path: Path) -> bool:
     """An existing file this script may replace: a readable bias file (any other file is the user's)."""
+    if not path.is_file():
+        return False  # nothing to read (and `--help`-fast: the reader's module loads torch)
+    from evaluation.methods.fim_bias import read_bias_file  # lazy: refusals before the model answer without torch
+
     try:
         read_bias_file(path)
     except (OSError, ValueError):
@@ -95,7 +112,10 @@ def is_bias_file(path: Path) -> bool:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv, check_options)
+    parser = build_parser()
+    args = parse_script(parser, argv, check_options)
+    check_method_parameters(parser, args.method)
+    return args
 
 
 def prompt_set_params(task_params: dict, num_examples: int, seed: int, offset: int, gold_positions) -> dict:
@@ -115,6 +135,10 @@ def calibration_params(args: argparse.Namespace) -> dict:
 
 def make_bias_file(model, tokenizer, args: argparse.Namespace) -> BiasFile:
     """The bias of `args.method` estimated on the calibration prompts `args` describes."""
+    from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
+    from evaluation.methods.found_in_middle import estimate_bias
+    from evaluation.runner import prepare_task
+
     params = calibration_params(args)
     prompt_format = PromptFormat(args.chat_template, args.system_prompt)
     prepared = prepare_task(args.task, params, model, tokenizer, DecodeSettings(max_new_tokens=1), prompt_format)
@@ -129,7 +153,13 @@ def make_bias_file(model, tokenizer, args: argparse.Namespace) -> BiasFile:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.methods.fim_bias import write_bias_file  # lazy: --help answers without torch
+    from evaluation.model_loading import load_model
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     def work() -> int:
         model, tokenizer = load_model(args.model)

@@ -26,7 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from jsonargparse.typing import PositiveInt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,12 +35,8 @@ sys.path.insert(0, str(ROOT / "scripts"))  # the bias file's maker
 import calibrate_fim_bias as maker
 
 from evaluation.methods import MethodStack
-from evaluation.methods.decoding import DecodeSettings
-from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file
-from evaluation.model_loading import load_model
 from evaluation.prompt_format import PromptFormat
 from evaluation.results import compare_with_baseline
-from evaluation.runner import prepare_task, run_stack, task_generation
 from repo_common.atomic import write_json_atomic, write_text_atomic
 from repo_common.cli_errors import report_user_errors
 from repo_common.config_cli import ConfigParser, parse_script
@@ -71,14 +66,17 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--chat_template", "--chat-template", type=bool, default=False)
     parser.add_argument("--method", type=str, default="fim", help="the exact fim spec; amortised adds the bias file")
     parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=8)
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads())
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
+    )
     parser.add_argument("--out", type=str, required=True, help="output directory (bias file, records, comparison)")
     return parser
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """What can be checked before the model loads: the method, both prompt sets' task parameters, the folder."""
-    maker.check_fim_method(args.method)
+    """What can be checked before the model loads without torch: the method's name, both prompt sets' task
+    parameters, the folder (the method's own parameters: `maker.check_method_parameters`, after `--print_config`)."""
+    maker.check_fim_name(args.method)
     for params in (eval_params(args), maker.calibration_params(calibration_args(args))):
         maker.check_task_params(args.task, params, "--task_params")
     # its own earlier output (a bias file first, the comparison last) may be continued; anything else is the user's
@@ -88,7 +86,10 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv, check_options)
+    parser = build_parser()
+    args = parse_script(parser, argv, check_options)
+    maker.check_method_parameters(parser, args.method)
+    return args
 
 
 def eval_params(args: argparse.Namespace) -> dict:
@@ -116,6 +117,8 @@ def calibration_args(args: argparse.Namespace) -> argparse.Namespace:
 
 def bias_file(model, tokenizer, args: argparse.Namespace, path: Path) -> tuple[float | None, str]:
     """Seconds the bias file took (None when an existing one for this model was reused)."""
+    from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file  # lazy: --help without torch
+
     if path.is_file():
         try:
             existing = read_bias_file(path)
@@ -134,12 +137,21 @@ def bias_file(model, tokenizer, args: argparse.Namespace, path: Path) -> tuple[f
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    import torch  # lazy: --help answers without torch
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    else:
+        args.threads = torch.get_num_threads()  # the report names the count
     # a missing data file or model, a prompt too long for the model: one line (exit 2), not a traceback
     return report_user_errors(PROG, lambda: compare(args), (ValueError, OSError))
 
 
 def compare(args: argparse.Namespace) -> int:
+    from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
+    from evaluation.model_loading import load_model
+    from evaluation.runner import prepare_task, run_stack, task_generation
+
     model, tokenizer = load_model(args.model)  # before the folder is made: a wrong --model leaves nothing behind
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -42,24 +42,27 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 # The checkout's packages when the script runs from anywhere.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.methods import MethodStack
-from evaluation.methods.decoding import DecodeSettings, Generation, collate, generate_batch
-from evaluation.model_loading import DEVICES, load_model, place_model
 from evaluation.prompt_format import PromptFormat
-from evaluation.runner import PreparedTask, prepare_task, task_generation
+from evaluation.run_config import DEVICES
 from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid
 from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.real_model import DEFAULT_OUT
 from workflows.benchmarking import alternate
+
+if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
+    import torch
+
+    from evaluation.methods.decoding import DecodeSettings, Generation
+    from evaluation.runner import PreparedTask
 
 PROG = "scripts/crosscheck_lm_eval.py"
 TASK = "mdqa"
@@ -94,7 +97,9 @@ def build_parser() -> ConfigParser:
         "--system_prompt", "--system-prompt", type=str | None, default=None, help="system message (chat template)"
     )
     parser.add_argument("--repeats", type=NonNegativeInt, default=3, help="timed rounds (0: compare only)")
-    parser.add_argument("--threads", type=PositiveInt, default=torch.get_num_threads(), help="torch threads, both")
+    parser.add_argument(
+        "--threads", type=PositiveInt | None, default=None, help="torch threads, both (default: torch's own count)"
+    )
     parser.add_argument("--device", type=Literal[DEVICES], default="cpu", help="where the one model runs")
     parser.add_argument("--out", type=str, default="outputs/crosscheck-lm-eval.json", help="the report (JSON)")
     return parser
@@ -145,6 +150,9 @@ def prepare(
     system_prompt: str | None = None,
 ) -> PreparedTask:
     """The harness's baseline prompts of the task: rows, token ids, decode settings and batch plan."""
+    from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
+    from evaluation.runner import prepare_task, task_generation
+
     default_new, stops = task_generation(TASK, params)
     settings = DecodeSettings(max_new_tokens=max_new_tokens or default_new, stop_strings=stops, batch_size=batch_size)
     return prepare_task(TASK, params, model, tokenizer, settings, PromptFormat(chat_template, system_prompt))
@@ -183,6 +191,8 @@ def length_budget(model, settings: DecodeSettings) -> int:
 
 def run_ours(model, tokenizer, prepared: PreparedTask) -> tuple[float, list[Generation]]:
     """Seconds and the generations (row order) of the harness's loop over the task's batch plan, baseline stack."""
+    from evaluation.methods.decoding import collate, generate_batch  # lazy: --help answers without torch
+
     stack = MethodStack.parse("baseline")
     outputs: list[Generation | None] = [None] * len(prepared.prompts)
     start = time.perf_counter()
@@ -317,6 +327,8 @@ def our_steps(prepared: PreparedTask, outputs: Sequence[Generation]) -> list[int
 
 def greedy_margin(model, prompt_ids: Sequence[int], prefix: Sequence[int], tokenizer) -> dict[str, Any]:
     """The two best next tokens after prompt + prefix (one row, no padding) and their logit gap."""
+    import torch  # lazy: --help answers without torch
+
     ids = torch.tensor([[*prompt_ids, *prefix]], device=model.device)
     with torch.no_grad():
         logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
@@ -341,6 +353,8 @@ def explain(
     add_special_tokens: bool,
 ) -> dict[str, Any]:
     """Why our continuation of prompt `index` is not lm-eval's: the evidence and a one-line reason."""
+    from evaluation.methods.decoding import DecodeSettings, collate, generate_batch  # lazy: --help without torch
+
     row = prepared.rows[index]
     found: dict[str, Any] = {
         "index": index,
@@ -529,6 +543,8 @@ def _generation_eos(model) -> set[int]:
 
 def environment(model) -> dict[str, Any]:
     """Threads, versions and the model call both sides make."""
+    import torch  # lazy: --help answers without torch
+
     return {
         "torch_threads": torch.get_num_threads(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
@@ -546,7 +562,12 @@ def environment(model) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.model_loading import load_model, place_model  # lazy: --help answers without torch
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     if not (Path(args.model) / "config.json").is_file():
         raise SystemExit(f"{PROG}: error: no model at {args.model}; make it with: python -m repo_train real-model")
     model, tokenizer = load_model(args.model, "float32", "sdpa")

@@ -32,16 +32,16 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import build_task
 from repo_common.atomic import write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
-from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.modeling.presets import tiny
+
+if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
+    import torch
 
 KEY_LETTERS = "abcdefghijklmnop"
 VALUE_DIGITS = "0123456789ABCDEF"
@@ -107,6 +107,8 @@ def pair_stream(rng: random.Random, tokenizer, keys: int, pairs: int) -> tuple[l
 
 
 def batch(rng: random.Random, tokenizer, args) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch  # lazy: --help answers without torch
+
     rows = [
         copy_sequence(rng, tokenizer) if rng.random() < 0.5 else pair_stream(rng, tokenizer, args.keys, args.pairs)
         for _ in range(args.batch)
@@ -120,6 +122,8 @@ def batch(rng: random.Random, tokenizer, args) -> tuple[torch.Tensor, torch.Tens
 
 def held_out(tokenizer, keys: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Harness "pairs" prompts (gold at every position; all of one length) and the first value token."""
+    import torch  # lazy: --help answers without torch
+
     task = build_task("kv", num_keys=keys, num_examples=16, key_chars=1, template="pairs", gold_positions="all",
                       seed=seed)  # fmt: skip
     rows = list(task.rows())
@@ -129,6 +133,8 @@ def held_out(tokenizer, keys: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def accuracy(model, ids: torch.Tensor, gold: torch.Tensor, positions: list[int]) -> tuple[float, list[float]]:
+    import torch  # lazy: --help answers without torch
+
     with torch.no_grad():
         correct = (model(ids).logits[:, -1].argmax(-1) == gold).float()
     by = [correct[[i for i, p in enumerate(positions) if p == k]].mean().item() for k in sorted(set(positions))]
@@ -137,6 +143,12 @@ def accuracy(model, ids: torch.Tensor, gold: torch.Tensor, positions: list[int])
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch  # lazy: --help answers without torch
+
+    from evaluation.model_loading import byte_tokenizer  # lazy: --help answers without torch
+    from repo_train.modeling import RePoOlmo2ForCausalLM
+    from repo_train.modeling.presets import tiny
+
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

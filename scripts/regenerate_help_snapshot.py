@@ -16,10 +16,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repo_common.atomic import write_json_atomic
+from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.help_snapshot import SNAPSHOT, live_snapshot
 
+PROG = "scripts/regenerate_help_snapshot.py"
 
-def main() -> int:
+
+def main(argv: list[str] | None = None) -> int:
+    # no options; parsed so that `--help` answers (and a stray argument is refused) instead of rewriting the file
+    parse_script(ConfigParser.for_command(PROG, __doc__), argv)
     write_json_atomic(SNAPSHOT, live_snapshot())
     print(f"wrote {SNAPSHOT}")
     return 0

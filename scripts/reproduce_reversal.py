@@ -38,7 +38,6 @@ if str(ROOT) not in sys.path:  # run as `python scripts/reproduce_reversal.py` f
 
 from evaluation.results import RECORDS_FILE, load_summary, read_records, write_json_atomic
 from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_words, reversed_answer
-from evaluation.tasks.reversal_tokenizer import reversal_tokenizer, unknown_words
 from repo_common.atomic import save_figure_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
 from workflows.commands import CommandRunner, cpu_trainer_section, last_checkpoint, logged_train_losses
@@ -143,6 +142,8 @@ def held_out_sequences(args: argparse.Namespace) -> set[tuple[str, ...]]:
 
 def write_training_data(path: Path, seed: int, args: argparse.Namespace, tokenizer, exclude) -> dict[str, int]:
     """JSONL of {"prompt", "completion"} for one seed, minus test sequences; returns counts."""
+    from evaluation.tasks.reversal_tokenizer import unknown_words  # lazy: --help answers without transformers
+
     words_lists = reversal_training_words(args.train_examples, args.train_min, args.train_max, seed=seed)
     kept = [words for words in words_lists if tuple(words) not in exclude]
     lines, longest = [], 0
@@ -540,6 +541,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     run = CommandRunner(
         out, description="The commands scripts/reproduce_reversal.py ran, in order.", cwd=ROOT, fresh=False, env=threads
     )
+    from evaluation.tasks.reversal_tokenizer import reversal_tokenizer  # lazy: --help answers without transformers
+
     tokenizer = reversal_tokenizer()
     tokenizer_dir = out / "tokenizer"
     tokenizer.save_pretrained(tokenizer_dir)

@@ -46,6 +46,24 @@ COMMANDS = {
     "scripts/make_tiny_repo_pair.py": (["--steps", "x"], "--steps"),
     "scripts/check_gpu.py": (["--pairs", "0"], "--pairs"),
     "scripts/benchmark_startup.py": (["--rounds", "0"], "--rounds"),
+    # the scripts that import torch only after parsing (their model-free checks included)
+    "scripts/analyze_repo_positions.py": (["--model", "m", "--out", "o", "--task-param", "x"], "expects KEY=VALUE"),
+    "scripts/benchmark_calibrators.py": (["--methods", "nope"], "unknown method 'nope'"),
+    "scripts/benchmark_found_in_middle.py": (["--docs", "0"], "--docs"),
+    "scripts/benchmark_harness.py": (["--min-chars", "900"], "is above --max-chars 800"),
+    "scripts/benchmark_repo_overhead.py": (["--clock", "sun"], "--clock"),
+    "scripts/benchmark_search.py": (["--population", "3"], "leaves no mutation children"),
+    "scripts/benchmark_training.py": (["--steps", "0"], "--steps"),
+    "scripts/calibrate_fim_bias.py": (["--model", "m", "--method", "pi", "--out", "b.json"], "give a fim spec"),
+    "scripts/compare_fim_calibrations.py": (
+        ["--model", "m", "--task", "mdqa", "--task_params", '{"max_new_tokens": 24}', "--out", "c"],
+        "unknown parameter(s) ['max_new_tokens']",
+    ),
+    "scripts/crosscheck_lm_eval.py": (["--gold-positions", "nowhere"], "--gold-positions expects"),
+    "scripts/pretrain_tiny_base.py": (["--keys", "20"], "at most 16 distinct keys"),
+    "scripts/reproduce_reversal.py": (["--methods", "alibi"], "--methods: unknown ['alibi']"),
+    # a maintenance tool that loads Lightning to do its work, but `--help` must not start that work (it used to)
+    "scripts/regenerate_help_snapshot.py": (["--now"], "unrecognized arguments: --now"),
 }
 
 

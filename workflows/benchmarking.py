@@ -15,8 +15,6 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from torch.profiler import ProfilerActivity, profile
-
 
 @dataclass(frozen=True)
 class Alternation:
@@ -112,6 +110,7 @@ def trace_allocations(run: Callable[[], object]) -> AllocationTrace:
     `torch.profiler.record_function` become `marks`.
     """
     from torch._C._profiler import _EventType  # the event tree's node kinds (no public name in torch)
+    from torch.profiler import ProfilerActivity, profile  # lazy: the scripts' --help answers without torch
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run()
