@@ -259,6 +259,7 @@ def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
     )
 
 
+@pytest.mark.slow  # every method generates (~4 s)
 def test_the_quick_calibrator_benchmark_times_every_registered_method(capsys):
     bench, threads = MODULES["benchmark_calibrators"], torch.get_num_threads()
     try:

@@ -102,6 +102,7 @@ def test_bad_arguments_name_the_fix():
         SyntheticDataset(num_samples=0)
 
 
+@pytest.mark.slow  # 100 training steps (~4 s)
 def test_a_tiny_transformer_learns_it_within_100_steps():
     torch.manual_seed(0)
     dataset = SyntheticDataset(num_samples=1600, seq_len=48, seed=0)

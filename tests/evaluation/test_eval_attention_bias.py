@@ -27,6 +27,7 @@ def llama_and_task():
     return model, tokenizer, prepared
 
 
+@pytest.mark.slow  # eager attention weights of every layer (~7 s)
 def test_per_document_attention_equals_the_eager_weights(llama_and_task):
     model, tokenizer, prepared = llama_and_task
     records, layers = attention_by_position(model, tokenizer, prepared, layers="last_half")

@@ -72,6 +72,7 @@ def test_column_types_become_the_datasets_features_they_name():
     assert built.features["key"] == datasets.Value("string") and built.features["source_index"].dtype == "int64"
 
 
+@pytest.mark.slow  # a fresh interpreter that loads torch (~11 s)
 def test_a_built_in_named_by_its_bare_class_name_in_a_config_is_loaded_for_the_parser(tmp_path):
     """`class_path: PositionInterpolation` worked while every built-in was imported eagerly; it still does."""
     registry = LazyClassRegistry("thing", {"decoder": "json.decoder.JSONDecoder"})

@@ -94,6 +94,7 @@ def test_check_disjoint_refuses_reports_and_allows():
     assert overlap_lines(unchecked, "kv") == [expected + " or hand-made)."]
 
 
+@pytest.mark.slow  # a search and an evaluation end to end (~7 s)
 def test_a_searched_scale_file_is_not_scored_on_its_search_examples(tmp_path, capsys):
     scale = tmp_path / "tiny.json"
     assert search_main(["run", "--config", TINY_SEARCH, "--out", str(scale), "--no-progress"]) == 0

@@ -85,6 +85,7 @@ def test_help(capsys):
     assert main([]) == 0
 
 
+@pytest.mark.slow  # a whole tiny search (~5 s)
 def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     out = tmp_path / "scales" / "tiny.json"
     assert main(["run", "--config", TINY, "--out", str(out), "--no-progress"]) == 0

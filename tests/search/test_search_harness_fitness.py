@@ -156,6 +156,7 @@ def test_a_model_lpes_cannot_scale_fails_before_the_search(tiny):
         HarnessFitness(repo, tiny[1], "kv", {"num_keys": 3}, num_examples=1, settings=SETTINGS)
 
 
+@pytest.mark.slow  # each question generated alone (~4 s)
 def test_questions_score_alone_as_in_the_whole_set_and_combine_to_evaluate(tiny):
     """Racing's per-question path: a question's score is the same whichever range it is scored in, and the
     combined questions are `evaluate`'s result bit for bit (tiny random model, hash-scored: varied 0/1 values)."""
