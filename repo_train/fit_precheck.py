@@ -184,10 +184,8 @@ def refusal(argv: list[str]) -> str | None:
         return str(err)
     if not _judged_here(args, kept, config_data):
         return None
-    try:
-        for class_path in settings_checks.named_class_paths(
-            args, config_data
-        ):  # before anything could import them (as live)
+    try:  # the class paths under model / data, before anything could import them (as live)
+        for class_path in settings_checks.named_class_paths(args, config_data):
             user_code.check_class_path(class_path)
     except ValueError as err:
         return str(err)
