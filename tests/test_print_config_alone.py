@@ -20,7 +20,16 @@ from evaluation.cli import main as evaluation_main
 from search.cli import main as search_main
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Commands whose `--print_config` loads no ML package (tests/test_startup.py checks their `--help` that way).
+#: Every script that takes options (its parser is a `config_cli.ConfigParser`), and scripts/check_gpu.py;
+#: not regenerate_help_snapshot.py, which parses only to answer `--help` (it has no options: an empty template).
+SCRIPTS = sorted(
+    f"scripts/{path.name}"
+    for path in (ROOT / "scripts").glob("*.py")
+    if ("ConfigParser" in path.read_text(encoding="utf-8") or path.name == "check_gpu.py")
+    and path.name != "regenerate_help_snapshot.py"
+)
+#: Commands whose `--print_config` loads no ML package (tests/test_startup.py checks their `--help` that way):
+#: every script parses before importing torch (session 13).
 FAST = [
     "python -m repo_train demo",
     "python -m repo_train export",
@@ -32,25 +41,10 @@ FAST = [
     "python -m search run",
     "python -m search show",
     "python -m search diagnose",
-    "scripts/quickstart.py",
-    "scripts/reproduce_position_bias.py",
-    "scripts/make_tiny_dip_base.py",
-    "scripts/make_tiny_repo_pair.py",
-    "scripts/check_gpu.py",
-    "scripts/benchmark_startup.py",
+    *SCRIPTS,
 ]
-#: Every script that takes options (its parser is a `config_cli.ConfigParser`), and scripts/check_gpu.py.
-SCRIPTS = sorted(
-    f"scripts/{path.name}"
-    for path in (ROOT / "scripts").glob("*.py")
-    if "ConfigParser" in path.read_text(encoding="utf-8") or path.name == "check_gpu.py"
-)
-#: The rest: LightningCLI's and the other scripts.
-HEAVY = [
-    "python -m repo_train fit",
-    "python -m repo_train validate",
-    *(script for script in SCRIPTS if script not in FAST),
-]
+#: LightningCLI's (`fit --print_config` alone comes from repo_train/help_snapshot.json while it is current).
+HEAVY = ["python -m repo_train fit", "python -m repo_train validate"]
 
 
 def print_config(command: str) -> dict:
