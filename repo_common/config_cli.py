@@ -338,15 +338,27 @@ def _config_file_ok(path: str) -> tuple[bool, str]:
         return False, permission_message(path)
 
 
+def read_config_yaml(path: str) -> Any:
+    """The YAML data of an existing `--config` file; a file over `MAX_CONFIG_BYTES` or binary is a ValueError
+    naming it (refused before YAML reads it), invalid YAML a `yaml.YAMLError`, each caller words that one."""
+    if Path(path).stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file; pass the YAML of the options"
+        )
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(binary_config_message(path, err)) from None
+    return yaml.safe_load(text)
+
+
 def _config_file_checked(path: str) -> tuple[bool, str]:
     if not Path(path).is_file():
         return False, f"no config file at {path}; pass --config an existing YAML file"
-    if Path(path).stat().st_size > MAX_CONFIG_BYTES:
-        return False, f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file; pass the YAML of the options"
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        return False, binary_config_message(path, err)
+        data = read_config_yaml(path)
+    except ValueError as err:
+        return False, str(err)
     except yaml.YAMLError as err:
         return False, f"{path} is not valid YAML: {' '.join(str(err).split())}"
     if data is None:

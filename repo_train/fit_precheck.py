@@ -103,14 +103,10 @@ def _lookup(tree: dict, key: str) -> Any:
 
 def _kept_options(subcommand: str) -> dict | None:
     """The kept options of `subcommand` when the snapshot is of this checkout and these packages, else None."""
-    if os.environ.get(help_snapshot.LIVE) or not help_snapshot.SNAPSHOT.is_file():
-        return None
+    entry = help_snapshot.current_entry(help_snapshot.PARSER, terminal=False)
     try:
-        entry = json.loads(help_snapshot.SNAPSHOT.read_text(encoding="utf-8"))[help_snapshot.PARSER]
-        if entry["key"] != help_snapshot.inputs_key(terminal=False):
-            return None
         return entry["subcommands"][subcommand]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
 
 

@@ -79,18 +79,26 @@ def _mode(terminal: bool) -> str:
     return "terminal" if terminal else "pipe"
 
 
+def current_entry(name: str, terminal: bool) -> dict | None:
+    """The snapshot's entry `name` when it was made from this checkout's sources and these packages (its key is
+    `inputs_key(terminal)`); None when it was not, when there is no readable snapshot, or when LIVE is set."""
+    if os.environ.get(LIVE) or not SNAPSHOT.is_file():
+        return None
+    try:
+        entry = json.loads(SNAPSHOT.read_text(encoding="utf-8"))[name]
+        return entry if entry["key"] == inputs_key(terminal) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def answer(argv: list[str], terminal: bool) -> bool:
     """Print the snapshot's answer to `argv` and say True, or say False (not a snapshot question, no snapshot,
     or one made from other sources or packages: the caller runs LightningCLI)."""
     name = question(argv)
-    if name is None or os.environ.get(LIVE) or not SNAPSHOT.is_file():
-        return False
+    entry = None if name is None else current_entry(_mode(terminal), terminal)
     try:
-        entry = json.loads(SNAPSHOT.read_text(encoding="utf-8"))[_mode(terminal)]
         text = entry["outputs"][name]
-        if entry["key"] != inputs_key(terminal):
-            return False
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return False
     sys.stdout.write(text)
     sys.stdout.flush()

@@ -16,6 +16,9 @@ rounds after one warm-up), so both see the same machine state. Per method and le
 
 Amortised Found in the Middle reads a bias file this script estimates first, on calibration prompts of the
 same template and lengths (other seeds): the one-off cost, printed on its own and not in the ratios.
+`--model DIR` times a saved HF model instead of the random one (the real model's directory, from
+`python -m repo_train real-model`): a copy's cost depends on how its K/V weighs against the weights, which a
+4-layer toy does not show as a pretrained model does. Choose `--doc_words` for its tokenizer's lengths.
 The table puts the papers' figures beside ours and checks the targets (`TARGETS`). Run it with
 `OMP_NUM_THREADS=1 ... --threads 1` on a quiet machine.
 
@@ -134,13 +137,18 @@ class StepClock(Method):
 
 
 def build_model(args):
-    """The random model and its tokenizer (seeded: the same in every process)."""
+    """The random model and its tokenizer (seeded: the same in every process), or `--model`'s (fp32, SDPA)."""
     import torch  # lazy: --help answers without torch
 
-    from evaluation.model_loading import byte_tokenizer  # lazy: --help answers without torch
+    from evaluation.model_loading import byte_tokenizer, load_model  # lazy: --help answers without torch
     from repo_train.modeling import RePoOlmo2ForCausalLM
     from repo_train.modeling.presets import tiny
 
+    if args.model is not None:
+        model, tokenizer = load_model(args.model)
+        # No EOS (an id that never occurs): every method generates exactly new_tokens per row.
+        model.generation_config.eos_token_id = -1
+        return model, tokenizer
     torch.manual_seed(0)
     tokenizer = byte_tokenizer()
     shape = dict(
@@ -249,7 +257,7 @@ def memory_child(args) -> None:
 def peak_growth(args, spec: str, words: int) -> int | None:
     skip = ("child", "child_words", "methods", "rounds", "calibration_prompts", "skip_memory", "quick")
     command = [sys.executable, __file__, "--child", spec, "--child_words", str(words)] + [
-        f"--{k}={v}" for k, v in vars(args).items() if k not in skip
+        f"--{k}={v}" for k, v in vars(args).items() if k not in skip and v is not None
     ]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
@@ -351,6 +359,13 @@ def build_parser() -> ConfigParser:
         "--new_tokens", "--new-tokens", type=PositiveInt, default=16, help="tokens generated per prompt"
     )
     parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=4, help="prompts per batch")
+    parser.add_argument(
+        "--model",
+        type=str | None,
+        default=None,
+        help="a local HF model directory to time instead of the random OLMo-2 (e.g. the real model's, from "
+        "`python -m repo_train real-model`); --hidden, --layers and --heads then do not apply",
+    )
     parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
     parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
@@ -399,10 +414,28 @@ def check_method_parameters(parser: ConfigParser, args: argparse.Namespace) -> N
         parser.fail(str(err))
 
 
+def model_layers(args: argparse.Namespace) -> int:
+    """The timed model's decoder layers: `--layers`, or `--model`'s config.json (read without torch)."""
+    if args.model is None:
+        return args.layers
+    from repo_common.model_directory import check_model_directory, read_model_config  # lazy: --model only
+
+    try:
+        directory = check_model_directory("--model", args.model)
+        if not (directory / "config.json").is_file():
+            raise ValueError(f"--model {args.model} has no config.json; pass the folder save_pretrained wrote")
+        layers = read_model_config(directory).get("num_hidden_layers")
+    except OSError as err:  # missing or unreadable: one line, as the other checks'
+        raise ValueError(str(err)) from err
+    if not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"--model {args.model}: its config.json states no num_hidden_layers; pass an HF decoder")
+    return layers
+
+
 def _build_specs(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scale_file = Path(scratch) / "lpes-scales.json"
-        write_lpes_scales(scale_file, args.layers)
+        write_lpes_scales(scale_file, model_layers(args))
         for spec in args.methods:
             MethodStack.parse(spec.replace(SCALE_FILE, str(scale_file)))  # the bias file is read at attach
 
@@ -432,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     with tempfile.TemporaryDirectory() as scratch:
         bias_path, scale_path = Path(scratch) / "fim-bias.json", Path(scratch) / "lpes-scales.json"
-        write_lpes_scales(scale_path, args.layers)
+        write_lpes_scales(scale_path, model.config.num_hidden_layers)
         specs = {spec: resolved(spec, bias_path, scale_path) for spec in args.methods}
         if any(BIAS_FILE in spec for spec in specs):
             seconds = make_bias_file(model, tokenizer, args, bias_path)
@@ -462,8 +495,12 @@ def main(argv: list[str] | None = None) -> None:
                     f"peak memory {shown}",
                     flush=True,
                 )
+    config = model.config
+    shape = f"d={config.hidden_size}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads"
+    if args.model is not None:
+        shape = f"{args.model} ({shape}, {config.num_key_value_heads} KV heads)"
     print(
-        f"\nd={args.hidden}, {args.layers} layers, {args.heads} heads; {args.prompts} prompts of {args.docs} documents "
+        f"\n{shape}; {args.prompts} prompts of {args.docs} documents "
         f"at {' and '.join(token_lengths)}, {args.new_tokens} new tokens, batch {args.batch_size}, {args.threads} "
         f"threads; ratios to the baseline: median (range) over {args.rounds} interleaved rounds; peak memory: RSS "
         "growth in a fresh process, one run\n"

@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from script_loader import load_script
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from evaluation.methods import METHODS
 from evaluation.model_loading import byte_tokenizer
@@ -279,3 +280,38 @@ def test_the_quick_calibrator_benchmark_times_every_registered_method(capsys):
     (coverage,) = [line for line in out.splitlines() if "registered method" in line]
     left_out = coverage.split("not in this run: ")[1].split(", ") if "not in this run" in coverage else []
     assert not set(left_out) & BUILT_IN_METHODS, coverage  # only methods other tests registered
+
+
+def test_the_calibrator_benchmark_refuses_a_model_directory_it_cannot_time_in_one_line(tmp_path, capsys):
+    bench = MODULES["benchmark_calibrators"]
+    for model, error in [
+        (tmp_path / "absent", "--model '"),
+        (tmp_path, f"--model {tmp_path} has no config.json; pass the folder save_pretrained wrote"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            bench.parse_args(["--model", str(model)])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1 and error in err, err
+
+
+@pytest.mark.slow  # three methods generate (~2.5 s)
+def test_the_calibrator_benchmark_times_a_saved_model_with_its_own_layer_count(tmp_path, capsys):
+    """`--model DIR` times that model (here a GQA Llama of 3 layers, not the random OLMo-2 of `--layers`): the
+    LPES scale file it writes has the model's layer count, and the summary names the directory and its shape."""
+    model = tmp_path / "llama"
+    fields = dict(
+        vocab_size=len(byte_tokenizer()), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    LlamaForCausalLM(LlamaConfig(**fields)).save_pretrained(model)
+    byte_tokenizer().save_pretrained(model)
+    bench, threads = MODULES["benchmark_calibrators"], torch.get_num_threads()
+    methods = ["pcd", "attention_buckets", bench.LPES]
+    try:
+        bench.main(["--quick", "--threads", "1", "--layers", "7", "--model", str(model), "--methods", *methods])
+    finally:
+        torch.set_num_threads(threads)  # main sets the process's torch threads
+    out = capsys.readouterr().out
+    assert f"{model} (d=32, 3 layers, 4 heads, 2 KV heads);" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| method ")]
+    assert [row[2:].split(" |")[0] for row in rows] == ["pcd", "attention_buckets", "lpes:scale_file=FILE"]

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from repo_common import user_code
-from repo_common.config_cli import MAX_CONFIG_BYTES, binary_config_message, config_size_problem, take_flag
+from repo_common.config_cli import config_size_problem, read_config_yaml, take_flag
 from repo_train.checkpoints import newest_last_checkpoint
 
 #: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
@@ -114,12 +114,8 @@ def read_config_files(paths: list[str]) -> list[Any]:
     naming the file, before the parser would expand it."""
     found = []
     for path in paths:
-        if Path(path).is_file() and Path(path).stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{path} is over {MAX_CONFIG_BYTES // 2**20} MB: not a config file")
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) if Path(path).is_file() else None
-        except UnicodeDecodeError as err:  # the parser's own words would not name the file
-            raise ValueError(binary_config_message(path, err)) from None
+        try:  # too big or binary: refused here (the parser's own words would not name the file)
+            data = read_config_yaml(path) if Path(path).is_file() else None
         except yaml.YAMLError:
             data = None
         problem = config_size_problem(path, data)
