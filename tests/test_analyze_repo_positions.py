@@ -27,6 +27,7 @@ def _saved_model(path: Path, method: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # the analysis script end to end (~4 s): the fast suite stays under 5 min
 def test_repo_model_statistics_and_files(tmp_path):
     model = _saved_model(tmp_path / "repo", "repo")
     out = tmp_path / "out"

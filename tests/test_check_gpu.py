@@ -123,6 +123,7 @@ def test_bad_options_are_one_line_errors(monkeypatch, capsys):
     assert "option --pairs: expected a positive integer" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # every check-gpu group (~3 s): the fast suite stays under 5 min
 def test_the_groups_run_on_the_cpu_standing_in_for_the_gpu(tmp_path, capsys):
     """What `run` does after its CUDA check, with device "cpu": the rows of two groups, every one passing."""
     options = SimpleNamespace(train_processes=1, seq_len=8, pairs=1, peak_tflops=None)

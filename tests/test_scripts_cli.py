@@ -212,6 +212,7 @@ def test_options_beat_a_config_file_and_hidden_or_derived_values_are_not_printed
     assert "child" not in yaml.safe_load(_printed(CASE["benchmark_calibrators"], ["--child", "pcd"], capsys))
 
 
+@pytest.mark.slow  # the analysis script twice (~3 s): the fast suite stays under 5 min
 def test_the_repo_analysis_stores_its_config_and_the_file_replays_it(tmp_path):
     torch.manual_seed(0)
     tokenizer = byte_tokenizer()

@@ -85,6 +85,7 @@ def test_notice_only_for_a_templated_tokenizer_without_the_option(chat_model):
     assert chat_template_notice(tiny_default()[1], PromptFormat()) is None
 
 
+@pytest.mark.slow  # two harness runs (~4 s): the fast suite stays under 5 min
 def test_run_records_the_format_and_refuses_to_mix_formats(chat_model, tmp_path, capsys):
     model, tokenizer = chat_model
     config = RunConfig(out=str(tmp_path), tasks={"mdqa": MDQA}, max_new_tokens=2, max_length=4096, chat_template=True)

@@ -302,6 +302,7 @@ def test_old_summaries_are_refused_with_the_command_that_rebuilds_them(tmp_path)
     assert rebuilt["results"]["kv"]["pi:scale=2"]["vs_baseline"]["mean_diff"] == pytest.approx(-1 / 8)
 
 
+@pytest.mark.slow  # three seed runs (~3 s): the fast suite stays under 5 min
 def test_report_over_seed_runs_gives_mean_and_sample_std(tmp_path) -> None:
     runs = [_run_dir(tmp_path, f"seed{i}", lambda q, p, i=i: not (p == 3 and q < 5 * (i + 1))) for i in range(3)]
     with warnings.catch_warnings():

@@ -176,6 +176,7 @@ TARGET_SPACE = SearchSpace(10, num_points=3)
 TARGET = TARGET_SPACE.scales(CurveGenome((0, 3, 9), (20, 10, 13)))
 
 
+@pytest.mark.slow  # a whole GA run (~4 s): the fast suite stays under 5 min
 def test_ga_finds_the_known_optimum_deterministically():
     first = run(TARGET_SPACE, SyntheticFitness(TARGET), GAConfig(seed=0))
     assert first.fitness.overall == 0.0 and first.scales == pytest.approx(TARGET, abs=1e-12)
