@@ -201,12 +201,12 @@ def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
     out = Path(out)
+    _check_out(out)  # a folder that is not ours is refused first, also where the extra is not installed
     gguf = gguf_path(model)
     expected = expected_provenance(model, gguf, dtype)
     if is_up_to_date(out, expected):
         log(f"[real-model] {out} is up to date ({model.name}, {dtype}, gguf sha256 {expected['gguf_sha256'][:12]})")
         return out
-    _check_out(out)
     log(f"[real-model] converting {gguf.name} from {model.package} {expected['package_version']} ({dtype})")
     source, tokenizer = _load_gguf(gguf)
     with atomic_directory(out) as staging:
