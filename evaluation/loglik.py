@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from evaluation.methods.decoding import TokenizedPrompt, collate
 from repo_train.modeling.cache_keyword import cache_argument
 
 
@@ -61,7 +62,8 @@ def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
-def _pad_id(model, tokenizer) -> int:
+def pad_token_id(model, tokenizer) -> int:
+    """The id that pads a batch (any id does under the attention mask; the first one the model or tokenizer names)."""
     for candidate in (tokenizer.pad_token_id, model.generation_config.pad_token_id, tokenizer.eos_token_id, 0):
         if candidate is not None:
             return int(candidate)
@@ -75,7 +77,7 @@ def continuation_scores(
     """(sum of log-probabilities, number of tokens) of each continuation after `context`."""
     context_ids, options = encode_pair(tokenizer, context, continuations)
     device, n_ctx = model.device, len(context_ids)
-    pad = _pad_id(model, tokenizer)
+    pad = pad_token_id(model, tokenizer)
     if not use_cache:
         ids, mask = _pad([context_ids + o for o in options], pad)
         positions = torch.arange(ids.shape[1]).expand_as(ids)
@@ -114,6 +116,40 @@ def continuation_scores(
             total = total + logprobs[row, steps, torch.tensor(option[1:], device=device)].sum()
         out.append((float(total), len(option)))
     return out
+
+
+@torch.no_grad()
+def token_continuation_scores(
+    model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], pad_id: int
+) -> list[tuple[float, int]]:
+    """(sum of log-probabilities, number of tokens) of each continuation's ids right after its prompt's ids.
+
+    For prompts already tokenised (chat-templated, truncated) as the harness feeds them: one forward over the
+    left-padded batch `prompt_i + continuation_i`, positions as HF computes them under left padding (the
+    harness's `collate`), and only the last max|continuation| + 1 positions' logits kept (a long prompt's
+    full [B, T, V] logits would not fit a large vocabulary in memory).
+    """
+    if len(prompts) != len(continuations) or not prompts:
+        raise ValueError(f"need one continuation per prompt, got {len(prompts)} prompts, {len(continuations)}")
+    if any(not c for c in continuations) or any(not p for p in prompts):
+        raise ValueError("every prompt and every continuation needs at least one token")
+    joined = [TokenizedPrompt(tuple(p) + tuple(c)) for p, c in zip(prompts, continuations)]
+    batch = collate(joined, pad_id, model.device)
+    keep = max(len(c) for c in continuations) + 1
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        logits_to_keep=keep,
+    )
+    logprobs = torch.log_softmax(out.logits[:, -keep:].float(), dim=-1)
+    scores = []
+    for row, option in enumerate(continuations):
+        steps = torch.arange(keep - 1 - len(option), keep - 1, device=logprobs.device)
+        targets = torch.tensor(list(option), device=logprobs.device)
+        scores.append((float(logprobs[row, steps, targets].sum()), len(option)))
+    return scores
 
 
 def loglikelihood(model, tokenizer, context: str, continuations: Sequence[str], use_cache: bool = False) -> list[float]:

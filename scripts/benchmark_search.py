@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Optional
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
@@ -83,6 +83,12 @@ def build_parser() -> ConfigParser:
         type=bool,
         default=False,
         help="racing also drops a candidate that cannot beat the incumbent at the top score on every question left",
+    )
+    parser.add_argument(
+        "--score",
+        type=Optional[Literal["metric", "gold_loglik"]],
+        default=None,
+        help="how a prompt is scored (task.score): metric (greedy answer) or gold_loglik; default: the search config's",
     )
     parser.add_argument("--threads", type=PositiveInt, default=1, help="torch threads")
     parser.add_argument("--json", type=str, default=None, help="also write the results here (atomically)")
@@ -285,11 +291,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     search = load_config(args.search_config)
-    task = dataclasses.replace(search.task, num_examples=args.questions)
+    task = dataclasses.replace(search.task, num_examples=args.questions, score=args.score or search.task.score)
     model, tokenizer = load_search_model(dataclasses.replace(search.model, path=args.model, device="cpu"))
     params, settings = task_parameters(task), decode_settings(task)
     common = {"seed": task.seed, "weights": search.weights, "settings": settings, "prompt_format": task.prompt_format}
-    common["progress"] = "off"
+    common.update(progress="off", score=task.score)
     fitness = HarnessFitness(model, tokenizer, task.name, params, num_examples=args.questions, **common)
     held = HarnessFitness(
         model, tokenizer, task.name, params, num_examples=args.held_out, example_offset=args.questions, **common
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(
         f"{Path(args.model).name}: {task.name} k={task.num_items}, {args.questions} search questions "
         f"({len(fitness.prepared.rows)} prompts), {args.held_out} held-out; population {args.population}, "
-        f"{args.generations} generations; racing on {args.fractions} of the questions, confidence "
+        f"{args.generations} generations; score {task.score}; racing on {args.fractions} of the questions, confidence "
         f"{args.confidence}, min {args.min_questions} questions; {args.threads} thread(s)"
     )
     start = time.perf_counter()

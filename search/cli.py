@@ -250,6 +250,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         settings=settings,
         progress=progress,
         prompt_format=task.prompt_format,
+        score=task.score,
     )
     held = config.held_out
     held_offset = config.held_out_start
@@ -298,6 +299,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
             exclude_example_ids=fitness.example_ids,
             fitness_cls=fitness_cls,
             prompt_format=task.prompt_format,
+            score=task.score,
         )
     summary = {"fitness": result.fitness.to_json(), "generations": result.generations, "held_out": held_out}
     summary["unscaled_fitness"] = unscaled.to_json()
@@ -388,8 +390,9 @@ def show(path: str, num_layers: int | None) -> int:
     degree = f", degree {curve['degree']}" if curve["degree"] is not None else ""
     print(f"curve      {curve['type']}{degree}; control points {[tuple(p) for p in data.control_points]}")
     print(f"scales     {' '.join(f'{s:.3f}' for s in scales)}  ({data.num_layers} layers, mean {mean:.4g})")
-    print(f"fitness    {_fmt(data.fitness)}")
     search = data.search
+    loglik = search.get("task", {}).get("score") == "gold_loglik"  # files before task.score: the metric
+    print(f"fitness    {_fmt(data.fitness)}" + (" (gold answer's mean log-probability per token)" if loglik else ""))
     print(
         f"search     seed {search['seed']}, {search['generations']} generations, "
         f"{search.get('evaluations', '?')} candidates, {search['wall_time_s']:.1f} s, weights {search['weights']}"

@@ -5,7 +5,7 @@ defaults, which are the paper's):
 
     model:    {path, seed, num_layers, dtype, attn_implementation, device}
     task:     {name, num_items, num_examples, seed, data_dir, max_new_tokens, batch_size, max_length, truncate,
-               key_chars, template, distinct_keys, chat_template, system_prompt}
+               key_chars, template, distinct_keys, chat_template, system_prompt, score}
     weights:  {begin, middle, end}                    # λ of Eq. 7 (search.fitness.SubsetWeights)
     space:    {curve, num_points, y_min_tenths, y_max_tenths}
     ga:       {population, parents, generations, ..., racing} # search.ga.GAConfig (Table 9); racing: search/racing.py
@@ -97,6 +97,9 @@ class TaskConfig:
     """Wrap each prompt in the tokenizer's chat template (instruction models; evaluation.prompt_format)."""
     system_prompt: str | None = None
     """System message of the chat template (needs chat_template)."""
+    score: Literal["metric", "gold_loglik"] = "metric"
+    """metric: the task's metric of each greedy answer (the paper's accuracy); gold_loglik: the gold answer's mean
+    log-probability per token, teacher-forced, no generation (continuous: racing drops on fewer questions)."""
     params: dict[str, Any] = field(default_factory=dict)
     """The task's own other parameters (e.g. a user's task's options), passed to it as they are; k, the gold
     positions, num_examples and seed are the search's."""

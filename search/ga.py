@@ -480,7 +480,7 @@ def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> S
     if state.context != context:
         raise ValueError(
             f"{path} was scored with fitness context {state.context!r}, not {context!r} (another model, search "
-            "set, decoding, weights or metric): resume with the same ones, or use a new state file"
+            "set, decoding, weights, metric or task.score): resume with the same ones, or use a new state file"
         )
     if state.config.racing != config.racing:
         raise ValueError(

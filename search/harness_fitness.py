@@ -19,6 +19,20 @@ each answer is scored with the task's metric, and
 
     Acc_s = mean score over subset s,   F = λ_B Acc_B + λ_M Acc_M + λ_E Acc_E   (Eq. 7).
 
+With `score="gold_loglik"` (`task.score`; this project's extension, not the
+paper's) a prompt is scored without generating: its gold continuation
+(`Task.gold_continuation`: the first gold answer after the task's delimiter)
+is appended and the model's mean log-probability per token of it is the score,
+one teacher-forced forward per batch (`evaluation.loglik.token_continuation_scores`).
+A right/wrong metric on a few dozen questions ties most candidates; a
+log-probability is continuous, so paired differences between candidates show
+on far fewer questions (what racing needs), and a step costs one prefill.
+Unlike a greedy answer, a log-probability changes in its last bits with the
+batch's padding, so the whole-set batches of `evaluate` and racing's
+per-stage batches agree to float rounding (about 1e-6 of the value), not bit
+for bit: two candidates that tie to that precision may be ordered
+differently by the plain GA and by a race that drops nothing.
+
 Distributed. Under torchrun (torch.distributed initialised; gloo on CPU, nccl
 on GPU) the batches of the plan are shared out by their token cost
 (`repo_common.distributed.balanced_shares`, the helper the evaluation runner
@@ -48,13 +62,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from evaluation.generation import batch_cost, plan_batches
+from evaluation.loglik import pad_token_id, token_continuation_scores
 from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings
 from evaluation.model_loading import weights_fingerprint
@@ -72,6 +87,9 @@ from search.scale_file_writer import config_sha256
 from search.search_task import item_parameter, task_name
 
 _SET_HERE = ("gold_positions", "num_examples", "seed")
+#: How a prompt is scored: "metric" = the task's metric of the greedy answer (the paper's accuracy);
+#: "gold_loglik" = the gold answer's mean log-probability per token, teacher-forced (this project's extension).
+SCORES = ("metric", "gold_loglik")
 
 
 def subset_positions(num_items: int) -> dict[str, int]:
@@ -112,7 +130,10 @@ class HarnessFitness:
         settings: DecodeSettings | None = None,
         progress: bool | str = False,
         prompt_format: PromptFormat | None = None,
+        score: str = "metric",
     ):
+        if score not in SCORES:
+            raise ValueError(f"task.score must be one of {list(SCORES)}, got {score!r}")
         key = item_parameter(task)  # mdqa, kv or any task with num_items and gold_positions (a user's too)
         task = task_name(task)  # a class_path as the registry's name, which the harness builds by
         params = dict(task_params or {})
@@ -151,15 +172,20 @@ class HarnessFitness:
         self.example_ids = sorted({row["example_id"] for row in self.prepared.rows})
         self.question_rows = _question_rows(self.prepared.rows, subset_of)
         self.num_questions = len(self.question_rows)
-        # racing's exact bound: a question's Eq. 7 score is at most Σλ = 1, the harness's metrics score in [0, 1]
-        self.question_score_max = 1.0
+        self.score = score
+        # racing's exact bound: a question's Eq. 7 score is at most Σλ times a prompt's top score: the harness's
+        # metrics score in [0, 1], a log-probability is at most 0
+        self.question_score_max = 1.0 if score == "metric" else 0.0
+        self.gold_tokens = self._gold_tokens() if score == "gold_loglik" else {}
         self._chunks: dict[tuple[int, int], tuple[PreparedTask, dict[str, int]]] = {}
         self.num_layers = len(current_policies(model))
         scaled_policies(model, [1.0] * self.num_layers, method="LPES")  # a REPO model fails here, not mid-search
         self.data_sha256 = self._data_hash()
         self.metric = self.prepared.task.metric_name
-        # the prompt format joins the context only when it is not the default, so earlier states still resume
+        # the prompt format and score join the context only when not the default, so earlier states still resume
         formats = {"prompt_format": self.prompt_format.describe(tokenizer)} if self.prompt_format.chat_template else {}
+        if score != "metric":
+            formats["score"] = score
         self.context = context_key(  # a resumed search reuses cached fitness values only if all of these agree
             **formats,
             model=model_fingerprint(model),
@@ -178,23 +204,53 @@ class HarnessFitness:
             digest.update(json.dumps(item).encode() + b"\n")
         return digest.hexdigest()
 
+    def _gold_tokens(self) -> dict[str, tuple[int, ...]]:
+        """Each row's gold continuation (`Task.gold_continuation`) as token ids, by row id."""
+        chat = self.prompt_format.chat_template
+        tokens = {}
+        for row in self.prepared.rows:
+            text = self.prepared.task.gold_continuation(row["answers"], chat)
+            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if not ids:
+                raise ValueError(f"row {row['id']}: the gold answer {text!r} has no tokens; use task.score metric")
+            tokens[row["id"]] = ids
+        return tokens
+
     def score_record(self, record: Mapping[str, Any]) -> float:
         """The score of one generated answer: the task's metric, as the harness computed it."""
         return float(record["score"])
 
-    def row_scores(self, scales: list[list[float]]) -> torch.Tensor:
-        """[candidates × rows] scores, identical on every rank (rows in `prepared.rows` order)."""
-        local = torch.zeros(len(scales), len(self.prepared.rows), dtype=torch.float64)
-        stack = MethodStack([])
+    def _row_scores(self, task: PreparedTask) -> Iterator[tuple[str, float]]:
+        """(row id, score) of each of `task`'s rows with the scales installed now: the metric of the greedy
+        answer, or the gold answer's mean log-probability per token (one forward per batch, no generation)."""
+        if self.score == "metric":
+            for record in run_stack(self.model, self.tokenizer, task, MethodStack([]), progress="off"):
+                yield record["id"], self.score_record(record)
+            return
+        pad = pad_token_id(self.model, self.tokenizer)
+        for batch in task.plan:
+            ids = [task.rows[i]["id"] for i in batch]
+            prompts = [task.prompts[i].input_ids for i in batch]
+            scores = token_continuation_scores(self.model, prompts, [self.gold_tokens[i] for i in ids], pad)
+            for row_id, (total, count) in zip(ids, scores):
+                yield row_id, total / count
+
+    def _score_matrix(self, task: PreparedTask, scales: list[list[float]], column: Mapping[str, int]) -> torch.Tensor:
+        """[candidates × columns] scores of `task`'s rows, identical on every rank (exact: see the module docstring)."""
+        local = torch.zeros(len(scales), len(column), dtype=torch.float64)
         mode = self.progress if self.rank == 0 else "off"  # True: a bar on a terminal, lines in a log file
         for c, candidate in enumerate(track(scales, "candidates", unit="cand", mode=mode)):
             with scaled_model(self.model, candidate):
-                for record in run_stack(self.model, self.tokenizer, self.local, stack, progress="off"):
-                    local[c, self.row_index[record["id"]]] = self.score_record(record)
+                for row_id, value in self._row_scores(task):
+                    local[c, column[row_id]] = value
         return all_reduce_sum(local)  # one non-zero contributor per entry: exact
 
+    def row_scores(self, scales: list[list[float]]) -> torch.Tensor:
+        """[candidates × rows] scores, identical on every rank (rows in `prepared.rows` order)."""
+        return self._score_matrix(self.local, scales, self.row_index)
+
     def evaluate(self, scales: list[list[float]]) -> list[FitnessResult]:
-        """Per-subset accuracy and the Eq. 7 overall of each candidate scale vector."""
+        """Per-subset mean score (accuracy with the metric) and the Eq. 7 overall of each candidate scale vector."""
         scores = self.row_scores(scales)
         results = []
         for row in scores:
@@ -207,14 +263,7 @@ class HarnessFitness:
         if not 0 <= start < stop <= self.num_questions:
             raise ValueError(f"questions [{start}, {stop}) are not inside [0, {self.num_questions})")
         local_task, column = self._chunk(start, stop)
-        local = torch.zeros(len(scales), len(column), dtype=torch.float64)
-        stack = MethodStack([])
-        mode = self.progress if self.rank == 0 else "off"
-        for c, candidate in enumerate(track(scales, "candidates", unit="cand", mode=mode)):
-            with scaled_model(self.model, candidate):
-                for record in run_stack(self.model, self.tokenizer, local_task, stack, progress="off"):
-                    local[c, column[record["id"]]] = self.score_record(record)
-        scores = all_reduce_sum(local)  # one non-zero contributor per entry: exact
+        scores = self._score_matrix(local_task, scales, column)
         results = []
         for row in scores:
             per_question = []
@@ -270,6 +319,7 @@ class HarnessFitness:
             "positions": dict(self.positions),
             "rows": len(self.prepared.rows),
             "metric": self.metric,
+            "score": self.score,
             "max_new_tokens": self.settings.max_new_tokens,
             "prompt_format": self.prompt_format.describe(self.tokenizer),
             "data_sha256": self.data_sha256,
@@ -338,6 +388,7 @@ def evaluate_held_out(
     exclude_example_ids: Sequence[str] = (),
     fitness_cls: type[HarnessFitness] = HarnessFitness,
     prompt_format: PromptFormat | None = None,
+    score: str = "metric",
 ) -> dict[str, Any]:
     """Score baseline (all 1), PI at the mean scale, and `scales` on examples the search did not use.
 
@@ -358,6 +409,7 @@ def evaluate_held_out(
         weights=weights,
         settings=settings,
         prompt_format=prompt_format,
+        score=score,
     )
     overlap = sorted(set(fitness.example_ids) & set(exclude_example_ids))
     if overlap:

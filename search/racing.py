@@ -24,9 +24,9 @@ every remaining question goes its way: its prefix sum plus the fitness's
 the incumbent's fitness. It never drops a candidate that could become the
 best (the best only changes on a strictly higher fitness), and it needs no
 `min_questions`. The fitness declares the bound (`HarnessFitness`: 1, the
-Eq. 7 weights sum to 1 and the metrics score in [0, 1]); a question scored
-above it stops the search with a one-line error rather than drop on a false
-bound.
+Eq. 7 weights sum to 1 and the metrics score in [0, 1]; 0 with
+`score="gold_loglik"`, a log-probability); a question scored above it stops
+the search with a one-line error rather than drop on a false bound.
 
 Survivors are scored on all N questions and get the same `FitnessResult` as the
 plain GA's (the fitness's `combine_questions`). A dropped candidate never

@@ -296,6 +296,16 @@ class Task(ABC):
         """(max new tokens, stop strings) of greedy decoding when the run does not set them: one short line."""
         return 32, ("\n",)
 
+    def gold_continuation(self, answers: Sequence[str], chat_template: bool) -> str:
+        """The text a model should write after the prompt for a right answer (what `gold_loglik` scores).
+
+        The first gold answer after lm-eval's target delimiter, a space; none after a chat template's
+        generation prompt, where the assistant's turn starts on its own.
+        """
+        if not answers:
+            raise ValueError(f"a {self.name} row has no gold answer: the gold log-likelihood needs one")
+        return ("" if chat_template else " ") + answers[0]
+
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]

@@ -220,6 +220,12 @@ class KVRetrievalTask(Task):
             return self.key_chars or 1, (" ",)
         return 100, ("\n",)
 
+    def gold_continuation(self, answers: Sequence[str], chat_template: bool) -> str:
+        """pairs: the value right after the query key (no separator, as the prompt's pairs are written)."""
+        if self.template == "pairs":
+            return answers[0]
+        return super().gold_continuation(answers, chat_template)
+
     def extra_features(self) -> dict[str, Any]:
         return {
             "key": "string",

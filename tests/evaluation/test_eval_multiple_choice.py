@@ -16,7 +16,7 @@ import torch
 from float_checks import assert_close_to_scale
 
 from evaluation.generation import DecodeSettings
-from evaluation.loglik import encode_pair, loglikelihood
+from evaluation.loglik import encode_pair, loglikelihood, pad_token_id, token_continuation_scores
 from evaluation.methods import Method, MethodStack
 from evaluation.results import read_records
 from evaluation.runner import RunConfig, prepare_task, run, run_stack
@@ -62,6 +62,22 @@ def test_loglikelihood_equals_manual_sum_with_and_without_cache(tiny_lm):
     assert_close_to_scale(cached, expected, 1e-5, what="loglik with cache")
     with pytest.raises(ValueError, match="has no tokens"):
         loglikelihood(model, tokenizer, "Answer:", [" ok", ""])
+
+
+def test_token_continuation_scores_equal_unbatched_sums(tiny_lm):
+    """Tokenised prompts of different lengths, left-padded into one batch with only the last logits kept:
+    each row's sum equals one unpadded forward's, and the token counts are the continuations'."""
+    model, tokenizer = tiny_lm
+    prompts = [tokenizer("Key: ab\nValue:")["input_ids"], tokenizer("A much longer prompt, padded less.")["input_ids"]]
+    continuations = [tokenizer(" 42", add_special_tokens=False)["input_ids"], [tokenizer("z")["input_ids"][-1]]]
+    scores = token_continuation_scores(model, prompts, continuations, pad_token_id(model, tokenizer))
+    expected = [manual_loglik(model, list(p), list(c)) for p, c in zip(prompts, continuations)]
+    assert_close_to_scale([total for total, _ in scores], expected, 1e-5, what="token continuation loglik")
+    assert [count for _, count in scores] == [len(c) for c in continuations]
+    with pytest.raises(ValueError, match="at least one token"):
+        token_continuation_scores(model, prompts, [continuations[0], []], 0)
+    with pytest.raises(ValueError, match="one continuation per prompt"):
+        token_continuation_scores(model, prompts, continuations[:1], 0)
 
 
 def test_choice_rules():

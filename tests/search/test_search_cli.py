@@ -128,6 +128,26 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     )
 
 
+@pytest.mark.slow  # a tiny racing search scored by the gold answer's log-probability (~5 s)
+def test_gold_loglik_search_races_and_records_its_score(tmp_path, capsys):
+    out = tmp_path / "loglik.json"
+    racing = "{fractions: [0.5, 1.0], min_questions: 2}"
+    argv = ["run", "--config", TINY, "--task.score", "gold_loglik", "--ga.racing", racing, "--out", str(out)]
+    assert main([*argv, "--ga.generations", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    scale = load_scale_file(out, expected_num_layers=4)
+    assert scale.search["task"]["score"] == "gold_loglik"
+    # mean log-probabilities per token: below 0, and distinct for the candidates (the random model's EM is all 0)
+    assert scale.fitness["overall"] < 0 and scale.search["held_out"]["lpes"]["overall"] < 0
+    log = [json.loads(line) for line in output_paths(out)["log"].open()]
+    assert len({line["best"] for line in log} | {line["mean"] for line in log}) > 1
+    assert main(["show", str(out)]) == 0
+    assert "(gold answer's mean log-probability per token)" in capsys.readouterr().out
+    # another score is another fitness: the state refuses it
+    assert main(["run", "--config", TINY, "--ga.racing", racing, "--out", str(out), "--resume", "--no-progress"]) == 2
+    assert "metric or task.score): resume with the same ones" in capsys.readouterr().err
+
+
 @pytest.mark.slow  # two whole searches (the reference fixture and the crashed + resumed one)
 def test_resume_after_a_crash_runs_only_the_rest_and_ends_the_same(tmp_path, reference):
     _, reference_paths, reference_calls = reference

@@ -33,6 +33,26 @@ def _tiny_one_generation(**ga) -> SearchConfig:
     )
 
 
+#: Keys added to the search config since session 10, after which key of the file each is printed, and its default.
+LATER_KEYS = [("task", "system_prompt", "score", "metric")]
+
+
+def _with_later_keys(text: str) -> str:
+    """A session-10 NAME.config.yaml as --print_config writes it today: every later key at its default."""
+    lines = text.splitlines(keepends=True)
+    for section, after, key, default in LATER_KEYS:
+        start = lines.index(f"{section}:\n")
+        at = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(f"  {after}:"))
+        lines.insert(at + 1, f"  {key}: {default}\n")
+    return "".join(lines)
+
+
+def load_config_text(text: str, folder: Path) -> SearchConfig:
+    path = folder / "printed.config.yaml"
+    path.write_text(text)
+    return load_config(path)
+
+
 def test_earlier_config_and_state_files_load_and_replay_byte_for_byte(tmp_path, monkeypatch, capsys):
     expected = {
         "plain": _tiny_one_generation(patience=3),
@@ -43,7 +63,9 @@ def test_earlier_config_and_state_files_load_and_replay_byte_for_byte(tmp_path, 
         assert load_config(saved) == config  # the Python API reads a run's NAME.config.yaml (out, resume, ...)
         assert SearchState.load(OLD / name / "s.state.json").config == config.ga  # the state's GA settings
         assert main(["run", "--config", str(saved), "--print_config"]) == 0
-        assert capsys.readouterr().out == saved.read_text()  # the CLI replays it, and writes it back unchanged
+        printed = capsys.readouterr().out  # the CLI replays it and writes it back unchanged, but for later keys
+        assert printed == _with_later_keys(saved.read_text())
+        assert load_config_text(printed, tmp_path) == config
     shutil.copytree(OLD / "plain", tmp_path / "plain")
     monkeypatch.chdir(tmp_path)  # its out is relative: plain/s.json
     assert check_search_outputs("plain/s.json", resume=True)["state"].is_file()  # still this search's own files

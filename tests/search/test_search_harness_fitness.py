@@ -3,6 +3,8 @@
 import hashlib
 
 import pytest
+import torch
+from float_checks import assert_close_to_scale
 
 from evaluation.generation import DecodeSettings, generate
 from evaluation.model_loading import tiny_default, weights_fingerprint
@@ -89,6 +91,41 @@ def test_task_metric_is_the_default_scorer(tiny):
     fitness = HarnessFitness(model, tokenizer, "kv", {"num_keys": 4}, num_examples=2, settings=SETTINGS)
     (result,) = fitness.evaluate([SCALES])
     assert result.per_subset == {"begin": 0.0, "middle": 0.0, "end": 0.0}  # random weights never find the UUID
+
+
+def test_gold_loglik_scores_the_gold_answer_teacher_forced(tiny):
+    """Reference: one unpadded forward per prompt + gold answer under the same scales, log-softmax by hand."""
+    model, tokenizer = tiny
+    fitness = HarnessFitness(
+        model, tokenizer, "kv", {"num_keys": 4}, num_examples=3, settings=SETTINGS, score="gold_loglik"
+    )
+    metric = HarnessFitness(model, tokenizer, "kv", {"num_keys": 4}, num_examples=3, settings=SETTINGS)
+    assert fitness.context != metric.context and fitness.describe()["score"] == "gold_loglik"
+    assert fitness.question_score_max == 0.0 and metric.question_score_max == 1.0
+    scores = fitness.row_scores([SCALES])[0]
+    expected = []
+    with scaled_model(model, SCALES), torch.no_grad():
+        for row, prompt in zip(fitness.prepared.rows, fitness.prepared.prompts):
+            gold = tokenizer(" " + row["answers"][0], add_special_tokens=False)["input_ids"]
+            ids = list(prompt.input_ids) + gold
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
+            expected.append(sum(float(logprobs[len(ids) - len(gold) - 1 + j, t]) for j, t in enumerate(gold)) / len(gold))
+    assert_close_to_scale(scores, expected, 1e-5, what="gold loglik per token")
+    whole = fitness.evaluate([SCALES])[0]
+    by_question = fitness.combine_questions(fitness.evaluate_questions([SCALES], 0, fitness.num_questions)[0])
+    assert_close_to_scale([whole.overall], [by_question.overall], 1e-6, what="fitness by questions")
+    with pytest.raises(ValueError, match=r"task.score must be one of \['metric', 'gold_loglik'\]"):
+        HarnessFitness(model, tokenizer, "kv", {"num_keys": 4}, num_examples=1, score="loglik")
+
+
+def test_gold_continuation_follows_the_prompt_form():
+    mdqa = build_task("mdqa", path=str(NQ), num_documents=3)
+    assert mdqa.gold_continuation(["Paris", "paris"], False) == " Paris"
+    assert mdqa.gold_continuation(["Paris"], True) == "Paris"  # the assistant turn starts on its own
+    pairs = build_task("kv", num_keys=4, num_examples=1, key_chars=1, template="pairs")
+    assert pairs.gold_continuation(["A"], False) == "A"  # "… kc" -> "A": no separator after the key
+    with pytest.raises(ValueError, match="has no gold answer"):
+        mdqa.gold_continuation([], False)
 
 
 def test_mdqa_search_set_from_the_fixture(tiny):
