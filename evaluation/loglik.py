@@ -12,6 +12,10 @@ question go through the model as one batch:
 Both give the same numbers up to float rounding (a test checks it, and checks
 both against a manual sum of log-softmax).
 
+`token_continuation_scores(model, prompts, continuations, pad_id)` does the
+same for prompts already tokenised as the harness feeds them (chat-templated,
+truncated): the LPES search's `gold_loglik` score.
+
 Tokenisation follows lm-evaluation-harness: trailing whitespace of the context
 moves to the front of each option (so " Paris" is scored as one word), the
 context is encoded with special tokens (BOS when the tokenizer adds one) and
