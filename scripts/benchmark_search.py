@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Literal
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
@@ -86,7 +86,7 @@ def build_parser() -> ConfigParser:
     )
     parser.add_argument(
         "--score",
-        type=Optional[Literal["metric", "gold_loglik"]],
+        type=Literal["metric", "gold_loglik"] | None,
         default=None,
         help="how a prompt is scored (task.score): metric (greedy answer) or gold_loglik; default: the search config's",
     )

@@ -109,7 +109,9 @@ def test_gold_loglik_scores_the_gold_answer_teacher_forced(tiny):
             gold = tokenizer(" " + row["answers"][0], add_special_tokens=False)["input_ids"]
             ids = list(prompt.input_ids) + gold
             logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
-            expected.append(sum(float(logprobs[len(ids) - len(gold) - 1 + j, t]) for j, t in enumerate(gold)) / len(gold))
+            expected.append(
+                sum(float(logprobs[len(ids) - len(gold) - 1 + j, t]) for j, t in enumerate(gold)) / len(gold)
+            )
     assert_close_to_scale(scores, expected, 1e-5, what="gold loglik per token")
     whole = fitness.evaluate([SCALES])[0]
     by_question = fitness.combine_questions(fitness.evaluate_questions([SCALES], 0, fitness.num_questions)[0])
