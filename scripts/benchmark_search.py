@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
@@ -42,6 +42,7 @@ from evaluation.statistics import bootstrap_ci
 from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from search.config import load_config
+from search.fitness import Score
 from search.ga import GAConfig, SearchState, run
 from search.racing import RacingConfig
 
@@ -86,7 +87,7 @@ def build_parser() -> ConfigParser:
     )
     parser.add_argument(
         "--score",
-        type=Literal["metric", "gold_loglik"] | None,
+        type=Score | None,
         default=None,
         help="how a prompt is scored (task.score): metric (greedy answer) or gold_loglik; default: the search config's",
     )

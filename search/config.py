@@ -33,7 +33,7 @@ from jsonargparse import Namespace
 
 from evaluation.prompt_format import PromptFormat
 from repo_common.config_cli import SEED_LIMIT, ConfigParser
-from search.fitness import SubsetWeights
+from search.fitness import Score, SubsetWeights
 from search.ga import GAConfig
 from search.genome import SearchSpace
 from search.typed_config import ConfigError, add_typed, instantiate, parse_typed
@@ -97,7 +97,7 @@ class TaskConfig:
     """Wrap each prompt in the tokenizer's chat template (instruction models; evaluation.prompt_format)."""
     system_prompt: str | None = None
     """System message of the chat template (needs chat_template)."""
-    score: Literal["metric", "gold_loglik"] = "metric"
+    score: Score = "metric"
     """metric: the task's metric of each greedy answer (the paper's accuracy); gold_loglik: the gold answer's mean
     log-probability per token, teacher-forced, no generation (continuous: racing drops on fewer questions)."""
     params: dict[str, Any] = field(default_factory=dict)

@@ -20,11 +20,16 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
 SUBSETS = ("begin", "middle", "end")
+#: How a search prompt is scored (`task.score`): "metric", the task's metric of the greedy answer (the paper's
+#: accuracy), or "gold_loglik", the gold answer's mean log-probability per token, teacher-forced (this project's
+#: extension; search/harness_fitness.py).
+Score = Literal["metric", "gold_loglik"]
+SCORES: tuple[str, ...] = get_args(Score)
 _WEIGHT_TOLERANCE = 1e-9
 
 

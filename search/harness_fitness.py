@@ -81,15 +81,12 @@ from repo_common.distributed import all_reduce_sum, balanced_shares, rank_and_wo
 from repo_common.progress import track
 from repo_train.modeling.scaling import scaled_policies
 from repo_train.modeling.swapping import current_policies
-from search.fitness import SUBSETS, FitnessResult, SubsetWeights, context_key
+from search.fitness import SCORES, SUBSETS, FitnessResult, Score, SubsetWeights, context_key
 from search.policy import scaled_model
 from search.scale_file_writer import config_sha256
 from search.search_task import item_parameter, task_name
 
 _SET_HERE = ("gold_positions", "num_examples", "seed")
-#: How a prompt is scored: "metric" = the task's metric of the greedy answer (the paper's accuracy);
-#: "gold_loglik" = the gold answer's mean log-probability per token, teacher-forced (this project's extension).
-SCORES = ("metric", "gold_loglik")
 
 
 def subset_positions(num_items: int) -> dict[str, int]:
@@ -130,7 +127,7 @@ class HarnessFitness:
         settings: DecodeSettings | None = None,
         progress: bool | str = False,
         prompt_format: PromptFormat | None = None,
-        score: str = "metric",
+        score: Score = "metric",
     ):
         if score not in SCORES:
             raise ValueError(f"task.score must be one of {list(SCORES)}, got {score!r}")
@@ -388,7 +385,7 @@ def evaluate_held_out(
     exclude_example_ids: Sequence[str] = (),
     fitness_cls: type[HarnessFitness] = HarnessFitness,
     prompt_format: PromptFormat | None = None,
-    score: str = "metric",
+    score: Score = "metric",
 ) -> dict[str, Any]:
     """Score baseline (all 1), PI at the mean scale, and `scales` on examples the search did not use.
 
