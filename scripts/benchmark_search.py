@@ -19,6 +19,12 @@ median and range of the ratios.
     python scripts/benchmark_search.py                          # 1 seed, a few minutes on 2 cores
     python scripts/benchmark_search.py --seeds '[0,1,2,3,4]'    # five rounds: median and range
     python scripts/benchmark_search.py --json bench.json        # also the whole table as JSON
+    python scripts/benchmark_search.py --combine '[a.json,b.json]'  # rounds run apart, one summary
+
+A real model's round can take half an hour, so rounds may run in separate
+processes: `--combine` reads their `--json` reports (the same settings but the
+seeds, each seed once), prints every seed and the median and range over all
+of them, and runs nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from evaluation.statistics import bootstrap_ci
 from repo_common.atomic import write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.json_files import read_json_object
 from search.config import load_config
 from search.fitness import Score
 from search.ga import GAConfig, SearchState, run
@@ -93,10 +100,19 @@ def build_parser() -> ConfigParser:
     )
     parser.add_argument("--threads", type=PositiveInt, default=1, help="torch threads")
     parser.add_argument("--json", type=str, default=None, help="also write the results here (atomically)")
+    parser.add_argument(
+        "--combine",
+        type=list[str],
+        default=[],
+        help="--json reports of rounds run apart (same settings, other seeds): print them as one; runs nothing",
+    )
     return parser
 
 
 def check_options(args: argparse.Namespace) -> None:
+    if args.combine:
+        args.combined = read_reports(args.combine)  # the reports' own settings count, not this run's options
+        return
     if args.parents + args.crossover >= args.population:
         raise ValueError(
             f"--population {args.population} leaves no mutation children after --parents {args.parents} and "
@@ -278,6 +294,57 @@ def print_summary(summary: dict) -> None:
     )
 
 
+# Settings that may differ between the rounds of one combined benchmark.
+PER_ROUND_SETTINGS = ("seeds", "json", "combine")
+
+
+def read_reports(paths: list[str]) -> dict:
+    """Several `--json` reports as one: their seeds in order, the settings they share; a mismatch is one line."""
+    fix = f"give reports that {PROG} --json FILE wrote"
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"--combine {path}: no such file; {fix}")
+    reports = [read_json_object(path, "a benchmark report", fix) for path in paths]
+    for path, report in zip(paths, reports):
+        if not {"settings", "seeds"} <= report.keys() or not isinstance(report["settings"], dict):
+            raise ValueError(f"--combine {path} is not a report of this script (no settings and seeds); {fix}")
+
+    def shared(report: dict) -> dict:
+        return {k: v for k, v in report["settings"].items() if k not in PER_ROUND_SETTINGS}
+
+    first = shared(reports[0])
+    for path, report in zip(paths[1:], reports[1:]):
+        differing = sorted(k for k in first.keys() | shared(report).keys() if first.get(k) != shared(report).get(k))
+        if differing:
+            key, more = differing[0], f" (and {len(differing) - 1} more settings)" if len(differing) > 1 else ""
+            raise ValueError(
+                f"--combine {path} was run with {key}={shared(report).get(key)!r}, {paths[0]} with "
+                f"{first.get(key)!r}{more}: combine only rounds of the same settings"
+            )
+    results = [seed for report in reports for seed in report["seeds"]]
+    seeds = [result["seed"] for result in results]
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise ValueError(f"--combine: seed {repeated[0]} is in more than one report: keep one round per seed")
+    settings = {**first, "seeds": seeds, "combined_from": [str(Path(path)) for path in paths]}
+    return {"settings": settings, "seeds": results, "summary": overall_summary(results)}
+
+
+def combine(args: argparse.Namespace) -> dict:
+    report = args.combined
+    settings = report["settings"]
+    print(
+        f"{len(args.combine)} report(s), {Path(settings['model']).name}, population {settings['population']}, "
+        f"{settings['generations']} generations, score {settings['score']}: seeds {settings['seeds']}"
+    )
+    for result in report["seeds"]:
+        print_seed(result)
+    print_summary(report["summary"])
+    if args.json:
+        write_json_atomic(args.json, report)
+    return report
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
     return parse_script(build_parser(), argv, check_options)
@@ -285,6 +352,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.combine:
+        return combine(args)
     import torch  # lazy: --help answers without torch
 
     from search.harness_fitness import HarnessFitness  # lazy: --help answers without torch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from script_loader import load_script
@@ -56,3 +57,49 @@ def test_smallest_benchmark_prints_the_racing_table_with_consistent_numbers(tmp_
     assert seed["racing_inside_plain_ci"] == (final["low"] <= held <= final["high"])
     summary = report["summary"]
     assert summary["seeds"] == 1 and summary["prompts_total"]["median"] == ratios["prompts_total"]
+
+
+REPO = Path(__file__).resolve().parents[2]
+MEASURED = "docs/measurements/racing-smollm2-mdqa5-loglik-pop12-gen0-seed{}.json"  # session 15's two rounds
+
+
+def test_combine_reads_rounds_run_apart_as_one_summary(tmp_path, capsys):
+    paths = [str(REPO / MEASURED.format(seed)) for seed in (1, 2)]
+    rounds = [json.loads(Path(path).read_text()) for path in paths]
+    report = load_script("benchmark_search").main(["--combine", json.dumps(paths), "--json", str(tmp_path / "c.json")])
+    printed = capsys.readouterr().out
+    assert json.loads((tmp_path / "c.json").read_text()) == json.loads(json.dumps(report))
+    assert report["seeds"] == [*rounds[0]["seeds"], *rounds[1]["seeds"]]
+    assert report["settings"]["seeds"] == [1, 2] and report["settings"]["population"] == 12
+    ratios = sorted(r["seeds"][0]["ratios"]["prompts_to_reach"] for r in rounds)
+    summary = report["summary"]["prompts_to_reach"]
+    assert (summary["min"], summary["max"]) == (ratios[0], ratios[1])
+    assert summary["median"] == pytest.approx(sum(ratios) / 2, rel=1e-12)
+    assert report["summary"]["seeds"] == 2 and "over 2 seed(s)" in printed
+    assert printed.count("plain GA's final held-out fitness") == 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r["settings"].update(population=6), "was run with population=6"),
+        (lambda r: r["seeds"][0].update(seed=1), "seed 1 is in more than one report"),
+        (lambda r: r.pop("seeds"), "is not a report of this script"),
+    ],
+)
+def test_combine_refuses_reports_that_do_not_belong_together_in_one_line(tmp_path, capsys, edit, message):
+    first = str(REPO / MEASURED.format(1))
+    second = json.loads((REPO / MEASURED.format(2)).read_text())
+    edit(second)
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("benchmark_search").main(["--combine", json.dumps([first, str(tmp_path / "second.json")])])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1
+
+
+def test_combine_names_a_missing_report(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        load_script("benchmark_search").main(["--combine", json.dumps([str(tmp_path / "gone.json")])])
+    assert "gone.json: no such file; give reports that" in capsys.readouterr().err
