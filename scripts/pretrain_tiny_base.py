@@ -7,7 +7,7 @@ The REPO paper continues OLMo-2 checkpoints, which already read their context.
 A tiny model has to learn that first, and on a CPU that is the slow part: its
 retrieval needs an induction circuit (match the query key earlier in the
 context, copy what followed it), which forms abruptly after a long plateau
-(here around step 1,700; see docs/STATUS.md for the failed recipes). This script
+(here around step 1,700; see docs/status-log.md for the failed recipes). This script
 makes that base once, so the quickstart's continual training (the real
 Lightning path, RoPE and REPO) starts from a model that retrieves.
 

@@ -182,6 +182,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
                 data_dir=args.data_dir,
             )  # fmt: skip
             loop_config.check_files(args.loop, ROOT)
+            loop_config.check_training(args.loop, ROOT)  # each train config as `fit` parses it, before any training
             loop_config.check_evaluations(args.loop)  # every method, task and option the evaluations will pass
             check_search(args.loop)
         except ValueError as err:

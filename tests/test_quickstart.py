@@ -417,6 +417,10 @@ def test_options_parse_in_process(capsys, tmp_path):
         (dict(evaluate__args=["--example-offset", "3"]), "evaluate.args: --example-offset is set by the loop"),
         (dict(gpus=0), "gpus"),
         (dict(evaluate__at_once=3), "evaluate.at_once: must divide gpus (1) into equal slices"),
+        (
+            dict(train__args=["--trainer.max_steps", "abc"]),
+            "train-rope.yaml) with train.args: --trainer.max_steps: 'abc' is not valid (expected int)",
+        ),
     ],
 )
 def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):
@@ -426,6 +430,21 @@ def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):
         qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path, **change)), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_train_config_typo_is_refused_before_the_first_run_trains(tmp_path, capsys):
+    """The second run's LightningCLI config is parsed as `fit` would parse it before the first run starts."""
+    qs = load_script("quickstart")
+    path = write_tiny_loop_config(tmp_path)
+    train = yaml.safe_load((tmp_path / "train-repo.yaml").read_text())
+    train["trainer"]["max_stepz"] = train["trainer"].pop("max_steps")
+    (tmp_path / "train-repo.yaml").write_text(yaml.safe_dump(train))
+    with pytest.raises(SystemExit) as stop:
+        qs.parse_args(["--config", str(path), "--dry-run", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "train.methods.repo (" in err and "does not accept option 'trainer.max_stepz'" in err
     assert not (tmp_path / "o").exists()
 
 

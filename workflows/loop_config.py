@@ -9,7 +9,7 @@ types jsonargparse checks. The file only names things that exist elsewhere
 harness options), so a mistake in it would otherwise surface hours into a GPU
 run: each section checks its values when built (run names, placeholders,
 options the loop sets itself), `check_files` the repository files it names,
-and `machine_problems` what exists only on the GPU machine. Every problem is a
+`check_training` the train configs as `fit` would parse them, and `machine_problems` what exists only on the GPU machine. Every problem is a
 `LoopConfigError` naming the key and the fix. The documented example is
 configs/quickstart/olmo2-1b.yaml.
 """
@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from repo_train import fit_precheck  # stdlib, yaml and jsonargparse only: --help stays fast
 
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
@@ -192,6 +194,21 @@ def check_files(config: LoopConfig, root: Path) -> None:
     for key, value in {**named, "search.config": config.search.config}.items():
         if not (root / value).is_file():  # an absolute value stays absolute
             raise LoopConfigError(f"{key}: {value} does not exist (relative paths are taken from {root})")
+
+
+def check_training(config: LoopConfig, root: Path) -> None:
+    """Each train run's LightningCLI config and `train.args`, judged now as `python -m repo_train fit` would judge
+    them before loading anything (`repo_train.fit_precheck`: unknown or misspelt keys, wrong types, a broken
+    file), so the second run's typo does not stop the loop after the first run's hours of training. The run
+    directory and the base are the loop's own and not judged here; what the precheck cannot judge (a data
+    source's own options, say) is left to the run itself."""
+    stand_in = dict.fromkeys(PLACEHOLDERS, "1")
+    for name, train_config in config.train.methods.items():
+        argv = ["fit", "--config", str(root / train_config), *(fill(arg, stand_in) for arg in config.train.args)]
+        refused = fit_precheck.refusal(argv)
+        if refused:
+            given = " with train.args" if config.train.args else ""
+            raise LoopConfigError(f"train.methods.{name} ({train_config}){given}: {refused}")
 
 
 def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:
