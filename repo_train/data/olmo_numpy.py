@@ -6,8 +6,11 @@ separated by EOS. Files are often named `*.npy` but are *not* `np.save` files.
 Following OLMo's FSL scheme, file f holds `len(f) // seq_len` consecutive windows and
 its shorter tail is dropped; instance numbers run through the files in the given order.
 
-What comes from olmo_core: the dolma2 ids (`TokenizerConfig.dolma2()`) and the reader,
-`NumpyFSLDataset` (per-file instance counts, reading instance i). It runs here as is:
+What comes from olmo_core: the dolma2 ids (`TokenizerConfig.dolma2()`'s, spelled out below and
+checked against it by the tests) and the reader, `NumpyFSLDataset` (per-file instance counts,
+reading instance i), imported when a dataset is built: olmo_core imports boto3 and Google Cloud
+Storage at start-up, which nothing else here needs (~22 MiB of wheels a GPU machine must be
+carried, and start-up time for every command that imports the data package). It runs here as is:
 without a process group it uses rank 0, and the plain FSL dataset needs no `prepare()`
 cache. Implemented here: mix files (a local list of paths; olmo_core's mixes are named
 remote mixes with `{TOKENIZER}` templates), local glob expansion with specific errors,
@@ -30,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from olmo_core.data import NumpyFSLDataset, TokenizerConfig
 from transformers import PreTrainedTokenizerBase
 
 from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
@@ -38,12 +40,12 @@ from repo_train.data.text import load_tokenizer, tokenizer_vocab_size
 
 log = logging.getLogger(__name__)
 
-_DOLMA2 = TokenizerConfig.dolma2()
-DOLMA2_VOCAB_SIZE: int = _DOLMA2.vocab_size  # 100278
-DOLMA2_EOS_TOKEN_ID: int = _DOLMA2.eos_token_id  # 100257
-DOLMA2_PAD_TOKEN_ID: int = _DOLMA2.pad_token_id  # 100277
-#: OLMo-2's embedding rows: the vocab padded to a multiple of 128.
-DOLMA2_PADDED_VOCAB_SIZE: int = _DOLMA2.padded_vocab_size(128)  # 100352
+# olmo_core's `TokenizerConfig.dolma2()` (tests/data/test_data_olmo_numpy.py compares them).
+DOLMA2_VOCAB_SIZE: int = 100278
+DOLMA2_EOS_TOKEN_ID: int = 100257
+DOLMA2_PAD_TOKEN_ID: int = 100277
+#: OLMo-2's embedding rows: the vocab padded to a multiple of 128 (`padded_vocab_size(128)`).
+DOLMA2_PADDED_VOCAB_SIZE: int = 100352
 
 DTYPES = ("uint8", "uint16", "uint32", "uint64")
 _NPY_MAGIC = b"\x93NUMPY"
@@ -201,6 +203,8 @@ class OlmoNumpyDataset(TokenSequenceDataset):
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self.seed = seed
+        from olmo_core.data import NumpyFSLDataset  # heavy: boto3 and Google Cloud at import (see the docstring)
+
         self._reader = NumpyFSLDataset(
             *[str(p) for p in files],
             sequence_length=seq_len,

@@ -47,7 +47,10 @@ def test_dolma2_defaults_come_from_olmo_core():
     config = OlmoNumpyData()
     assert (config.vocab_size, config.eos_token_id, config.pad_token_id) == (100278, 100257, 100277)
     assert (dolma2.vocab_size, dolma2.eos_token_id, dolma2.pad_token_id) == (100278, 100257, 100277)
-    assert olmo_numpy.DOLMA2_PADDED_VOCAB_SIZE == 100352 and config.seq_len == 4096
+    assert olmo_numpy.DOLMA2_PADDED_VOCAB_SIZE == dolma2.padded_vocab_size(128) == 100352 and config.seq_len == 4096
+    assert (olmo_numpy.DOLMA2_VOCAB_SIZE, olmo_numpy.DOLMA2_EOS_TOKEN_ID, olmo_numpy.DOLMA2_PAD_TOKEN_ID) == (
+        dolma2.vocab_size, dolma2.eos_token_id, dolma2.pad_token_id
+    )  # fmt: skip
     assert dtype_for_vocab(100278) == np.uint32
     assert dtype_for_vocab(50280) == np.uint16 and dtype_for_vocab(65536) == np.uint16
 
