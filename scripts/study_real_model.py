@@ -525,6 +525,13 @@ def claims(main_rows, costly_rows, bias) -> dict:
 # ------------------------------------------------------------------ main
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.gpu and not args.dry_run:
+        import torch  # lazy: --help and the option checks answer without torch
+
+        if not torch.cuda.is_available():  # else a traceback after the model step, from the speed probe
+            print(f"{PROG}: error: --gpu needs a CUDA GPU, and torch {torch.__version__} sees none: drop --gpu "
+                  "for the CPU study", file=sys.stderr)  # fmt: skip
+            raise SystemExit(2)
     size = args.size
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -93,6 +93,19 @@ def test_options_are_checked_in_one_line(capsys):
     assert args.size == dict(study.SIZES["quick"], questions=4) and args.data == str(NQ_OPEN_ORACLE)
 
 
+def test_gpu_without_cuda_is_refused_in_one_line_before_any_work(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: --gpu is accepted")
+    with pytest.raises(SystemExit) as stop:
+        study.main(["--gpu", "--data", str(NQ_OPEN_ORACLE), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "--gpu needs a CUDA GPU, and torch" in err and "drop --gpu for the CPU study" in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, capsys):
     out = tmp_path / "study"
