@@ -9,7 +9,8 @@ types jsonargparse checks. The file only names things that exist elsewhere
 harness options), so a mistake in it would otherwise surface hours into a GPU
 run: each section checks its values when built (run names, placeholders,
 options the loop sets itself), `check_files` the repository files it names,
-`check_training` the train configs as `fit` would parse them, and `machine_problems` what exists only on the GPU machine. Every problem is a
+`check_training` the train configs as `fit` would parse them, and
+`machine_problems` what exists only on the GPU machine. Every problem is a
 `LoopConfigError` naming the key and the fix. The documented example is
 configs/quickstart/olmo2-1b.yaml.
 """
