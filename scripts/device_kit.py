@@ -104,7 +104,12 @@ def check_options(args: argparse.Namespace) -> None:
 def tracked_tree_mib() -> float:
     """The size of what every call sends anyway: tracked files and untracked ones git does not ignore."""
     listing = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]  # what a call sends
-    names = subprocess.run(listing, cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    listed = subprocess.run(listing, cwd=REPO, capture_output=True, check=False)
+    if listed.returncode != 0:
+        raise ValueError(
+            f"{REPO} is not a git checkout (git ls-files failed), and a device call sends one: run from a clone"
+        )
+    names = listed.stdout.decode().split("\0")
     return sum((REPO / name).stat().st_size for name in names if name and (REPO / name).is_file()) / MIB
 
 
