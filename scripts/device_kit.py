@@ -161,8 +161,8 @@ class CallPacker:
         self.call, self.used = self.call + 1, 0
 
     def add(self, path: Path, kind: str = "wheels") -> str:
-        """A file that fits one call, moved whole into the first call with room (its folder `kind`); its path in
-        the kit."""
+        """A file that fits one call, moved whole into the current call, or the next one when it does not fit
+        (into its folder `kind`); its path in the kit."""
         size = path.stat().st_size
         if size > self.budget:
             raise RuntimeError(
@@ -211,8 +211,8 @@ def build_kit(args: argparse.Namespace) -> dict:
 def pack(final: Path, wheels: list[tuple[str, Path]], model: tuple[str, Path] | None, budget: int,
          python_version: str, data: Path | None = None) -> dict:  # fmt: skip
     """The study's data, the wheels (requirement, file) and the model's wheel moved into call folders of at most
-    `budget` bytes,
-    with the manifest (every file's sha256) in each; staged and moved into place whole (a failed build leaves
+    `budget` bytes, with the manifest (every file's sha256) in each; staged and moved into place whole (a failed
+    build leaves
     no half kit, and an earlier kit stays until then)."""
     with atomic_directory(final) as out:
         packer = CallPacker(out, budget)
