@@ -212,8 +212,7 @@ def pack(final: Path, wheels: list[tuple[str, Path]], model: tuple[str, Path] | 
          python_version: str, data: Path | None = None) -> dict:  # fmt: skip
     """The study's data, the wheels (requirement, file) and the model's wheel moved into call folders of at most
     `budget` bytes, with the manifest (every file's sha256) in each; staged and moved into place whole (a failed
-    build leaves
-    no half kit, and an earlier kit stays until then)."""
+    build leaves no half kit, and an earlier kit stays until then)."""
     with atomic_directory(final) as out:
         packer = CallPacker(out, budget)
         manifest = {"python_version": python_version, "model": None, "data": None, "wheels": []}
