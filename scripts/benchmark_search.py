@@ -314,11 +314,12 @@ def read_reports(paths: list[str]) -> dict:
 
     first = shared(reports[0])
     for path, report in zip(paths[1:], reports[1:]):
-        differing = sorted(k for k in first.keys() | shared(report).keys() if first.get(k) != shared(report).get(k))
+        theirs = shared(report)
+        differing = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
         if differing:
             key, more = differing[0], f" (and {len(differing) - 1} more settings)" if len(differing) > 1 else ""
             raise ValueError(
-                f"--combine {path} was run with {key}={shared(report).get(key)!r}, {paths[0]} with "
+                f"--combine {path} was run with {key}={theirs.get(key)!r}, {paths[0]} with "
                 f"{first.get(key)!r}{more}: combine only rounds of the same settings"
             )
     results = [seed for report in reports for seed in report["seeds"]]
