@@ -93,7 +93,7 @@ def check_options(args: argparse.Namespace) -> None:
     args.requirements = [f"{name}=={installed_version(name)}" for name in KIT_PACKAGES]
     if args.data is not None and not Path(args.data).is_file():
         raise ValueError(f"--data {args.data} is not a file: pass an nq-open-oracle .jsonl(.gz) or --data null")
-    tree = tracked_tree_mib()
+    args.tree_mib = tree = tracked_tree_mib()  # every call sends it: the room left for the kit follows
     if tree + MARGIN_MIB >= args.call_mib:
         raise ValueError(
             f"the tracked tree alone is {tree:.1f} MiB, and a device call carries {args.call_mib} MiB: "
@@ -204,7 +204,7 @@ def build_kit(args: argparse.Namespace) -> dict:
         if args.data is not None:  # copied: the packer moves what it packs
             data = Path(scratch) / Path(args.data).name
             shutil.copyfile(args.data, data)
-        budget = int((args.call_mib - MARGIN_MIB - tracked_tree_mib()) * MIB)
+        budget = int((args.call_mib - MARGIN_MIB - args.tree_mib) * MIB)
         return pack(Path(args.out), wheels, model, budget, args.python_version, data)
 
 
