@@ -108,7 +108,7 @@ def _tokenized_chunks(tokenizer, prompts, item_spans, chunk_size: int, start: in
                 spans: tuple[tuple[int, int], ...] = ()
                 if need_offsets:
                     spans = tuple(token_spans(encoded["offset_mapping"][index], chunk_spans[done + index]))
-                yield TokenizedPrompt(tuple(ids), spans)
+                yield TokenizedPrompt(ids, spans)
             done += len(texts)
             del encoded
 

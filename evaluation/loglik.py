@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 
 from evaluation.methods.decoding import TokenizedPrompt, collate
+from evaluation.token_ids import TokenIds
 from repo_train.modeling.cache_keyword import cache_argument
 
 
@@ -137,7 +138,7 @@ def token_continuation_scores(
         raise ValueError(f"need one continuation per prompt, got {len(prompts)} prompts, {len(continuations)}")
     if any(not c for c in continuations) or any(not p for p in prompts):
         raise ValueError("every prompt and every continuation needs at least one token")
-    joined = [TokenizedPrompt(tuple(p) + tuple(c)) for p, c in zip(prompts, continuations)]
+    joined = [TokenizedPrompt(TokenIds(p) + c) for p, c in zip(prompts, continuations)]
     batch = collate(joined, pad_id, model.device)
     keep = max(len(c) for c in continuations) + 1
     out = model(

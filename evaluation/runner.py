@@ -32,7 +32,6 @@ policies) apply there.
 
 from __future__ import annotations
 
-import array
 import dataclasses
 import hashlib
 import json
@@ -496,7 +495,7 @@ def prompts_digest(prepared: PreparedTask) -> str:
     for row, prompt in zip(prepared.rows, prepared.prompts, strict=True):
         head = [row["id"], row["example_id"], row["gold_position"], row["answers"], prompt.truncated]
         digest.update(json.dumps(head, default=str).encode())
-        digest.update(array.array("q", prompt.input_ids).tobytes())  # C speed: 10^8 tokens in about a second
+        digest.update(prompt.input_ids.as_tensor().numpy().tobytes())  # int64, as array("q") gave: same digest
     return digest.hexdigest()[:32]
 
 

@@ -31,16 +31,25 @@ from evaluation.methods.base import GenerationBatch, GenerationState, MethodStac
 from evaluation.methods.kv_cache import reserved_cache
 from evaluation.methods.row_groups import RowGroups
 from evaluation.run_config import DecodeSettings
+from evaluation.token_ids import TokenIds
 from repo_train.modeling.cache_keyword import cache_argument
 
 
 @dataclass(frozen=True)
 class TokenizedPrompt:
-    """A prompt as token ids, with the [start, end) token span of each task item (unpadded coordinates)."""
+    """A prompt as token ids, with the [start, end) token span of each task item (unpadded coordinates).
 
-    input_ids: tuple[int, ...]
+    `input_ids` may be given as any sequence of ints; it is kept packed (`TokenIds`, 4 bytes a token), since a
+    run holds every prompt of a task in memory.
+    """
+
+    input_ids: TokenIds
     item_spans: tuple[tuple[int, int], ...] = ()
     truncated: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.input_ids, TokenIds):
+            object.__setattr__(self, "input_ids", TokenIds(self.input_ids))
 
 
 @dataclass
@@ -71,7 +80,7 @@ def collate(
     spans = []
     for row, prompt in enumerate(prompts):
         pad = width - len(prompt.input_ids)
-        input_ids[row, pad:] = torch.tensor(prompt.input_ids, dtype=torch.long)
+        input_ids[row, pad:] = prompt.input_ids.as_tensor()
         attention_mask[row, pad:] = 1
         spans.append([(s + pad, e + pad) for s, e in prompt.item_spans])
     position_ids = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
