@@ -273,8 +273,11 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         f"{task.name} k={task.num_items}, {len(fitness.example_ids)} examples × 3 subsets "
         f"({len(fitness.prepared.rows)} prompts), population {config.ga.population}, "
         f"{config.ga.generations} generations, seed {config.ga.seed}"
-        + (f", racing on {list(config.ga.racing.fractions)} of the questions" if config.ga.racing else "")
+        + (f", {config.ga.racing.describe(fitness.num_questions)}" if config.ga.racing else "")
     )
+    notice = config.ga.racing.first_stage_notice(fitness.num_questions) if config.ga.racing else None
+    if notice:
+        echo(f"notice: {notice}")
     if rank == 0:
         result = search_with_log(space, fitness, config.ga, paths["state"], paths["log"], resume, echo)
     else:

@@ -98,11 +98,39 @@ class RacingConfig:
         """Question counts of the stages: ⌈fraction · N⌉, repeats merged, ending with N."""
         return sorted({max(1, math.ceil(f * num_questions - 1e-9)) for f in self.fractions})
 
+    def describe(self, num_questions: int) -> str:
+        """The stages in questions, as a log's first line names them: 'stages of 4, 8, 16 questions, ...'."""
+        stages = ", ".join(str(n) for n in self.stages(num_questions))
+        return f"racing in stages of {stages} questions, none dropped before {self.min_questions}"
+
+    def first_stage_notice(self, num_questions: int) -> str | None:
+        """A notice when the first stage is far above `min_questions`: every candidate pays for the whole first
+        stage before any can be dropped, so in generation 0 racing costs at least (n_1 (P - 1) + N) / (P N) of the
+        plain GA's prompts, and a first stage near `min_questions` lowers that floor. None when it is near."""
+        first = self.stages(num_questions)[0]
+        if first <= 2 * self.min_questions or first == num_questions:
+            return None
+        share = self.min_questions / num_questions
+        return (
+            f"racing's first stage scores {first} of the {num_questions} questions before any candidate can be "
+            f"dropped (min_questions {self.min_questions}); a first fraction near {share:.3g} (e.g. fractions "
+            f"{_doubling(share)}) drops hopeless candidates sooner (docs/search.md, racing)"
+        )
+
     @classmethod
     def from_json(cls, data: dict | RacingConfig | None) -> RacingConfig | None:
         if data is None or isinstance(data, RacingConfig):
             return data
         return cls(**data)
+
+
+def _doubling(first: float) -> list[float]:
+    """Fractions that start at `first` and double up to 1.0: [first, 2 first, 4 first, ..., 1.0]."""
+    fractions = []
+    while first < 0.75:
+        fractions.append(float(f"{first:.3g}"))
+        first *= 2
+    return [*fractions, 1.0]
 
 
 @runtime_checkable

@@ -134,7 +134,8 @@ def test_gold_loglik_search_races_and_records_its_score(tmp_path, capsys):
     racing = "{fractions: [0.5, 1.0], min_questions: 2}"
     argv = ["run", "--config", TINY, "--task.score", "gold_loglik", "--ga.racing", racing, "--out", str(out)]
     assert main([*argv, "--ga.generations", "1", "--no-progress"]) == 0
-    capsys.readouterr()
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line.endswith("racing in stages of 2, 4 questions, none dropped before 2"), first_line
     scale = load_scale_file(out, expected_num_layers=4)
     assert scale.search["task"]["score"] == "gold_loglik"
     # mean log-probabilities per token: below 0, and distinct for the candidates (the random model's EM is all 0)

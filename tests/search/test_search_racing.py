@@ -266,3 +266,16 @@ def test_cannot_beat_is_strict_and_the_bound_is_checked():
     lying.question_score_max = -1.0  # every score is above it: the search stops instead of dropping on it
     with pytest.raises(ValueError, match=r"a question scored .* > the fitness's question_score_max -1.0"):
         run(SPACE, lying, GAConfig(generations=1, racing=EXACT))
+
+
+def test_the_stages_are_named_in_questions_and_a_large_first_stage_gets_a_notice():
+    default = RacingConfig()
+    assert default.describe(16) == "racing in stages of 4, 8, 16 questions, none dropped before 8"
+    assert default.first_stage_notice(16) is None and default.first_stage_notice(40) is None  # 10 <= 2 × 8
+    notice = default.first_stage_notice(200)  # the paper's size: 50 questions before anyone can go
+    assert notice.startswith("racing's first stage scores 50 of the 200 questions") and "\n" not in notice
+    suggested = json.loads(notice.split("fractions ")[1].split(")")[0])
+    assert suggested == [0.04, 0.08, 0.16, 0.32, 0.64, 1.0]
+    following = RacingConfig(fractions=suggested)  # valid, and its first stage is min_questions itself
+    assert following.stages(200)[0] == 8 and following.first_stage_notice(200) is None
+    assert RacingConfig(fractions=(1.0,)).first_stage_notice(200) is None  # one stage: nothing to race
