@@ -89,7 +89,3 @@ class TokenIds(Sequence[int]):
         if not self._ids:
             return torch.zeros(0, dtype=torch.long)
         return torch.frombuffer(self._ids, dtype=torch.int32).long()  # .long() copies: nothing shares the array
-
-    def nbytes(self) -> int:
-        """Bytes the packed ids take (the object headers aside)."""
-        return self._ids.itemsize * len(self._ids)
