@@ -214,12 +214,12 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         evaluate_held_out,
         model_fingerprint,
     )
-    from search.prepare import (
-        decode_settings,
+    from search.prepare import (  # heavy: keeps --help fast
         load_search_model,
+        search_fitness,
         searched_model,
         task_parameters,
-    )  # heavy: keeps --help fast
+    )
     from search.search_log import search_with_log  # lazy: keeps --help fast
 
     rank, _ = rank_and_world()
@@ -237,21 +237,10 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
             "pass --model the model it was written for, or another config"
         )
     task = config.task
-    settings = decode_settings(task)
-    params = task_parameters(task)
-    fitness = fitness_cls(
-        model,
-        tokenizer,
-        task.name,
-        params,
-        num_examples=task.num_examples,
-        seed=task.seed,
-        weights=config.weights,
-        settings=settings,
-        progress=progress,
-        prompt_format=task.prompt_format,
-        score=task.score,
+    fitness = search_fitness(
+        task, model, tokenizer, fitness_cls, weights=config.weights, progress=progress, score=task.score
     )
+    params = task_parameters(task)  # the held-out set's: the same task and data file
     held = config.held_out
     held_offset = config.held_out_start
     held_seed = task.seed if held.seed is None else held.seed
@@ -298,7 +287,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
             example_offset=held_offset,
             seed=held_seed,
             weights=config.weights,
-            settings=settings,
+            settings=fitness.settings,
             exclude_example_ids=fitness.example_ids,
             fitness_cls=fitness_cls,
             prompt_format=task.prompt_format,

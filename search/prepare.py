@@ -22,6 +22,7 @@ from evaluation.model_loading import (
 from evaluation.runner import task_generation
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import TASKS
+from search.harness_fitness import HarnessFitness
 from search.search_task import item_parameter, task_name
 
 
@@ -82,6 +83,25 @@ def decode_settings(task) -> Any:
         batch_size=task.batch_size,
         max_length=task.max_length,
         truncate=task.truncate,
+    )
+
+
+def search_fitness(task, model, tokenizer, fitness_cls=None, **options):
+    """The fitness over a config task's search set: its questions, seed, decoding and prompt format.
+
+    One builder, so `search run` and `search diagnose` score the same prompts; `options` add what only
+    a run needs (subset weights, progress, the score). `fitness_cls` replaces `HarnessFitness` in tests.
+    """
+    return (fitness_cls or HarnessFitness)(
+        model,
+        tokenizer,
+        task.name,
+        task_parameters(task),
+        num_examples=task.num_examples,
+        seed=task.seed,
+        settings=decode_settings(task),
+        prompt_format=task.prompt_format,
+        **options,
     )
 
 

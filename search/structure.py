@@ -44,10 +44,10 @@ from evaluation.scale_file_model import model_mismatch
 from repo_common.atomic import write_json_atomic
 from repo_common.output_guard import check_output_directory
 from repo_train.modeling.swapping import current_policies
-from search.harness_fitness import HarnessFitness, model_fingerprint
+from search.harness_fitness import model_fingerprint
 from search.plots import plot_structure
 from search.policy import scaled_model
-from search.prepare import decode_settings, load_search_model, searched_model, task_parameters
+from search.prepare import load_search_model, search_fitness, searched_model
 from search.scale_file_writer import load_scale_file
 from search.smoothness import smoothness
 
@@ -177,19 +177,7 @@ def scaling_variants(scales: Sequence[float], rng: np.random.Generator) -> dict[
 
 def _search_set(config, model, tokenizer):
     """The begin/middle/end search set of the config's task, built by the harness exactly as the search builds it."""
-    task = config.task
-    settings = decode_settings(task)
-    params = task_parameters(task)
-    fitness = HarnessFitness(
-        model,
-        tokenizer,
-        task.name,
-        params,
-        num_examples=task.num_examples,
-        seed=task.seed,
-        settings=settings,
-        prompt_format=task.prompt_format,
-    )
+    fitness = search_fitness(config.task, model, tokenizer)
     prepared = fitness.prepared
     batches = []
     for indices in prepared.plan:

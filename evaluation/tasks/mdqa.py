@@ -68,16 +68,19 @@ def _question_fields(record: Any, where: str) -> tuple[str, list[str], list[Any]
     return str(record["question"]), [str(a) for a in answers], list(record["ctxs"])
 
 
-_MDQA_FEATURES: dict[str, Any] = {
-    "question": "string",
-    "gold_title": "string",
-    "doc_titles": ["string"],
-    "source_index": "int64",
-}
+class _ReleaseDecoding:
+    """What both MDQA tasks share: the Lost in the Middle release's decoding and the record's columns."""
+
+    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
+        """As in the release: up to 100 tokens, the answer is its first line."""
+        return 100, ("\n",)
+
+    def extra_features(self) -> dict[str, Any]:
+        return {"question": "string", "gold_title": "string", "doc_titles": ["string"], "source_index": "int64"}
 
 
 @dataclasses.dataclass(kw_only=True)
-class MDQATask(Task):
+class MDQATask(_ReleaseDecoding, Task):
     """MDQA from an nq-open-oracle file, distractors = other questions' gold passages, gold at chosen positions."""
 
     name = "mdqa"
@@ -108,13 +111,6 @@ class MDQATask(Task):
                 f"MDQA data file {self.path!r} not found; pass path= an nq-open-oracle .jsonl(.gz) file "
                 "(e.g. nq-open-oracle.first2000.jsonl.gz of the Lost in the Middle release)"
             )
-
-    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
-        """As in the Lost in the Middle release: up to 100 tokens, the answer is its first line."""
-        return 100, ("\n",)
-
-    def extra_features(self) -> dict[str, Any]:
-        return dict(_MDQA_FEATURES)
 
     def rows(self) -> Iterator[dict[str, Any]]:
         records = read_jsonl(self.path)
@@ -193,7 +189,7 @@ class MDQATask(Task):
 
 
 @dataclasses.dataclass(kw_only=True)
-class MDQAReleaseTask(Task):
+class MDQAReleaseTask(_ReleaseDecoding, Task):
     """MDQA from a release file `nq-open-{k}_total_documents_gold_at_{i}.jsonl.gz` (all k documents given)."""
 
     name = "mdqa_release"
@@ -208,13 +204,6 @@ class MDQAReleaseTask(Task):
                 f"MDQA release file {self.path!r} not found; pass path= a "
                 "nq-open-{k}_total_documents_gold_at_{i}.jsonl(.gz) file of the Lost in the Middle release"
             )
-
-    def generation_defaults(self) -> tuple[int, tuple[str, ...]]:
-        """As in the Lost in the Middle release: up to 100 tokens, the answer is its first line."""
-        return 100, ("\n",)
-
-    def extra_features(self) -> dict[str, Any]:
-        return dict(_MDQA_FEATURES)
 
     def rows(self) -> Iterator[dict[str, Any]]:
         records = read_jsonl(self.path)
