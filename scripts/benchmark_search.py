@@ -19,12 +19,15 @@ median and range of the ratios.
     python scripts/benchmark_search.py                          # 1 seed, a few minutes on 2 cores
     python scripts/benchmark_search.py --seeds '[0,1,2,3,4]'    # five rounds: median and range
     python scripts/benchmark_search.py --json bench.json        # also the whole table as JSON
+    python scripts/benchmark_search.py --seeds '[0,1,2,3,4]' --json bench.json --resume true  # after a stop
     python scripts/benchmark_search.py --combine '[a.json,b.json]'  # rounds run apart, one summary
 
-A real model's round can take half an hour, so rounds may run in separate
-processes: `--combine` reads their `--json` reports (the same settings but the
-seeds, each seed once), prints every seed and the median and range over all
-of them, and runs nothing.
+A real model's round can take half an hour. `--json` is rewritten (atomically)
+after every seed, so a stopped run keeps its finished rounds, and the same
+command with `--resume true` runs only the seeds the report lacks (its settings
+must be this run's). Rounds may also run in separate processes: `--combine`
+reads their `--json` reports (the same settings but the seeds, each seed once),
+prints every seed and the median and range over all of them, and runs nothing.
 """
 
 from __future__ import annotations
@@ -99,7 +102,15 @@ def build_parser() -> ConfigParser:
         help="how a prompt is scored (task.score): metric (greedy answer) or gold_loglik; default: the search config's",
     )
     parser.add_argument("--threads", type=PositiveInt, default=1, help="torch threads")
-    parser.add_argument("--json", type=str, default=None, help="also write the results here (atomically)")
+    parser.add_argument(
+        "--json", type=str, default=None, help="also write the results here (atomically, after every seed)"
+    )
+    parser.add_argument(
+        "--resume",
+        type=bool,
+        default=False,
+        help="keep the seeds --json already holds (run with the same settings) and run only the others",
+    )
     parser.add_argument(
         "--combine",
         type=list[str],
@@ -113,6 +124,7 @@ def check_options(args: argparse.Namespace) -> None:
     if args.combine:
         args.combined = read_reports(args.combine)  # the reports' own settings count, not this run's options
         return
+    args.kept = kept_seeds(args)
     if args.parents + args.crossover >= args.population:
         raise ValueError(
             f"--population {args.population} leaves no mutation children after --parents {args.parents} and "
@@ -295,7 +307,7 @@ def print_summary(summary: dict) -> None:
 
 
 # Settings that may differ between the rounds of one combined benchmark.
-PER_ROUND_SETTINGS = ("seeds", "json", "combine")
+PER_ROUND_SETTINGS = ("seeds", "json", "combine", "resume")
 
 
 def read_reports(paths: list[str]) -> dict:
@@ -331,6 +343,38 @@ def read_reports(paths: list[str]) -> dict:
     return {"settings": settings, "seeds": results, "summary": overall_summary(results)}
 
 
+def run_settings(args: argparse.Namespace) -> dict:
+    """What a report records of the run (`settings`): the options, not what the checks attached."""
+    return {k: v for k, v in vars(args).items() if k not in ("kept", "combined")}
+
+
+def kept_seeds(args: argparse.Namespace) -> list[dict]:
+    """With `--resume`, the rounds the `--json` report already holds; a report of other settings is refused."""
+    if not args.resume:
+        return []
+    if args.json is None:
+        raise ValueError("--resume keeps the seeds of the --json report: pass --json FILE too")
+    if not Path(args.json).exists():
+        return []  # nothing finished yet: a first run with --resume is a plain run
+    earlier = read_reports([args.json])
+    ours = {k: v for k, v in run_settings(args).items() if k not in PER_ROUND_SETTINGS}
+    theirs = {k: v for k, v in earlier["settings"].items() if k not in (*PER_ROUND_SETTINGS, "combined_from")}
+    differing = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    if differing:
+        key = differing[0]
+        raise ValueError(
+            f"--resume: {args.json} was run with {key}={theirs.get(key)!r}, this run has {ours.get(key)!r}: "
+            "resume with the report's settings, or write another --json"
+        )
+    extra = [result["seed"] for result in earlier["seeds"] if result["seed"] not in args.seeds]
+    if extra:
+        raise ValueError(
+            f"--resume: {args.json} holds seed {extra[0]}, which --seeds does not list: add it to --seeds "
+            "(its round is kept, not rerun), or write another --json"
+        )
+    return earlier["seeds"]
+
+
 def combine(args: argparse.Namespace) -> dict:
     report = args.combined
     settings = report["settings"]
@@ -355,6 +399,13 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.combine:
         return combine(args)
+    done = {result["seed"]: result for result in args.kept}
+    for result in args.kept:
+        print(f"\nkept from {args.json}:", end="")
+        print_seed(result)
+    todo = [seed for seed in args.seeds if seed not in done]
+    if not todo:
+        return finish(args, [done[seed] for seed in args.seeds])
     import torch  # lazy: --help answers without torch
 
     from search.harness_fitness import HarnessFitness  # lazy: --help answers without torch
@@ -381,16 +432,25 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     fitness.evaluate_questions([[1.0] * fitness.num_layers], 0, 1)  # warm-up: the first forward pays one-off costs
     print(f"warm-up {time.perf_counter() - start:.1f} s")
-    results = []
     with tempfile.TemporaryDirectory() as work:
-        for seed in args.seeds:
-            results.append(race_one_seed(args, space, fitness, HeldOut(held), seed, Path(work)))
-            print_seed(results[-1])
-    summary = overall_summary(results)
-    print_summary(summary)
-    report = {"settings": vars(args), "seeds": results, "summary": summary}
+        for seed in todo:
+            done[seed] = race_one_seed(args, space, fitness, HeldOut(held), seed, Path(work))
+            print_seed(done[seed])
+            write_report(args, [done[s] for s in args.seeds if s in done])  # a stop keeps the finished rounds
+    return finish(args, [done[seed] for seed in args.seeds])
+
+
+def write_report(args: argparse.Namespace, results: list[dict]) -> dict:
+    """The report of the rounds so far, written to `--json` (atomically) when one is given."""
+    report = {"settings": run_settings(args), "seeds": results, "summary": overall_summary(results)}
     if args.json:
         write_json_atomic(args.json, report)
+    return report
+
+
+def finish(args: argparse.Namespace, results: list[dict]) -> dict:
+    report = write_report(args, results)
+    print_summary(report["summary"])
     return report
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from itertools import pairwise
 from pathlib import Path
@@ -103,3 +104,72 @@ def test_combine_names_a_missing_report(tmp_path, capsys):
     with pytest.raises(SystemExit):
         load_script("benchmark_search").main(["--combine", json.dumps([str(tmp_path / "gone.json")])])
     assert "gone.json: no such file; give reports that" in capsys.readouterr().err
+
+
+def _canned_round(seed: int) -> dict:
+    """A measured round relabelled as `seed`: what a finished round looks like, without running one."""
+    (result,) = json.loads((REPO / MEASURED.format(1)).read_text())["seeds"]
+    return {**result, "seed": seed}
+
+
+class _Stop(Exception):
+    """Stands in for a kill in the middle of a round."""
+
+
+def test_every_finished_round_is_written_and_resume_runs_only_the_missing_seeds(tmp_path, capsys):
+    bench = load_script("benchmark_search")
+    report_path = tmp_path / "bench.json"
+    argv = [*SMALLEST[:-2], "--seeds", "[0, 1, 2]", "--json", str(report_path)]
+    ran = []
+
+    def stopped_at_seed_1(args, space, fitness, held_out, seed, work):
+        ran.append(seed)
+        if seed == 1:
+            raise _Stop
+        return _canned_round(seed)
+
+    bench.race_one_seed = stopped_at_seed_1
+    with pytest.raises(_Stop):
+        bench.main(argv)
+    written = json.loads(report_path.read_text())
+    assert [r["seed"] for r in written["seeds"]] == [0] and written["summary"]["seeds"] == 1  # seed 0 survived
+
+    def finishing(args, space, fitness, held_out, seed, work):
+        ran.append(seed)
+        return _canned_round(seed)
+
+    bench.race_one_seed = finishing
+    report = bench.main([*argv, "--resume", "true"])
+    assert ran == [0, 1, 1, 2]  # seed 0 was not run again
+    assert [r["seed"] for r in report["seeds"]] == [0, 1, 2] and report["seeds"][0] == written["seeds"][0]
+    assert json.loads(report_path.read_text()) == json.loads(json.dumps(report))
+    assert report["settings"]["seeds"] == [0, 1, 2] and report["summary"]["seeds"] == 3
+    assert f"kept from {report_path}:" in capsys.readouterr().out
+
+    def must_not_run(*args):
+        raise AssertionError("every seed is in the report: nothing may run")
+
+    bench.race_one_seed = must_not_run
+    again = bench.main([*argv, "--resume", "true"])  # all done: prints the report, loads no model
+    assert again == json.loads(json.dumps(report))
+
+
+def _resume_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("benchmark_search").main(argv)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    return error
+
+
+def test_resume_refuses_a_report_of_other_settings_or_seeds_in_one_line(tmp_path, capsys):
+    bench = load_script("benchmark_search")
+    report_path = tmp_path / "bench.json"
+    argv = [*SMALLEST[:-2], "--json", str(report_path), "--resume", "true"]
+    settings = vars(bench.parse_args([*argv, "--seeds", "[0]"]))
+    bench.write_report(argparse.Namespace(**{**settings, "seeds": [0, 7]}), [_canned_round(0), _canned_round(7)])
+    assert "holds seed 7, which --seeds does not list" in _resume_error([*argv, "--seeds", "[0]"], capsys)
+    error = _resume_error([*argv, "--seeds", "[0, 7]", "--population", "6"], capsys)
+    assert "was run with population=5, this run has 6" in error
+    assert "pass --json FILE too" in _resume_error([*SMALLEST, "--resume", "true"], capsys)
