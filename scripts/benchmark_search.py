@@ -25,7 +25,8 @@ median and range of the ratios.
 A real model's round can take half an hour. `--json` is rewritten (atomically)
 after every seed, so a stopped run keeps its finished rounds, and the same
 command with `--resume true` runs only the seeds the report lacks (its settings
-must be this run's). Rounds may also run in separate processes: `--combine`
+must be this run's; without it an existing report is refused, not
+overwritten). Rounds may also run in separate processes: `--combine`
 reads their `--json` reports (the same settings but the seeds, each seed once),
 prints every seed and the median and range over all of them, and runs nothing.
 """
@@ -351,6 +352,11 @@ def run_settings(args: argparse.Namespace) -> dict:
 def kept_seeds(args: argparse.Namespace) -> list[dict]:
     """With `--resume`, the rounds the `--json` report already holds; a report of other settings is refused."""
     if not args.resume:
+        if args.json is not None and Path(args.json).exists():  # rewritten after the first seed: its rounds would go
+            raise ValueError(
+                f"--json {args.json} already exists: pass --resume true to keep its rounds and run only the "
+                "missing seeds, or give another --json"
+            )
         return []
     if args.json is None:
         raise ValueError("--resume keeps the seeds of the --json report: pass --json FILE too")

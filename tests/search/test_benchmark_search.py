@@ -173,3 +173,4 @@ def test_resume_refuses_a_report_of_other_settings_or_seeds_in_one_line(tmp_path
     error = _resume_error([*argv, "--seeds", "[0, 7]", "--population", "6"], capsys)
     assert "was run with population=5, this run has 6" in error
     assert "pass --json FILE too" in _resume_error([*SMALLEST, "--resume", "true"], capsys)
+    assert "already exists: pass --resume true" in _resume_error([*SMALLEST, "--json", str(report_path)], capsys)
