@@ -311,35 +311,39 @@ def print_summary(summary: dict) -> None:
 PER_ROUND_SETTINGS = ("seeds", "json", "combine", "resume")
 
 
-def read_reports(paths: list[str]) -> dict:
-    """Several `--json` reports as one: their seeds in order, the settings they share; a mismatch is one line."""
+def differing_settings(ours: dict, theirs: dict) -> list[str]:
+    """The settings two runs do not share, sorted; those a round may change (`PER_ROUND_SETTINGS`) aside."""
+    keys = (ours.keys() | theirs.keys()) - set(PER_ROUND_SETTINGS)
+    return sorted(k for k in keys if ours.get(k) != theirs.get(k))
+
+
+def read_reports(paths: list[str], option: str = "--combine") -> dict:
+    """Several `--json` reports as one: their seeds in order, the settings they share; a mismatch is one line
+    naming `option`, the one that gave the paths."""
     fix = f"give reports that {PROG} --json FILE wrote"
     for path in paths:
         if not Path(path).is_file():
-            raise ValueError(f"--combine {path}: no such file; {fix}")
+            raise ValueError(f"{option} {path}: no such file; {fix}")
     reports = [read_json_object(path, "a benchmark report", fix) for path in paths]
     for path, report in zip(paths, reports):
         if not {"settings", "seeds"} <= report.keys() or not isinstance(report["settings"], dict):
-            raise ValueError(f"--combine {path} is not a report of this script (no settings and seeds); {fix}")
-
-    def shared(report: dict) -> dict:
-        return {k: v for k, v in report["settings"].items() if k not in PER_ROUND_SETTINGS}
-
-    first = shared(reports[0])
+            raise ValueError(f"{option} {path} is not a report of this script (no settings and seeds); {fix}")
+    first = reports[0]["settings"]
     for path, report in zip(paths[1:], reports[1:]):
-        theirs = shared(report)
-        differing = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
+        theirs = report["settings"]
+        differing = differing_settings(first, theirs)
         if differing:
             key, more = differing[0], f" (and {len(differing) - 1} more settings)" if len(differing) > 1 else ""
             raise ValueError(
-                f"--combine {path} was run with {key}={theirs.get(key)!r}, {paths[0]} with "
+                f"{option} {path} was run with {key}={theirs.get(key)!r}, {paths[0]} with "
                 f"{first.get(key)!r}{more}: combine only rounds of the same settings"
             )
     results = [seed for report in reports for seed in report["seeds"]]
     seeds = [result["seed"] for result in results]
     repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
     if repeated:
-        raise ValueError(f"--combine: seed {repeated[0]} is in more than one report: keep one round per seed")
+        raise ValueError(f"{option}: seed {repeated[0]} is in more than one report: keep one round per seed")
+    first = {k: v for k, v in first.items() if k not in PER_ROUND_SETTINGS}
     settings = {**first, "seeds": seeds, "combined_from": [str(Path(path)) for path in paths]}
     return {"settings": settings, "seeds": results, "summary": overall_summary(results)}
 
@@ -362,10 +366,10 @@ def kept_seeds(args: argparse.Namespace) -> list[dict]:
         raise ValueError("--resume keeps the seeds of the --json report: pass --json FILE too")
     if not Path(args.json).exists():
         return []  # nothing finished yet: a first run with --resume is a plain run
-    earlier = read_reports([args.json])
-    ours = {k: v for k, v in run_settings(args).items() if k not in PER_ROUND_SETTINGS}
-    theirs = {k: v for k, v in earlier["settings"].items() if k not in (*PER_ROUND_SETTINGS, "combined_from")}
-    differing = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    earlier = read_reports([args.json], "--resume with --json")
+    ours = run_settings(args)
+    theirs = {k: v for k, v in earlier["settings"].items() if k != "combined_from"}  # read_reports' own record
+    differing = differing_settings(ours, theirs)
     if differing:
         key = differing[0]
         raise ValueError(
