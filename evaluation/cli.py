@@ -30,7 +30,7 @@ def _add_run(parser: ConfigParser) -> None:
 
 def _run(options: Namespace, _parser: ConfigParser) -> int:
     from evaluation.config import TINY_DEFAULTS, resolve  # lazy: the other commands skip it
-    from evaluation.run_config import check_tiny_default_options  # lazy: the other commands skip it
+    from evaluation.run_config import check_tiny_default_options, score_name  # lazy: the other commands skip it
     from evaluation.run_directory import check_run_directory  # lazy: the other commands skip it
 
     resolved = resolve(options)  # torch-free, as are the checks below: a refusal comes in a second
@@ -63,8 +63,9 @@ def _run(options: Namespace, _parser: ConfigParser) -> int:
     if summary is None:  # a rank other than 0: rank 0 merged the records and writes the summary and report
         return 0
     for task, by_method in summary["results"].items():
+        score = score_name(summary["tasks"].get(task, {}).get("metric")).replace(" ", "_")
         for method, result in by_method.items():
-            print(f"{task:12s} {method:24s} n={result['n']:<5d} accuracy={result['accuracy']:.3f}")
+            print(f"{task:12s} {method:24s} n={result['n']:<5d} {score}={result['accuracy']:.3f}")
     if not options.no_report:
         paths = render_report(options.out)
         print(f"report: {paths[-1]}")

@@ -35,7 +35,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, parse_value, register_method
 from evaluation.prompt_format import PromptFormat
-from evaluation.run_config import DEVICES, RunConfig, task_params
+from evaluation.run_config import DEVICES, SCORES, RunConfig, task_params
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
 from repo_common import user_code
@@ -160,6 +160,13 @@ def add_run_options(parser: ConfigParser) -> None:
     )
     parser.add_argument(
         "--system_prompt", "--system-prompt", type=str | None, help="system message of the chat template"
+    )
+    parser.add_argument(
+        "--score",
+        type=Literal[SCORES],
+        default="metric",
+        help="metric: the task's metric of each greedy answer; gold_loglik: the gold answer's mean log-probability "
+        "per token, teacher-forced through each method (no generation; more power on a weak model)",
     )
     parser.add_argument(
         "--allow_search_overlap",
@@ -322,6 +329,7 @@ def resolve(options: Namespace) -> ResolvedRun:
         "device": options.device,
         "chat_template": options.chat_template,
         "system_prompt": options.system_prompt,
+        "score": options.score,
         "allow_search_overlap": options.allow_search_overlap,
         "allow_other_model_scales": options.allow_other_model_scales,
         "max_records": options.max_records,
@@ -343,6 +351,7 @@ def resolve(options: Namespace) -> ResolvedRun:
         device=options.device,
         chat_template=options.chat_template,
         system_prompt=options.system_prompt,
+        score=options.score,
         allow_search_overlap=options.allow_search_overlap,
         allow_other_model_scales=options.allow_other_model_scales,
     )

@@ -48,7 +48,11 @@ def _points(result: Mapping[str, Any]) -> tuple[list[int], list[float], list[lis
     """Positions, accuracies and [below, above] error bar lengths of a result's curve."""
     points = sorted((int(p), v) for p, v in result["by_position"].items())
     ys = [v["accuracy"] for _, v in points]
-    errors = [[y - v["low"] for y, (_, v) in zip(ys, points)], [v["high"] - y for y, (_, v) in zip(ys, points)]]
+    # clamped at 0: a continuous score's bootstrap bounds can sit a rounding error inside its mean (one question)
+    errors = [
+        [max(0.0, y - v["low"]) for y, (_, v) in zip(ys, points)],
+        [max(0.0, v["high"] - y) for y, (_, v) in zip(ys, points)],
+    ]
     return [p for p, _ in points], ys, errors
 
 
@@ -61,21 +65,22 @@ def _style(index: int) -> dict[str, Any]:
     }
 
 
-def plot_task_curves(task: str, curves: Sequence[Curve], path: Path) -> Path:
-    """Write the figure of `task` to `path`: one overlay for few curves, small multiples for many."""
+def plot_task_curves(task: str, curves: Sequence[Curve], path: Path, score: str = "accuracy") -> Path:
+    """Write the figure of `task` to `path`: one overlay for few curves, small multiples for many. `score` names
+    the y axis (`evaluation.run_config.score_name`); only accuracy gets the fixed [0, 1] range."""
     import matplotlib  # heavy: matplotlib, only when a report is drawn
 
     matplotlib.use("Agg")
     num_positions = max((int(c.result["num_positions"]) for c in curves), default=0)
     xlabel = f"position of the relevant item (0-based, of {num_positions})"
     if len(curves) <= OVERLAY_MAX:
-        fig = _overlay(task, curves, xlabel)
+        fig = _overlay(task, curves, xlabel, score)
     else:
-        fig = _small_multiples(task, curves, xlabel)
+        fig = _small_multiples(task, curves, xlabel, score)
     return save_figure_atomic(fig, path)
 
 
-def _overlay(task: str, curves: Sequence[Curve], xlabel: str):
+def _overlay(task: str, curves: Sequence[Curve], xlabel: str, score: str = "accuracy"):
     """One axes; curves offset sideways, together by at most 60% of the gap between evaluated positions."""
     import matplotlib.pyplot as plt  # heavy: matplotlib, only when a report is drawn
     from matplotlib.ticker import MaxNLocator  # heavy: matplotlib, only when a report is drawn
@@ -99,16 +104,17 @@ def _overlay(task: str, curves: Sequence[Curve], xlabel: str):
         )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{task}: accuracy by position (95% bootstrap CI)")
+    ax.set_ylabel(score)
+    if score == "accuracy":
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{task}: {score} by position (95% bootstrap CI)")
     ax.grid(alpha=0.3)
     # Below the axes: a legend inside would hide the curves.
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, ncol=2)
     return fig
 
 
-def _small_multiples(task: str, curves: Sequence[Curve], xlabel: str):
+def _small_multiples(task: str, curves: Sequence[Curve], xlabel: str, score: str = "accuracy"):
     """One panel per curve, titled by its label, with the run's baseline in grey behind it."""
     import matplotlib.pyplot as plt  # heavy: matplotlib, only when a report is drawn
     from matplotlib.ticker import MaxNLocator  # heavy: matplotlib, only when a report is drawn
@@ -125,19 +131,20 @@ def _small_multiples(task: str, curves: Sequence[Curve], xlabel: str):
         xs, ys, errors = _points(curve.result)
         ax.errorbar(xs, ys, yerr=errors, markersize=4, capsize=2, zorder=2, **_style(index))
         ax.set_title("\n".join(textwrap.wrap(short(curve.label, 80), 34)), fontsize=8)
-        ax.set_ylim(-0.04, 1.04)
+        if score == "accuracy":
+            ax.set_ylim(-0.04, 1.04)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes.flat[len(curves) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
-        ax.set_ylabel("accuracy", fontsize=8)
+        ax.set_ylabel(score, fontsize=8)
     for column in range(columns):
         # the lowest visible panel of each column carries the x ticks and label
         lowest = max(r for r in range(rows) if r * columns + column < len(curves))
         axes[lowest, column].xaxis.set_tick_params(labelbottom=True)
         axes[lowest, column].set_xlabel("position", fontsize=8)
-    fig.suptitle(f"{task}: accuracy by position (95% bootstrap CI); grey: the run's baseline\n{xlabel}", fontsize=9)
+    fig.suptitle(f"{task}: {score} by position (95% bootstrap CI); grey: the run's baseline\n{xlabel}", fontsize=9)
     fig.tight_layout()
     return fig

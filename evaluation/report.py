@@ -23,6 +23,7 @@ from evaluation.method_labels import short_labels
 from evaluation.position_metrics import middle_and_edges
 from evaluation.position_plot import Curve, plot_name, plot_task_curves
 from evaluation.results import BASELINE, comparison_verdict, load_summary
+from evaluation.run_config import score_name
 from evaluation.search_overlap import overlap_lines
 from evaluation.statistics import mean_std_over_seeds
 from repo_common.atomic import write_text_atomic
@@ -81,7 +82,12 @@ def plot_task(
     for label, result, summary in _curves(task, runs, labels):
         baseline = summary["results"][task].get(BASELINE)
         curves.append(Curve(label, result, None if result is baseline else baseline))
-    return plot_task_curves(task, curves, path)
+    return plot_task_curves(task, curves, path, task_score_name(runs, task))
+
+
+def task_score_name(runs: Sequence[tuple[str, dict[str, Any]]], task: str) -> str:
+    """What the first run's numbers for `task` are (`score_name`): accuracy, or the gold log-likelihood."""
+    return score_name(runs[0][1].get("tasks", {}).get(task, {}).get("metric"))
 
 
 def interval_cell(value: Any, bounds: Sequence[Any] | None, digits: int = 3, signed: bool = False) -> str:
@@ -117,16 +123,17 @@ def _middle_edges(result: dict[str, Any]) -> tuple[Any, Any]:
 
 def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[str, str] | None = None) -> list[str]:
     """The task's main table (what each method does to accuracy, and the verdicts) and its details table."""
+    score = task_score_name(runs, task)
     main = [
         (
-            "| method | questions (prompts) | accuracy [95% CI] | middle | edges | Δ vs baseline [95% CI] "
+            f"| method | questions (prompts) | {score} [95% CI] | middle | edges | Δ vs baseline [95% CI] "
             "| p (Holm) | verdict | middle verdict |"
         ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     details = [
         (
-            "| method | shape | middle − edges [95% CI] | ρ [95% CI] | worst position (acc) | p (two-sided) "
+            f"| method | shape | middle − edges [95% CI] | ρ [95% CI] | worst position ({score}) | p (two-sided) "
             "| Δ middle [95% CI] | p middle (Holm) |"
         ),
         "|---|---|---|---|---|---|---|---|",
@@ -299,7 +306,7 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
         if seeds:
             over_seeds = seed_tables(task, summaries, labels)
             lines += ["", f"Over {len(runs)} seeds (mean ± sample std, ddof = 1):", "", *over_seeds]
-        lines += ["", f"![accuracy by position, {task}]({path.name})"]
+        lines += ["", f"![{task_score_name(runs, task)} by position, {task}]({path.name})"]
     lines += ["", STATISTICS_NOTE]
     report = write_text_atomic(out / REPORT_FILE, "\n".join(lines) + "\n")
     return [*written, report]

@@ -20,6 +20,16 @@ from evaluation.tasks import Task, build_task
 DEVICES = ("auto", "cpu", "cuda")
 #: How a too-long prompt may be cut (`DecodeSettings.truncate`); None = refused.
 TRUNCATION_POLICIES = ("left", "middle")
+#: The score that teacher-forces each row's gold answer instead of generating (`RunConfig.score`).
+GOLD_LOGLIK = "gold_loglik"
+#: How a run scores a prompt of a generation task.
+SCORES = ("metric", GOLD_LOGLIK)
+
+
+def score_name(metric: str | None) -> str:
+    """What a summary's per-method `accuracy` numbers are, for tables and axes: accuracy under a task's metric,
+    or the gold answer's mean log-probability per token under `--score gold_loglik`."""
+    return "gold log-likelihood" if metric == GOLD_LOGLIK else "accuracy"
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,14 @@ class RunConfig:
     """Score a searched method on examples its search used (refused otherwise: `evaluation.search_overlap`)."""
     allow_other_model_scales: bool = False
     """Apply a scale file searched for another model (refused otherwise: `evaluation.scale_file_model`)."""
+    score: str = "metric"
+    """metric: the task's metric of each greedy answer; gold_loglik: the gold answer's mean log-probability per
+    token, teacher-forced through each method stack (no generation: a continuous score with far more power on a
+    weak model; this project's extension, as the search's `task.score`)."""
 
     def __post_init__(self) -> None:
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
         self.methods = [MethodStack.parse(m) if isinstance(m, str) else m for m in self.methods]  # a bad spec first
         if isinstance(self.tasks, Mapping):  # the short form: {name: build_task parameters}
             self.tasks = [build_task(name, **dict(params)) for name, params in self.tasks.items()]
@@ -106,6 +122,13 @@ class RunConfig:
         labels = self.labels
         if len(set(labels)) != len(labels):
             raise ValueError(f"the same method stack is listed twice: {labels}")
+        if self.score == GOLD_LOGLIK:
+            choice = [task.name for task in self.tasks if task.scoring == "loglikelihood"]
+            if choice:
+                raise ValueError(
+                    f"--score gold_loglik applies to generation tasks; {choice} already score their options by "
+                    "log-likelihood: evaluate them in a run without it"
+                )
 
     @property
     def labels(self) -> list[str]:

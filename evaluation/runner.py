@@ -48,7 +48,7 @@ import datasets
 from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
 from evaluation.methods import Method, MethodStack
-from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch
+from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch, score_continuations
 from evaluation.model_loading import (
     file_identity,
     load_model,
@@ -71,7 +71,7 @@ from evaluation.results import (
     read_records,
     write_json_atomic,
 )
-from evaluation.run_config import RunConfig, check_tiny_default_options, task_params
+from evaluation.run_config import GOLD_LOGLIK, RunConfig, check_tiny_default_options, task_params
 from evaluation.run_directory import MANIFEST_FILE, check_run_directory
 from evaluation.scale_file_model import check_scale_file_models
 from evaluation.search_overlap import check_disjoint
@@ -129,6 +129,10 @@ class PreparedTask:
     """Whether tokenising `texts` added the tokenizer's special tokens (not for a rendered chat template)."""
     source: datasets.Dataset | None = None
     """The task's built dataset (every column; `rows` keep only what decoding needs)."""
+    chat_template: bool = False
+    """Whether `texts` are chat-templated (the gold continuation then starts the assistant's turn)."""
+    score: str = "metric"
+    """metric: the task's metric of each greedy answer; gold_loglik: the gold answer teacher-forced (`RunConfig`)."""
 
     def source_fingerprints(self) -> set[str]:
         """Its source examples by content (`evaluation.tasks.base.source_fingerprint`), one row read per example."""
@@ -238,7 +242,10 @@ def prepare(
     columns = list(_ROW_COLUMNS) + (list(_LOGLIK_COLUMNS) if scores_by_loglikelihood(task) else [])
     rows = dataset.select_columns(columns).to_list()
     plan = plan_batches([len(p.input_ids) for p in fitted], settings.batch_size)
-    return PreparedTask(name, task, rows, fitted, settings, plan, texts, prompt_format.add_special_tokens, dataset)
+    return PreparedTask(
+        name, task, rows, fitted, settings, plan, texts, prompt_format.add_special_tokens, dataset,
+        prompt_format.chat_template,
+    )  # fmt: skip
 
 
 def refuse_if_first_prompt_too_long(name: str, task: Task, tokenizer, prompt_format: PromptFormat, limit: int) -> None:
@@ -275,6 +282,9 @@ def run_stack(
         return
     if scores_by_loglikelihood(prepared.task):
         yield from _loglikelihood_records(model, tokenizer, prepared, stack, todo, done, progress)
+        return
+    if prepared.score == GOLD_LOGLIK:
+        yield from _gold_loglik_records(model, tokenizer, prepared, stack, todo, done, progress)
         return
     label = stack.label
     with stack.attached(model, tokenizer):
@@ -355,6 +365,42 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                 yield {**record, "loglikelihoods": [total for total, _ in scores]}
 
 
+def gold_token_ids(tokenizer, prepared: PreparedTask, row: Mapping[str, Any]) -> list[int]:
+    """The token ids of a row's gold continuation (`Task.gold_continuation`), as the model would write them."""
+    text = prepared.task.gold_continuation(row["answers"], prepared.chat_template)
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if not ids:
+        raise ValueError(f"{prepared.name}: row {row['id']}'s gold answer {text!r} has no tokens; score it by metric")
+    return ids
+
+
+def refuse_unforceable(stack: MethodStack, model) -> None:
+    """A one-line refusal when a method of the attached `stack` has no teacher-forced log-likelihood."""
+    for index, method in enumerate(stack.methods):
+        problem = method.forced_scoring_problem(model)
+        if problem:
+            raise ValueError(f"--score gold_loglik, method stack {stack.label!r} (method {index + 1}): {problem}")
+
+
+def _gold_loglik_records(model, tokenizer, prepared: PreparedTask, stack: MethodStack, todo, done, progress):
+    """Records of `--score gold_loglik`: each row's gold answer teacher-forced through the method stack
+    (`score_continuations`); the score is its mean log-probability per token, no text is generated."""
+    label = stack.label
+    with stack.attached(model, tokenizer):
+        refuse_unforceable(stack, model)
+        for indices in track(todo, f"{prepared.name} / {label} (gold log-likelihood)", unit="batch", mode=progress):
+            rows = [prepared.rows[i] for i in indices]
+            public = [{key: row[key] for key in _PUBLIC_COLUMNS} for row in rows]
+            batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device, public)
+            gold = [gold_token_ids(tokenizer, prepared, row) for row in rows]
+            for row, result in zip(rows, score_continuations(model, tokenizer, batch, gold, stack)):
+                if row["id"] in done:
+                    continue
+                record = _record(prepared, label, row, "", result.mean_logprob, result.prompt_tokens,
+                                 result.truncated, "forced")  # fmt: skip
+                yield {**record, "gold_tokens": result.tokens, "greedy_match": result.greedy_match}
+
+
 def method_pins(stacks: Sequence[MethodStack]) -> dict[str, dict[str, Any]]:
     """Per method stack label, the identity (`file_identity`) of every file its methods read (a scale file):
     the label names the path, and a file replaced at that path must not resume into the same records."""
@@ -389,7 +435,8 @@ def _manifest(
             "params": {"example_offset": 0, **task_params(task)},  # which source examples: always stated
             "max_new_tokens": settings.max_new_tokens,
             "stop_strings": list(settings.stop_strings),
-            "metric": task.metric_name,  # kv's depends on its parameters (`metric`, default kv_containment)
+            # kv's depends on its parameters (`metric`, default kv_containment); --score gold_loglik replaces it
+            "metric": GOLD_LOGLIK if config.score == GOLD_LOGLIK else task.metric_name,
         }
     decode = {
         "batch_size": config.batch_size,
@@ -581,7 +628,8 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
         weights = {"tiny_default_seed": config.seed}
     for stack in stacks:  # a method that cannot apply to this model fails before anything is written
         with stack.attached(model, tokenizer):
-            pass
+            if config.score == GOLD_LOGLIK:
+                refuse_unforceable(stack, model)
     notice = chat_template_notice(tokenizer, config.prompt_format)
     if notice and rank == 0:
         print(f"[evaluation] {notice}", file=sys.stderr)
@@ -594,7 +642,12 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     fresh = _manifest(config, identity, tokenizer, dtype, weights, method_pins(stacks))
     manifest = _merge_manifest(out, fresh, {task.name: type(task) for task in config.tasks})
-    prepared = [prepare(task, model, tokenizer, config.settings(task), config.prompt_format) for task in config.tasks]
+    prepared = [
+        dataclasses.replace(
+            prepare(task, model, tokenizer, config.settings(task), config.prompt_format), score=config.score
+        )
+        for task in config.tasks
+    ]
     check_prompts(out, manifest, prepared)  # the same settings over replaced data: refused before any write
     overlap = check_disjoint(  # a searched method scored on its own search's examples is refused here
         [(task.name, task.source_fingerprints) for task in prepared],

@@ -2,8 +2,14 @@
 """Lost in the middle on a real pretrained model: SmolLM2-135M-Instruct, every training-free method, CPU only.
 
     python scripts/study_real_model.py [--out outputs/real-model] [--quick | --gpu] [--data FILE]
+                                       [--score metric | gold_loglik]
 
 `--gpu` runs the same study at full size (20 documents, 100 questions) in bfloat16 on CUDA.
+`--score gold_loglik` scores every prompt by its gold answer's mean log-probability per token, teacher-forced
+through each method (the harness's `--score gold_loglik`; the LPES search uses the same score): no generation,
+so ~2.4x the prompts per second, and a continuous score that resolves far smaller effects on a model that
+answers few questions right. PCD is left out of such a study: its contrast is a decoding rule, not a
+distribution, so a log-likelihood under it is not comparable with the baseline's (the metric study has it).
 
 Steps (each skipped when its output exists, so rerunning the command resumes):
 
@@ -40,6 +46,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
@@ -48,6 +55,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from evaluation.report import delta_cell, interval_cell, p_cell
 from evaluation.results import load_summary
+from evaluation.run_config import GOLD_LOGLIK, SCORES, score_name
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
 from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
@@ -107,6 +115,13 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--gpu", action="store_true", help="full size (20 documents, 100 questions), bf16 on CUDA")
     for key, value in SIZES["full"].items():
         parser.add_argument(f"--{key}", type=int | None, default=None, help=f"override the size (full: {value})")
+    parser.add_argument(
+        "--score",
+        type=Literal[SCORES],
+        default="metric",
+        help="metric: greedy answers by best-subspan EM; gold_loglik: the gold answer's mean log-probability per "
+        "token, teacher-forced (a continuous score; use another --out than a metric study's)",
+    )
     parser.add_argument("--batch_size", "--batch-size", type=int, default=8, help="prompts per forward")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per command (OMP_NUM_THREADS)")
     parser.add_argument("--dry_run", "--dry-run", action="store_true", help="write commands.sh, run nothing long")
@@ -200,7 +215,7 @@ def measure_speed(model_dir: Path, data_dir: Path, size: Mapping[str, int], args
               "gold_positions": "all"}  # fmt: skip
     settings = DecodeSettings(max_new_tokens=size["max_new_tokens"], stop_strings=("\n",), batch_size=args.batch_size)
     prepared = prepare_task("mdqa", params, model, tokenizer, settings, PromptFormat(chat_template=True))
-    prepared.plan = prepared.plan[:1]
+    prepared.plan, prepared.score = prepared.plan[:1], args.score
     with torch.no_grad():
         model(torch.tensor([prepared.prompts[0].input_ids[:32]], device=model.device))  # warm-up
     start = time.perf_counter()
@@ -217,6 +232,7 @@ def measure_speed(model_dir: Path, data_dir: Path, size: Mapping[str, int], args
         "dtype": args.dtype,
         "max_position_embeddings": int(model.config.max_position_embeddings),
         "rope_theta": float(model.config.rope_parameters["rope_theta"]),
+        "score": args.score,
     }
 
 
@@ -227,8 +243,8 @@ def projected_seconds(size: Mapping[str, int], speed: Mapping[str, float]) -> di
     return {
         "search": (candidates * 3 * size["search_questions"] + 3 * 3 * size["held_out"]) / rate,
         "attention bias": 0.9 * k * size["bias_questions"] / rate,  # a prefill, no decoding
-        # baseline, caliope, pi, ms_poe, lpes: 1 prefill each; pcd: 2
-        "evaluation": 7 * k * size["questions"] / rate,
+        # baseline, caliope, pi, ms_poe, lpes: 1 prefill each; pcd (scored by the metric only): 2
+        "evaluation": (7 if speed.get("score", "metric") == "metric" else 5) * k * size["questions"] / rate,
         # baseline 1, fim K + 1, attention buckets 6
         "costly methods": (1 + (k + 1) + len(BUCKET_RATIOS)) * k * size["costly_questions"] / rate,
     }
@@ -262,7 +278,7 @@ def search_config(out: Path, folders: Mapping[str, Path], size: Mapping[str, int
     config = {
         "task": {"name": "mdqa", "num_items": size["documents"], "num_examples": size["search_questions"],
                  "data_dir": str(folders["search"]), "max_new_tokens": size["max_new_tokens"],
-                 "batch_size": args.batch_size, "chat_template": True},
+                 "batch_size": args.batch_size, "chat_template": True, "score": args.score},
         "model": {"dtype": args.dtype, "device": args.device},
         "space": {"num_points": 4},
         "ga": {"population": population, "parents": parents, "crossover_offspring": crossover,
@@ -280,6 +296,7 @@ def eval_command(model: Path, data_dir: Path, out: Path, methods: Sequence[str],
         "--num-documents", str(size["documents"]), "--num-examples", str(questions), "--gold-positions", "all",
         "--chat-template", "true", "--max-new-tokens", str(size["max_new_tokens"]),
         "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--no-progress",
+        "--score", args.score,
         *(flag for method in methods for flag in ("--method", method)), "--out", str(out),
     ]  # fmt: skip
 
@@ -317,12 +334,17 @@ def measure_bias(model_dir: Path, data_dir: Path, size: Mapping[str, int], args,
 MIN_QUESTIONS = 10
 
 
-def claim_verdict(vs: Mapping | None, questions: int) -> str:
+#: The smallest gain a claim's "not reproduced" must rule out, by score: 5 points of accuracy; for the gold
+#: log-likelihood (no agreed size of a useful gain in nats) any gain at all.
+RULED_OUT_GAIN = {"metric": 0.05, GOLD_LOGLIK: 0.0}
+
+
+def claim_verdict(vs: Mapping | None, questions: int, score: str = "metric") -> str:
     """Reproduced / reproduced in direction / not reproduced / cannot tell at this power, from a middle Δ.
 
     Reproduced: the whole 95% CI above 0 and Holm p < 0.05. Not reproduced: the CI rules out a gain of
-    5 points (or no answer changed). In direction: Δ > 0 without significance. Otherwise, or with fewer
-    than `MIN_QUESTIONS` questions: cannot tell.
+    5 points (`RULED_OUT_GAIN`: any gain for the gold log-likelihood), or no answer changed. In direction:
+    Δ > 0 without significance. Otherwise, or with fewer than `MIN_QUESTIONS` questions: cannot tell.
     """
     if not vs or questions < MIN_QUESTIONS:
         return "cannot tell at this power"
@@ -331,7 +353,7 @@ def claim_verdict(vs: Mapping | None, questions: int) -> str:
         return "not reproduced (no answer changed)"
     if p is not None and p < 0.05 and low > 0:
         return "reproduced"
-    if high < 0.05:
+    if high < RULED_OUT_GAIN[score]:
         return "not reproduced" + (" (hurts)" if p is not None and p < 0.05 and high < 0 else "")
     if vs["mean_diff"] > 0:
         return "reproduced in direction (not significant)"
@@ -361,10 +383,11 @@ def method_rows(summary: Mapping, names: Mapping[str, str]) -> list[dict]:
     return rows
 
 
-def table(rows: Sequence[Mapping]) -> list[str]:
+def table(rows: Sequence[Mapping], score: str = "metric") -> list[str]:
     lines = [
         (
-            "| method | prompts | accuracy [95% CI] | middle [95% CI] | edges | Δ vs baseline [95% CI] | p (Holm) "
+            f"| method | prompts | {score_name(score)} [95% CI] | middle [95% CI] | edges | Δ vs baseline [95% CI] "
+            "| p (Holm) "
             "| verdict | Δ middle [95% CI] | p middle (Holm) | middle verdict |"
         ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -382,7 +405,7 @@ def table(rows: Sequence[Mapping]) -> list[str]:
     return lines
 
 
-def plot(bias: Mapping, baseline: Mapping, path: Path) -> None:
+def plot(bias: Mapping, baseline: Mapping, path: Path, score: str = "metric") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -392,7 +415,8 @@ def plot(bias: Mapping, baseline: Mapping, path: Path) -> None:
     curve = bias["mean"]["gold"]
     positions = [e["position"] + 1 for e in curve]
     values = [e["value"] for e in curve]
-    errors = [[v - e["ci"][0] for v, e in zip(values, curve)], [e["ci"][1] - v for v, e in zip(values, curve)]]
+    errors = [[max(0.0, v - e["ci"][0]) for v, e in zip(values, curve)],
+              [max(0.0, e["ci"][1] - v) for v, e in zip(values, curve)]]  # fmt: skip
     left.errorbar(positions, values, yerr=errors, marker="o", capsize=3, label="gold document")
     every = bias["mean"]["all_documents"]
     left.plot([e["position"] + 1 for e in every], [e["value"] for e in every], "--", color="grey",
@@ -405,14 +429,22 @@ def plot(bias: Mapping, baseline: Mapping, path: Path) -> None:
     by_position = sorted(baseline["by_position"].items(), key=lambda item: int(item[0]))
     xs = [int(p) + 1 for p, _ in by_position]
     accuracy = [v["accuracy"] for _, v in by_position]
-    right.errorbar(xs, accuracy, yerr=[[a - v["low"] for a, (_, v) in zip(accuracy, by_position)],
-                                       [v["high"] - a for a, (_, v) in zip(accuracy, by_position)]],
-                   marker="o", capsize=3)  # fmt: skip
+    right.errorbar(
+        xs,
+        accuracy,
+        yerr=[
+            [max(0.0, a - v["low"]) for a, (_, v) in zip(accuracy, by_position)],
+            [max(0.0, v["high"] - a) for a, (_, v) in zip(accuracy, by_position)],
+        ],
+        marker="o",
+        capsize=3,
+    )  # fmt: skip (bounds clamped: a rounding error inside a mean)
     right.set_xlabel("gold document position")
-    right.set_ylabel("accuracy (95% CI over questions)")
-    right.set_title("Baseline accuracy by gold position")
+    right.set_ylabel(f"{score_name(score)} (95% CI over questions)")
+    right.set_title(f"Baseline {score_name(score)} by gold position")
     right.set_xticks(xs)
-    right.set_ylim(-0.02, 1.02)
+    if score == "metric":
+        right.set_ylim(-0.02, 1.02)
     figure.suptitle("SmolLM2-135M-Instruct, MDQA (Lost in the Middle NQ-Open), chat template")
     figure.tight_layout()
     save_figure_atomic(figure, path)
@@ -427,13 +459,21 @@ def report(out: Path, study: Mapping) -> str:
     size, speed = study["size"], study["speed"]
     main_rows, costly_rows = study["main_rows"], study["costly_rows"]
     baseline = main_rows[0]["result"]
+    score = study.get("score", "metric")  # studies before --score: the metric
+    scoring = (
+        "greedy answers scored by best-subspan EM"
+        if score == "metric"
+        else "each prompt scored by its gold answer's mean log-probability per token, teacher-forced through each "
+        "method (no generation; 0 is certainty, higher is better). PCD is not in this table: its contrast is a "
+        "decoding rule, not a distribution, so its log-likelihood is not comparable with the baseline's"
+    )
     lines = [
         "# Lost in the middle on SmolLM2-135M-Instruct",
         "",
         (
             f"MDQA from the Lost-in-the-Middle NQ-Open oracle file, {size['documents']} documents (the gold one and "
             f"{size['documents'] - 1} gold passages of other questions), the gold document at every position, the "
-            "model's chat template, greedy answers scored by best-subspan EM. Search and evaluation questions are "
+            f"model's chat template, {scoring}. Search and evaluation questions are "
             "disjoint. 95% CIs resample questions; p is a paired sign-flip test, Holm-adjusted over the methods of "
             "a table; middle = the interior positions."
         ),
@@ -445,11 +485,11 @@ def report(out: Path, study: Mapping) -> str:
         "",
         f"## Every method on {size['questions']} questions × {size['documents']} positions",
         "",
-        *table(main_rows),
+        *table(main_rows, score),
         "",
         f"## Found in the Middle and Attention Buckets on the first {size['costly_questions']} questions",
         "",
-        *table(costly_rows),
+        *table(costly_rows, score),
         "",
         "![attention bias and accuracy by position](study.png)",
         "",
@@ -478,15 +518,27 @@ def report(out: Path, study: Mapping) -> str:
             "",
         ]
     bias = study["bias"]["mean"]["gold"]
+    proxy = (
+        []
+        if score == "metric"
+        else [
+            (
+                "The claims are about accuracy; here they are judged on the gold answer's log-likelihood, a proxy: "
+                "a method that raises it makes the right answer likelier, not necessarily the one chosen."
+            ),
+            "",
+        ]
+    )
     lines += [
         "## Each paper's claim next to what was seen",
         "",
+        *proxy,
         "| claim | seen here | verdict |",
         "|---|---|---|",
         f"| {PAPER_CLAIMS['bias']} | gold-document attention by position: "
         + ", ".join(f"{e['value']:.2e}" for e in bias)
         + f" | {study['claims']['bias']} |",
-        f"| {PAPER_CLAIMS['accuracy']} | baseline accuracy by position: "
+        f"| {PAPER_CLAIMS['accuracy']} | baseline {score_name(score)} by position: "
         + ", ".join(f"{v['accuracy']:.2f}" for _, v in sorted(baseline["by_position"].items(), key=lambda i: int(i[0])))
         + f" | {study['claims']['accuracy']} |",
     ]
@@ -502,7 +554,7 @@ def report(out: Path, study: Mapping) -> str:
     return text
 
 
-def claims(main_rows, costly_rows, bias) -> dict:
+def claims(main_rows, costly_rows, bias, score: str = "metric") -> dict:
     """Each paper's claim judged from this study's rows (middle Δ for the methods)."""
     found: dict = {}
     curve = bias["mean"]["gold"]
@@ -518,7 +570,7 @@ def claims(main_rows, costly_rows, bias) -> dict:
             continue
         middle = (row["result"].get("vs_baseline") or {}).get("middle")
         seen = f"{row['name']}: Δ middle {delta_cell(middle)}, p {p_cell(middle, 'p_holm')}"
-        found[key] = {"seen": seen, "verdict": claim_verdict(middle, row["result"]["n_examples"])}
+        found[key] = {"seen": seen, "verdict": claim_verdict(middle, row["result"]["n_examples"], score)}
     return found
 
 
@@ -554,6 +606,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         timings["speed"] = time.perf_counter() - start
         write_json_atomic(timings_file, timings)  # each step's time as it ends: a resumed study keeps them
     speed = json.loads(speed_file.read_text())
+    if speed.get("score", "metric") != args.score:
+        raise SystemExit(
+            f"{PROG}: error: {out} holds a study scored by {speed.get('score', 'metric')}, not --score {args.score}: "
+            "pass another --out (a study's numbers are of one score)"
+        )
     projection = projected_seconds(size, speed)
     print(f"speed: {speed['prompts_per_second']:.2f} prompts/s ({speed['mean_prompt_tokens']:.0f} tokens); projected: "
           + ", ".join(f"{k} {_fmt_minutes(v)}" for k, v in projection.items())
@@ -590,8 +647,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "pi": f"pi:scale={mean_scale:.4g}",
         "ms_poe": "ms_poe",
         "lpes": f"lpes:scale_file={scale_file}",
-        "pcd": "pcd",
     }
+    if args.score == "metric":  # PCD's contrast has no comparable log-likelihood (`forced_scoring_problem`)
+        main_methods["pcd"] = "pcd"
     costly_methods = {
         "baseline": "baseline",
         "fim": "fim",
@@ -621,6 +679,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     costly_rows = method_rows(load_summary(out / "eval" / "costly" / "summary.json"), names)
     study = {
         "format_version": FORMAT_VERSION,
+        "score": args.score,
         "size": size,
         "speed": speed,
         "projection": projection,
@@ -629,11 +688,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "bias": {key: bias[key] for key in ("layers", "questions", "mean", "mass")},
         "main_rows": main_rows,
         "costly_rows": costly_rows,
-        "claims": claims(main_rows, costly_rows, bias),
+        "claims": claims(main_rows, costly_rows, bias, args.score),
         "timings": timings,
     }  # fmt: skip
     write_json_atomic(out / "study.json", study)
-    plot(bias, main_rows[0]["result"], out / "study.png")
+    plot(bias, main_rows[0]["result"], out / "study.png", args.score)
     report(out, study)
     total = sum(v for v in timings.values() if math.isfinite(v))
     print(f"\nwrote {out / 'README.md'} (study time {_fmt_minutes(total)})")

@@ -56,6 +56,33 @@ def test_claim_verdicts(vs, questions, verdict):
     assert study.claim_verdict(vs, questions) == verdict
 
 
+def test_a_log_likelihood_claim_is_not_reproduced_only_when_every_gain_is_ruled_out():
+    """Accuracy: a CI below +5 points rules the claim out; the gold log-likelihood has no such size, so only a CI
+    below 0 does."""
+    small = {"mean_diff": -0.01, "low": -0.05, "high": 0.02, "p_holm": 0.6}
+    assert study.claim_verdict(small, 20) == "not reproduced"
+    assert study.claim_verdict(small, 20, "gold_loglik") == "cannot tell at this power"
+    below = {"mean_diff": -0.1, "low": -0.2, "high": -0.01, "p_holm": 0.2}
+    assert study.claim_verdict(below, 20, "gold_loglik") == "not reproduced"
+
+
+def test_gold_loglik_study_scores_every_step_by_it_and_projects_no_pcd():
+    args = study.parse_args(["--quick", "--score", "gold_loglik"])
+    command = study.eval_command(study.Path("m"), study.Path("d"), study.Path("o"), ["baseline"], 3, args.size, args)
+    assert command[command.index("--score") + 1] == "gold_loglik"
+    speed = {"prompts_per_second": 1.0}
+    metric = study.projected_seconds(args.size, speed)["evaluation"]
+    assert study.projected_seconds(args.size, {**speed, "score": "gold_loglik"})["evaluation"] == metric * 5 / 7
+
+
+def test_a_study_directory_of_the_other_score_is_refused(tmp_path, capsys):
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "speed.json").write_text(json.dumps({"prompts_per_second": 1.0, "mean_prompt_tokens": 400}))
+    with pytest.raises(SystemExit, match="holds a study scored by metric, not --score gold_loglik: pass another --out"):
+        study.main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry-run"])
+
+
 def test_shape_verdicts():
     u = ([0.6, 0.3, 0.6], [0.5, 0.2, 0.5], [0.7, 0.4, 0.7])
     assert study.shape_verdict(*u, 20) == "reproduced"
@@ -128,3 +155,16 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
     study.main(["--quick", "--out", str(out), "--model", str(real_model_dir)])  # resumes: no rerun
     assert (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns == before
     assert "=== LPES search" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_quick_gold_loglik_study_leaves_pcd_out(real_model_dir, tmp_path):
+    out = tmp_path / "study"
+    study.main(["--quick", "--score", "gold_loglik", "--out", str(out), "--model", str(real_model_dir)])
+    result = json.loads((out / "study.json").read_text())
+    assert result["score"] == "gold_loglik"
+    assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes"]
+    assert all(row["result"]["accuracy"] < 0 for row in result["main_rows"] + result["costly_rows"])
+    text = (out / "README.md").read_text()
+    assert "gold log-likelihood [95% CI]" in text and "PCD is not in this table" in text
+    assert "task.score" not in text and "score: gold_loglik" in (out / "configs" / "search.yaml").read_text()

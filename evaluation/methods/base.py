@@ -132,6 +132,11 @@ class Method:
         once per batch, after `start`. The copies share the forward's weight reads and one KV cache."""
         return []
 
+    def forced_scoring_problem(self, model) -> str | None:
+        """Why a teacher-forced log-likelihood (`--score gold_loglik`) is undefined under this method (with the
+        fix), else None; asked once the method is attached, before any prompt is scored."""
+        return None
+
     def params(self) -> dict[str, Any]:
         """The spec parameters: dataclass fields set by `__init__` (state kept in `field(init=False)` is not one)."""
         return {f.name: getattr(self, f.name) for f in spec_fields(type(self))}

@@ -9,7 +9,9 @@ fed the pad token, an all-ones mask dropped), so on the baseline it gives the
 same tokens; the tests check that token for token. Its cache's layers append
 each step in place (`kv_cache.ReservedLayer`) where HF's copy the whole cache. Methods that decode copies
 of the batch under other position policies (Attention Buckets, PCD) get them
-as extra rows of this loop's forward (`row_groups`).
+as extra rows of this loop's forward (`row_groups`). `score_continuations` runs the same loop with given
+tokens in place of the argmax (teacher forcing): a continuation's log-probability under what each method
+decodes from (the harness's `--score gold_loglik`).
 
 It lives in this package, next to the `Method` interface (`base`) and the row
 groups it drives, because some methods run it themselves (PCD's salience,
@@ -148,32 +150,62 @@ def generate_batch(
     return outputs
 
 
+class _Loop:
+    """What greedy decoding and teacher forcing share: the prefill inputs the methods chose, the row groups, the
+    reserved cache, and how one step's chosen tokens become the next step's inputs."""
+
+    def __init__(self, model, methods: MethodStack, state: GenerationState, reserve: int):
+        batch = state.batch
+        self.model, self.methods, self.state = model, methods, state
+        self.positions = methods.prefill_position_ids(batch)
+        self.mask = batch.attention_mask
+        self.drop_mask = bool((self.mask == 1).all())  # as `generate` does: an all-ones mask adds nothing
+        self.rows = batch.input_ids.shape[0]
+        self.groups = RowGroups.of(methods, model, self.rows)  # copies of the batch some method decodes here
+        self.cache = reserved_cache(model, reserve=reserve)  # each step written in place, no copy
+        self.next_pos = _next_positions(self.positions, self.mask)
+        self.inputs, self.step_positions = batch.input_ids, self.positions
+        self.chosen: list[torch.Tensor] = []
+
+    def logits(self, step: int, finished: torch.Tensor) -> torch.Tensor:
+        """This step's forward, seen by the methods (`observe`, `process_logits`): the float32 logits `[B, V]`."""
+        state = self.state
+        mask = None if self.drop_mask else self.mask
+        logits, state.group_logits = _forward(
+            self.model, self.groups, self.inputs, mask, self.step_positions, self.cache, step
+        )
+        state.observe(step, self.inputs, self.step_positions, self.mask, self.cache, finished)
+        return self.methods.process_logits(step, logits, state)
+
+    def choose(self, tokens: torch.Tensor) -> None:
+        """Record this step's tokens `[B]` (`state.generated`)."""
+        self.chosen.append(tokens)
+        self.state.generated = torch.stack(self.chosen, dim=1)
+
+    def advance(self, step: int) -> None:
+        """Feed the tokens just chosen as the next step's inputs, one position on."""
+        self.inputs = self.chosen[-1][:, None]
+        self.step_positions = (self.next_pos + step)[:, None]
+        self.mask = torch.cat([self.mask, self.mask.new_ones(self.rows, 1)], dim=1)
+
+
+def _pad_id(model, tokenizer) -> int | None:
+    """The token finished rows are fed: the generation config's pad id, else the tokenizer's."""
+    pad_id = model.generation_config.pad_token_id
+    return tokenizer.pad_token_id if pad_id is None else pad_id
+
+
 def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStack, state: GenerationState):
     """The prefill + decode loop; returns per row the number of tokens it generated and why it stopped."""
-    batch = state.batch
     eos = eos_token_ids(model, tokenizer)
-    pad_id = model.generation_config.pad_token_id
-    pad_id = tokenizer.pad_token_id if pad_id is None else pad_id
-    positions = methods.prefill_position_ids(batch)
-    mask = batch.attention_mask
-    drop_mask = bool((mask == 1).all())  # as `generate` does: an all-ones mask adds nothing
-    rows = batch.input_ids.shape[0]
-    groups = RowGroups.of(methods, model, rows)  # copies of the batch some method decodes in this forward
-    cache = reserved_cache(model, reserve=settings.max_new_tokens)  # each step written in place, no copy
-    next_pos = _next_positions(positions, mask)
-    inputs, step_positions = batch.input_ids, positions
-    unfinished = torch.ones(rows, dtype=torch.bool, device=mask.device)
-    lengths, reasons = [settings.max_new_tokens] * rows, ["length"] * rows
-    generated: list[torch.Tensor] = []
+    pad_id = _pad_id(model, tokenizer)
+    loop = _Loop(model, methods, state, reserve=settings.max_new_tokens)
+    unfinished = torch.ones(loop.rows, dtype=torch.bool, device=loop.mask.device)
+    lengths, reasons = [settings.max_new_tokens] * loop.rows, ["length"] * loop.rows
     for step in range(settings.max_new_tokens):
-        logits, state.group_logits = _forward(
-            model, groups, inputs, None if drop_mask else mask, step_positions, cache, step
-        )
-        state.observe(step, inputs, step_positions, mask, cache, ~unfinished)
-        logits = methods.process_logits(step, logits, state)
+        logits = loop.logits(step, ~unfinished)
         tokens = torch.where(unfinished, logits.argmax(dim=-1), pad_id)
-        generated.append(tokens)
-        state.generated = torch.stack(generated, dim=1)
+        loop.choose(tokens)
         for row in torch.nonzero(unfinished).flatten().tolist():
             reason = None
             if int(tokens[row]) in eos:
@@ -185,10 +217,92 @@ def _decode_loop(model, tokenizer, settings: DecodeSettings, methods: MethodStac
                 unfinished[row], lengths[row], reasons[row] = False, step + 1, reason
         if not unfinished.any() or step == settings.max_new_tokens - 1:
             break
-        inputs = tokens[:, None]
-        step_positions = (next_pos + step)[:, None]
-        mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
+        loop.advance(step)
     return lengths, reasons
+
+
+@dataclass(frozen=True)
+class ForcedScore:
+    """One prompt's given continuation, teacher-forced: Σ log p of its tokens under the logits the method stack
+    chose from, their number, and whether greedy decoding would have picked every one of them."""
+
+    logprob_sum: float
+    tokens: int
+    greedy_match: bool
+    prompt_tokens: int
+    truncated: bool
+
+    @property
+    def mean_logprob(self) -> float:
+        """Mean log-probability per token (the `gold_loglik` score)."""
+        return self.logprob_sum / self.tokens
+
+
+@torch.no_grad()
+def score_continuations(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    batch: GenerationBatch,
+    continuations: Sequence[Sequence[int]],
+    methods: MethodStack | None = None,
+) -> list[ForcedScore]:
+    """Teacher forcing through the decode loop: each row's continuation is fed token by token, and each token's
+    log-probability read from the float32 logits after the methods' `process_logits`, the logits greedy
+    decoding takes its argmax of.
+
+    Every method acts as it does when generating (prefill positions, row groups, a second forward, a contrast of
+    logits), so a method's score measures the distribution it decodes from. With no method it equals one
+    forward over prompt + continuation (`evaluation.loglik.token_continuation_scores`; a test checks it).
+    A token a method gives probability 0 (PCD outside its top-γ tokens) would score -inf: refused here. (The
+    harness refuses PCD under `--score gold_loglik` before this: `Method.forced_scoring_problem`.)
+    """
+    if len(continuations) != batch.input_ids.shape[0] or any(len(c) == 0 for c in continuations):
+        raise ValueError(
+            f"need one non-empty continuation per row: {batch.input_ids.shape[0]} rows, lengths "
+            f"{[len(c) for c in continuations]}"
+        )
+    methods = methods or MethodStack([])
+    batch = dataclasses.replace(batch)  # methods may replace position_ids; the caller's batch stays as it was
+    state = GenerationState(model=model, tokenizer=tokenizer, batch=batch)
+    methods.start(state)
+    try:
+        sums, matches = _forced_loop(model, tokenizer, methods, state, continuations)
+    finally:
+        methods.finish(state)
+    return [
+        ForcedScore(float(total), len(cont), bool(match), int(batch.attention_mask[row].sum()), batch.truncated[row])
+        for row, (total, match, cont) in enumerate(zip(sums.tolist(), matches.tolist(), continuations))
+    ]
+
+
+def _forced_loop(model, tokenizer, methods: MethodStack, state: GenerationState, continuations):
+    """The loop of `score_continuations`: per row the summed log-probability and whether every argmax matched."""
+    longest = max(len(c) for c in continuations)
+    loop = _Loop(model, methods, state, reserve=longest)
+    device = loop.mask.device
+    pad_id = _pad_id(model, tokenizer)
+    targets = torch.full((loop.rows, longest), 0 if pad_id is None else pad_id, dtype=torch.long, device=device)
+    for row, continuation in enumerate(continuations):
+        targets[row, : len(continuation)] = torch.tensor(list(continuation), dtype=torch.long)
+    lengths = torch.tensor([len(c) for c in continuations], device=device)
+    sums = torch.zeros(loop.rows, dtype=torch.float64, device=device)
+    matches = torch.ones(loop.rows, dtype=torch.bool, device=device)
+    for step in range(longest):
+        active = lengths > step
+        logits = loop.logits(step, ~active)
+        target = targets[:, step]
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, target[:, None])[:, 0]
+        if bool((active & torch.isneginf(picked)).any()):
+            raise ValueError(
+                f"the method stack {methods.label!r} gives a continuation token probability 0 (as PCD does outside "
+                "its top-gamma tokens), so its log-likelihood is -inf; score it by the task's metric"
+            )
+        sums += torch.where(active, picked.double(), 0.0)
+        matches &= ~active | (logits.argmax(dim=-1) == target)
+        loop.choose(target)
+        if step < longest - 1:
+            loop.advance(step)
+    return sums.cpu(), matches.cpu()
 
 
 def _forward(model, groups: RowGroups | None, inputs, mask, positions, cache, step: int):

@@ -209,6 +209,13 @@ class PositionalContrastiveDecoding(Method):
             local = state.scratch_for(self).setdefault("side", SideDecoder(self._policies)).step(state)
         return contrast_logits(logits, local, self.beta, self.gamma)
 
+    def forced_scoring_problem(self, model) -> str | None:
+        return (  # beta = 0 too: greedy, but still -inf outside the top gamma
+            "pcd's contrast (1 + beta) L - beta L* is a decoding rule, not the model's distribution: its softmax is "
+            "about (1 + beta) times sharper and is -inf outside the top gamma tokens, so a gold log-likelihood under "
+            "it mixes sharpness with ranking and cannot be compared with the baseline's; score pcd by the task's metric"
+        )
+
     def row_groups(self) -> list[list[PositionPolicy]]:
         if self.passes != "batched" or self.beta == 0:
             return []
