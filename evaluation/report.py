@@ -269,6 +269,20 @@ def check_seed_runs(directories: Sequence[Path], summaries: Sequence[Mapping[str
             )
 
 
+def check_same_scores(directories: Sequence[Path], summaries: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse to overlay a task's accuracy with another run's gold log-likelihood: one axis, one score."""
+    scores: dict[str, tuple[str, Path]] = {}
+    for directory, summary in zip(directories, summaries):
+        for task, spec in (summary.get("tasks") or {}).items():
+            name = score_name((spec or {}).get("metric"))
+            first = scores.setdefault(task, (name, directory))
+            if first[0] != name:
+                raise ValueError(
+                    f"--compare: task {task!r} is scored by {first[0]} in {first[1]} and by {name} in {directory}; "
+                    "compare runs of one score (--score), or report them apart"
+                )
+
+
 def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bool = False) -> list[Path]:
     """Write the plots and report.md into `out` from its summary.json (plus other run dirs to overlay).
 
@@ -277,6 +291,7 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
     out = Path(out)
     directories = [Path(directory) for directory in (out, *compare)]
     summaries = [load_summary(directory) for directory in directories]
+    check_same_scores(directories, summaries)
     if seeds:  # mean ± std over runs of different setups would be a number about nothing
         check_seed_runs(directories, summaries)
     runs = list(zip(run_labels(directories, summaries), summaries))

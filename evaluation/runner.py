@@ -27,7 +27,9 @@ directory.
 Decoding defaults come from the task's `generation_defaults()`. Tasks declaring `scoring = "loglikelihood"` (multiple
 choice) generate nothing: each row's options are scored by `evaluation.loglik`
 and the task picks one; only methods acting through attach/detach (position
-policies) apply there.
+policies) apply there. `RunConfig.score = "gold_loglik"` (`--score`) teacher-forces each generation
+row's gold answer through the method stack instead (`score_continuations`): the record's score is its
+mean log-probability per token.
 """
 
 from __future__ import annotations

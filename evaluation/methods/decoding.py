@@ -22,7 +22,8 @@ tokenises, fits and batches a whole task, imports it from here, never the revers
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,13 +134,9 @@ def generate_batch(
     float32 logits of every step (`process_logits`, step 0 = end of prefill).
     """
     methods = methods or MethodStack([])
-    batch = dataclasses.replace(batch)  # methods may replace position_ids; the caller's batch stays as it was
-    state = GenerationState(model=model, tokenizer=tokenizer, batch=batch)
-    methods.start(state)
-    try:
+    with _batch_started(model, tokenizer, batch, methods) as state:
         lengths, reasons = _decode_loop(model, tokenizer, settings, methods, state)
-    finally:
-        methods.finish(state)
+    batch = state.batch
     outputs = []
     for row, (length, reason) in enumerate(zip(lengths, reasons)):
         ids = state.generated[row, :length].tolist()
@@ -148,6 +145,18 @@ def generate_batch(
         text, _ = cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), settings.stop_strings)
         outputs.append(Generation(text, ids, int(batch.attention_mask[row].sum()), batch.truncated[row], reason))
     return outputs
+
+
+@contextmanager
+def _batch_started(model, tokenizer, batch: GenerationBatch, methods: MethodStack) -> Iterator[GenerationState]:
+    """The state of one batch, between the methods' `start` and `finish` (also after an error). The batch is a
+    copy: methods may replace its position_ids, and the caller's stays as it was."""
+    state = GenerationState(model=model, tokenizer=tokenizer, batch=dataclasses.replace(batch))
+    methods.start(state)
+    try:
+        yield state
+    finally:
+        methods.finish(state)
 
 
 class _Loop:
@@ -262,13 +271,8 @@ def score_continuations(
             f"{[len(c) for c in continuations]}"
         )
     methods = methods or MethodStack([])
-    batch = dataclasses.replace(batch)  # methods may replace position_ids; the caller's batch stays as it was
-    state = GenerationState(model=model, tokenizer=tokenizer, batch=batch)
-    methods.start(state)
-    try:
+    with _batch_started(model, tokenizer, batch, methods) as state:
         sums, matches = _forced_loop(model, tokenizer, methods, state, continuations)
-    finally:
-        methods.finish(state)
     return [
         ForcedScore(float(total), len(cont), bool(match), int(batch.attention_mask[row].sum()), batch.truncated[row])
         for row, (total, match, cont) in enumerate(zip(sums.tolist(), matches.tolist(), continuations))

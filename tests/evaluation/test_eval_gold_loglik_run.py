@@ -45,6 +45,10 @@ def test_records_hold_the_gold_answers_mean_log_probability(tmp_path):
     assert "gold log-likelihood [95% CI]" in report and "metric `gold_loglik`" in report
     with pytest.raises(ValueError, match=r"other settings \(differs in tasks.mdqa.metric, tasks.kv.metric"):
         run(config(tmp_path, str(NQ_OPEN_ORACLE)), progress=False)  # the metric's records never mix with these
+    accuracy = tmp_path / "accuracy"
+    run(config(accuracy, str(NQ_OPEN_ORACLE), methods=["baseline"]), progress=False)
+    with pytest.raises(ValueError, match="task 'mdqa' is scored by gold log-likelihood in .* and by accuracy in"):
+        render_report(tmp_path, [accuracy])  # one axis, one score
 
 
 def test_pcd_is_refused_before_anything_is_written(tmp_path):
