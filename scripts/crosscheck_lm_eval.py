@@ -21,6 +21,18 @@ same tokenizer. The script then
    time / ours (> 1: ours is faster), the median of the per-round ratios and the
    ratio of the minimum times.
 
+With `--score gold_loglik` the same prompts are scored instead by their gold
+answer's log-probability, teacher-forced: ours through the harness's decode
+loop (`score_continuations`, what `evaluation run --score gold_loglik`
+records), lm-eval's through `HFLM.loglikelihood` on the same (context, gold
+answer) strings. lm-eval moves a context's trailing whitespace into the answer
+(a chat template's generation prompt ends in a newline), so its sum also holds
+that newline's log-probability: lm-eval's own score of the whitespace alone
+(an untimed second request) is taken off before comparing. The check is then
+that both sides feed the same token ids, that the summed log-probabilities
+agree relative to their scale, and that the "is greedy" flags agree; the
+timing (the gold requests only) is as above.
+
 Everything goes to `--out` (JSON, written atomically). lm-eval comes with the
 `crosscheck` extra (scripts/setup.sh --real), the model with
 `python -m repo_train real-model`.
@@ -61,7 +73,7 @@ from workflows.benchmarking import alternate
 if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
     import torch
 
-    from evaluation.methods.decoding import DecodeSettings, Generation
+    from evaluation.methods.decoding import DecodeSettings, ForcedScore, Generation
     from evaluation.runner import PreparedTask
 
 PROG = "scripts/crosscheck_lm_eval.py"
@@ -95,6 +107,13 @@ def build_parser() -> ConfigParser:
     )
     parser.add_argument(
         "--system_prompt", "--system-prompt", type=str | None, default=None, help="system message (chat template)"
+    )
+    parser.add_argument(
+        "--score",
+        type=Literal["metric", "gold_loglik"],
+        default="metric",
+        help="metric: greedy continuations (generate_until); gold_loglik: the gold answer's log-probability "
+        "(loglikelihood)",
     )
     parser.add_argument("--repeats", type=NonNegativeInt, default=3, help="timed rounds (0: compare only)")
     parser.add_argument(
@@ -460,38 +479,14 @@ def crosscheck(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=p
     for miss in result["mismatches"]:
         log(f"  {miss['id']}: ours {miss['ours']!r} vs lm-eval {miss['lm_eval']!r}: {miss['reason']}")
 
-    timing: dict[str, Any] | None = None
-    if repeats:
-        stable = {"ours": True, "lm_eval": True}
-
-        def time_ours() -> float:
-            seconds, out = run_ours(model, tokenizer, prepared)
-            stable["ours"] &= [o.text for o in out] == [o.text for o in ours]
-            return seconds
-
-        def time_theirs() -> float:
-            seconds, out = run_peer(lm, texts, settings)
-            stable["lm_eval"] &= out == theirs
-            return seconds
-
-        runs = alternate(time_ours, time_theirs, repeats)
-        timing = {
-            "rounds": repeats,
-            "order": "ours, lm-eval, ours, lm-eval, ... (after the untimed comparison pair)",
-            "ours_seconds": runs.a,
-            "lm_eval_seconds": runs.b,
-            "ratios_lm_eval_over_ours": runs.ratios,
-            "median_ratio": runs.median_ratio,
-            "min_time_ratio": runs.best_ratio,
-            "ratio_range": [min(runs.ratios), max(runs.ratios)],
-            "outputs_stable_across_rounds": stable,
-        }
-        log(f"ours    median {statistics.median(runs.a):.2f}s (min {min(runs.a):.2f}s, n={repeats})")
-        log(f"lm-eval median {statistics.median(runs.b):.2f}s (min {min(runs.b):.2f}s, n={repeats})")
-        log(
-            f"lm-eval time / ours: median {runs.median_ratio:.3f} (per round {min(runs.ratios):.3f}-"
-            f"{max(runs.ratios):.3f}), min/min {runs.best_ratio:.3f}; > 1 means ours is faster"
-        )
+    timing = timed_rounds(
+        lambda: run_ours(model, tokenizer, prepared),
+        lambda: run_peer(lm, texts, settings),
+        ([o.text for o in ours], theirs),
+        lambda out: [o.text for o in out],
+        repeats,
+        log,
+    )
 
     lengths = [len(p.input_ids) for p in prepared.prompts]
     ours_steps = our_steps(prepared, ours)
@@ -530,6 +525,178 @@ def crosscheck(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=p
                 "match": o.text == t,
             }
             for row, length, o, t in zip(prepared.rows, lengths, ours, theirs)
+        ],
+    }
+
+
+def timed_rounds(run_a, run_b, first: tuple, comparable, repeats: int, log=print) -> dict[str, Any] | None:
+    """`repeats` alternating rounds of ours (`run_a`) and lm-eval's (`run_b`), each `() -> (seconds, outputs)`,
+    after the untimed pair whose outputs are `first`; whether each side's outputs stayed the same (`comparable`
+    turns ours into what is compared), and lm-eval's time / ours. None without rounds."""
+    if not repeats:
+        return None
+    stable = {"ours": True, "lm_eval": True}
+
+    def time_ours() -> float:
+        seconds, out = run_a()
+        stable["ours"] &= comparable(out) == first[0]
+        return seconds
+
+    def time_theirs() -> float:
+        seconds, out = run_b()
+        stable["lm_eval"] &= out == first[1]
+        return seconds
+
+    runs = alternate(time_ours, time_theirs, repeats)
+    log(f"ours    median {statistics.median(runs.a):.2f}s (min {min(runs.a):.2f}s, n={repeats})")
+    log(f"lm-eval median {statistics.median(runs.b):.2f}s (min {min(runs.b):.2f}s, n={repeats})")
+    log(
+        f"lm-eval time / ours: median {runs.median_ratio:.3f} (per round {min(runs.ratios):.3f}-"
+        f"{max(runs.ratios):.3f}), min/min {runs.best_ratio:.3f}; > 1 means ours is faster"
+    )
+    return {
+        "rounds": repeats,
+        "order": "ours, lm-eval, ours, lm-eval, ... (after the untimed comparison pair)",
+        "ours_seconds": runs.a,
+        "lm_eval_seconds": runs.b,
+        "ratios_lm_eval_over_ours": runs.ratios,
+        "median_ratio": runs.median_ratio,
+        "min_time_ratio": runs.best_ratio,
+        "ratio_range": [min(runs.ratios), max(runs.ratios)],
+        "outputs_stable_across_rounds": stable,
+    }
+
+
+# ------------------------------------------------------------------------------- the gold answer's likelihood
+
+#: Largest |ours - lm-eval| of a summed log-probability, relative to the largest |sum|, that counts as the same
+#: number: the two sides run the same float32 model over other paddings and batch shapes (lm-eval right-pads
+#: one forward over context + answer; ours prefills the left-padded context, then a token a step), which moves
+#: the last bits only.
+LOGLIK_REL_TOLERANCE = 1e-4
+
+
+def gold_texts(prepared: PreparedTask) -> list[str]:
+    """Each row's gold continuation (`Task.gold_continuation`), the string both sides score."""
+    return [prepared.task.gold_continuation(row["answers"], prepared.chat_template) for row in prepared.rows]
+
+
+def run_ours_loglik(model, tokenizer, prepared: PreparedTask) -> tuple[float, list[ForcedScore]]:
+    """Seconds and the gold answers' teacher-forced scores (row order) over the task's batch plan, baseline."""
+    from evaluation.methods.decoding import collate, score_continuations  # lazy: --help answers without torch
+    from evaluation.runner import gold_token_ids
+
+    stack = MethodStack.parse("baseline")
+    outputs: list[ForcedScore | None] = [None] * len(prepared.prompts)
+    start = time.perf_counter()
+    with stack.attached(model, tokenizer):
+        for indices in prepared.plan:
+            batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device)
+            gold = [gold_token_ids(tokenizer, prepared, prepared.rows[i]) for i in indices]
+            for index, output in zip(indices, score_continuations(model, tokenizer, batch, gold, stack)):
+                outputs[index] = output
+    return time.perf_counter() - start, outputs  # type: ignore[return-value]
+
+
+def run_peer_loglik(lm, texts: Sequence[str], golds: Sequence[str]) -> tuple[float, list[tuple[float, bool]]]:
+    """Seconds and (summed log-probability, is greedy) of lm-eval's `loglikelihood` on each (prompt, gold)."""
+    from lm_eval.api.instance import Instance
+
+    batch = [
+        Instance(request_type="loglikelihood", arguments=(text, gold), doc={}, idx=index)
+        for index, (text, gold) in enumerate(zip(texts, golds))
+    ]
+    start = time.perf_counter()
+    out = lm.loglikelihood(batch, disable_tqdm=True)
+    return time.perf_counter() - start, [(float(total), bool(greedy)) for total, greedy in out]
+
+
+def whitespace_scores(lm, texts: Sequence[str]) -> list[tuple[float, bool] | None]:
+    """lm-eval's (log-probability, is greedy) of each context's trailing whitespace after the rest of it (what its
+    `_encode_pair` moves into the answer), or None where the context ends in no whitespace."""
+    _, trailing = run_peer_loglik(lm, [t.rstrip() for t in texts if t != t.rstrip()],
+                                  [t[len(t.rstrip()):] for t in texts if t != t.rstrip()])  # fmt: skip
+    scores = iter(trailing)
+    return [next(scores) if t != t.rstrip() else None for t in texts]
+
+
+def crosscheck_loglik(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=print) -> dict[str, Any]:
+    """`--score gold_loglik`: the same token ids, the same log-probabilities and greedy flags, then the timing."""
+    from evaluation.runner import gold_token_ids  # lazy: --help answers without torch
+
+    texts, special = prompt_texts(prepared)
+    golds = gold_texts(prepared)
+    lm = peer(model, tokenizer, prepared.settings.batch_size, special, length_budget(model, prepared.settings))
+    token_diffs, moved = [], []
+    for index, (text, gold, row) in enumerate(zip(texts, golds, prepared.rows)):
+        context, answer = lm._encode_pair(text, gold)
+        ours = (list(prepared.prompts[index].input_ids), gold_token_ids(tokenizer, prepared, row))
+        moved.append(len(ours[0]) - len(context))  # tokens of trailing whitespace lm-eval scores with the answer
+        if list(context) + list(answer) != ours[0] + ours[1] or list(answer)[moved[-1] :] != ours[1]:
+            token_diffs.append({"id": row["id"], "gold": gold, "lm_eval_answer_ids": list(answer),
+                                "our_answer_ids": ours[1], "moved_tokens": moved[-1]})  # fmt: skip
+    log(f"token ids: {'identical' if not token_diffs else f'{len(token_diffs)} prompts differ'} "
+        f"({len(texts)} (prompt, gold answer) pairs; lm-eval scores {max(moved)} trailing whitespace token(s) of "
+        "the context with the answer, taken off below)")  # fmt: skip
+    seconds_ours, ours = run_ours_loglik(model, tokenizer, prepared)
+    seconds_theirs, theirs = run_peer_loglik(lm, texts, golds)
+    trailing = whitespace_scores(lm, texts)
+    # lm-eval's score of the gold answer alone: its pair's sum less its own score of the moved whitespace
+    theirs_gold = [(t[0] - (w[0] if w else 0.0), t[1] if w is None or w[1] else None) for t, w in zip(theirs, trailing)]
+    sums = [o.logprob_sum for o in ours]
+    scale = max(abs(x) for x in sums) or 1.0
+    gaps = [abs(o.logprob_sum - t[0]) for o, t in zip(ours, theirs_gold, strict=True)]
+    same = [gap <= LOGLIK_REL_TOLERANCE * scale for gap in gaps]
+    greedy_same = [o.greedy_match == t[1] for o, t in zip(ours, theirs_gold)]  # None (not greedy on the newline)
+    log(f"log-likelihoods: {sum(same)}/{len(same)} equal within {LOGLIK_REL_TOLERANCE:g} of the largest |sum| "
+        f"({scale:.3g}); max |Δ| {max(gaps):.3g}; greedy flags {sum(greedy_same)}/{len(greedy_same)} equal; "
+        f"untimed pair: ours {seconds_ours:.2f}s, lm-eval {seconds_theirs:.2f}s")  # fmt: skip
+    timing = timed_rounds(
+        lambda: run_ours_loglik(model, tokenizer, prepared),
+        lambda: run_peer_loglik(lm, texts, golds),
+        ([(o.logprob_sum, o.greedy_match) for o in ours], theirs),
+        lambda out: [(o.logprob_sum, o.greedy_match) for o in out],
+        repeats,
+        log,
+    )
+    lengths = [len(p.input_ids) for p in prepared.prompts]
+    return {
+        "tokenization": {"identical": not token_diffs, "differences": token_diffs, "lm_eval_add_bos_token": special},
+        "match": {
+            "equal": sum(same),
+            "total": len(same),
+            "rate": sum(same) / len(same),
+            "relative_tolerance": LOGLIK_REL_TOLERANCE,
+            "scale": scale,
+            "max_abs_difference": max(gaps),
+            "max_relative_difference": max(gaps) / scale,
+            "greedy_flags_equal": sum(greedy_same),
+            "whitespace_tokens_moved": max(moved),
+            "whitespace_log_probability_range": [min(w[0] for w in trailing if w), max(w[0] for w in trailing if w)]
+            if any(trailing)
+            else None,
+        },
+        "untimed_pair_seconds": {"ours": seconds_ours, "lm_eval": seconds_theirs},
+        "timing": timing,
+        "prompts": {
+            "count": len(lengths),
+            "tokens_min": min(lengths),
+            "tokens_max": max(lengths),
+            "tokens_mean": statistics.fmean(lengths),
+        },
+        "outputs": [
+            {
+                "id": row["id"],
+                "gold_position": row["gold_position"],
+                "gold": gold,
+                "gold_tokens": o.tokens,
+                "ours": o.logprob_sum,
+                "lm_eval": t[0],
+                "lm_eval_with_whitespace": full[0],
+                "our_greedy": o.greedy_match,
+                "lm_eval_greedy": t[1],
+            }
+            for row, gold, o, t, full in zip(prepared.rows, golds, ours, theirs_gold, theirs)
         ],
     }
 
@@ -581,7 +748,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{prepared.settings.max_new_tokens} new tokens, stop {list(prepared.settings.stop_strings)}, "
         f"{torch.get_num_threads()} threads, {model.device}, {model.dtype}, {model.config._attn_implementation}"
     )
-    report = crosscheck(model, tokenizer, prepared, args.repeats)
+    check = crosscheck if args.score == "metric" else crosscheck_loglik
+    report = check(model, tokenizer, prepared, args.repeats)
     settings = {
         "model": args.model,
         "task": TASK,
@@ -593,6 +761,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "system_prompt": args.system_prompt,
         "length_budget": length_budget(model, prepared.settings),
         "repeats": args.repeats,
+        "score": args.score,
     }
     report = {"settings": settings, "environment": environment(model), **report}
     path = write_json_atomic(args.out, report)

@@ -374,6 +374,24 @@ def shape_verdict(values: Sequence[float], lows: Sequence[float], highs: Sequenc
     return "cannot tell at this power"
 
 
+def dip_verdict(result: Mapping, questions: int) -> str:
+    """Whether the gold document in the middle does worse than at the edges, from the paired middle − edges
+    (each question's interior positions against its first and last; CI over questions): a sharper test of
+    Lost in the Middle's dip than the per-position intervals `shape_verdict` reads, whose spread is mostly
+    between questions."""
+    low, high = result.get("middle_minus_edges_ci") or (None, None)
+    value = result.get("middle_minus_edges")
+    if value is None or low is None or questions < MIN_QUESTIONS:
+        return "cannot tell at this power"
+    if high < 0:
+        return "reproduced (the middle below the edges, paired by question)"
+    if value < 0:
+        return "reproduced in direction (not significant)"
+    if low > 0:
+        return "not reproduced (the middle above the edges)"
+    return "cannot tell at this power"
+
+
 def method_rows(summary: Mapping, names: Mapping[str, str]) -> list[dict]:
     """One row per method of a summary's mdqa results, in the summary's order, named by `names`."""
     rows = []
@@ -540,6 +558,7 @@ def report(out: Path, study: Mapping) -> str:
         + f" | {study['claims']['bias']} |",
         f"| {PAPER_CLAIMS['accuracy']} | baseline {score_name(score)} by position: "
         + ", ".join(f"{v['accuracy']:.2f}" for _, v in sorted(baseline["by_position"].items(), key=lambda i: int(i[0])))
+        + f"; middle − edges {interval_cell(baseline['middle_minus_edges'], baseline['middle_minus_edges_ci'], signed=True)}"
         + f" | {study['claims']['accuracy']} |",
     ]
     for key, seen in study["claims"].items():
@@ -562,8 +581,10 @@ def claims(main_rows, costly_rows, bias, score: str = "metric") -> dict:
                                   [e["ci"][1] for e in curve], bias["questions"])  # fmt: skip
     base = main_rows[0]["result"]
     points = sorted(base["by_position"].items(), key=lambda i: int(i[0]))
-    found["accuracy"] = shape_verdict([v["accuracy"] for _, v in points], [v["low"] for _, v in points],
-                                      [v["high"] for _, v in points], base["n_examples"])  # fmt: skip
+    shape = shape_verdict([v["accuracy"] for _, v in points], [v["low"] for _, v in points],
+                          [v["high"] for _, v in points], base["n_examples"])  # fmt: skip
+    dip = dip_verdict(base, base["n_examples"])
+    found["accuracy"] = f"U by positions: {shape}; middle vs edges: {dip}"
     for row in [*main_rows, *costly_rows]:
         key = row["key"]
         if key not in PAPER_CLAIMS:

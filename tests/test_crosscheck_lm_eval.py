@@ -38,3 +38,20 @@ def test_lm_eval_reads_the_same_tokens_and_continues_the_same_text(crosscheck, r
     assert any(row["our_stop_reason"] == "stop" for row in report["outputs"])  # cut at "\n" on both sides
     assert report["environment"]["dtype"] == "float32" and report["environment"]["attn_implementation"] == "sdpa"
     assert report["timing"] is None
+
+
+def test_lm_eval_gives_the_gold_answers_the_same_log_likelihood(crosscheck, real_model_dir, tmp_path):
+    """--score gold_loglik: lm-eval's `loglikelihood` on the same (prompt, gold answer) strings, chat template on
+    (the gold answer then starts the assistant's turn): the same token ids, sums equal to float noise."""
+    out = tmp_path / "crosscheck.json"
+    argv = ["--model", str(real_model_dir), "--num-documents", "3", "--num-examples", "2", "--gold-positions", "0,2",
+            "--batch-size", "4", "--chat-template", "true", "--score", "gold_loglik", "--repeats", "0",
+            "--out", str(out)]  # fmt: skip
+    report = crosscheck.main(argv)
+
+    assert json.loads(out.read_text()) == report and report["settings"]["score"] == "gold_loglik"
+    assert report["tokenization"]["identical"], report["tokenization"]["differences"]
+    match = report["match"]
+    assert match["total"] == 4 and match["rate"] == 1.0 and match["greedy_flags_equal"] == 4, match
+    assert all(row["ours"] < 0 and row["gold_tokens"] >= 1 for row in report["outputs"])
+    assert report["timing"] is None

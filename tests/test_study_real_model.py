@@ -83,6 +83,20 @@ def test_a_study_directory_of_the_other_score_is_refused(tmp_path, capsys):
         study.main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry-run"])
 
 
+def test_dip_verdicts_read_the_paired_middle_minus_edges():
+    def result(value, low, high):
+        return {"middle_minus_edges": value, "middle_minus_edges_ci": [low, high]}
+
+    assert study.dip_verdict(result(-0.17, -0.25, -0.10), 40).startswith("reproduced (the middle below the edges")
+    assert study.dip_verdict(result(-0.05, -0.15, 0.04), 40) == "reproduced in direction (not significant)"
+    assert study.dip_verdict(result(0.10, 0.02, 0.20), 40).startswith("not reproduced")
+    assert study.dip_verdict(result(0.01, -0.05, 0.08), 40) == "cannot tell at this power"
+    assert study.dip_verdict(result(-0.17, -0.25, -0.10), 3) == "cannot tell at this power"
+    assert study.dip_verdict({"middle_minus_edges": None, "middle_minus_edges_ci": None}, 40) == (
+        "cannot tell at this power"
+    )
+
+
 def test_shape_verdicts():
     u = ([0.6, 0.3, 0.6], [0.5, 0.2, 0.5], [0.7, 0.4, 0.7])
     assert study.shape_verdict(*u, 20) == "reproduced"
