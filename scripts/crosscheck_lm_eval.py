@@ -208,19 +208,32 @@ def length_budget(model, settings: DecodeSettings) -> int:
     return settings.max_length or int(model.config.max_position_embeddings)
 
 
-def run_ours(model, tokenizer, prepared: PreparedTask) -> tuple[float, list[Generation]]:
-    """Seconds and the generations (row order) of the harness's loop over the task's batch plan, baseline stack."""
-    from evaluation.methods.decoding import collate, generate_batch  # lazy: --help answers without torch
+def over_plan(model, tokenizer, prepared: PreparedTask, per_batch) -> tuple[float, list]:
+    """Seconds and outputs (row order) of `per_batch(batch, indices, stack)` over the task's batch plan, as the
+    harness runs it: the baseline stack attached, each batch collated with left padding."""
+    from evaluation.methods.decoding import collate  # lazy: --help answers without torch
 
     stack = MethodStack.parse("baseline")
-    outputs: list[Generation | None] = [None] * len(prepared.prompts)
+    outputs: list = [None] * len(prepared.prompts)
     start = time.perf_counter()
     with stack.attached(model, tokenizer):
         for indices in prepared.plan:
             batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device)
-            for index, output in zip(indices, generate_batch(model, tokenizer, batch, prepared.settings, stack)):
+            for index, output in zip(indices, per_batch(batch, indices, stack)):
                 outputs[index] = output
-    return time.perf_counter() - start, outputs  # type: ignore[return-value]
+    return time.perf_counter() - start, outputs
+
+
+def run_ours(model, tokenizer, prepared: PreparedTask) -> tuple[float, list[Generation]]:
+    """Seconds and the generations (row order) of the harness's loop over the task's batch plan, baseline stack."""
+    from evaluation.methods.decoding import generate_batch  # lazy: --help answers without torch
+
+    return over_plan(
+        model,
+        tokenizer,
+        prepared,
+        lambda batch, _, stack: generate_batch(model, tokenizer, batch, prepared.settings, stack),
+    )
 
 
 def requests(texts: Sequence[str], settings: DecodeSettings) -> list:
@@ -508,12 +521,7 @@ def crosscheck(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=p
         "match": result,
         "untimed_pair_seconds": {"ours": seconds_ours, "lm_eval": seconds_theirs},
         "timing": timing,
-        "prompts": {
-            "count": len(lengths),
-            "tokens_min": min(lengths),
-            "tokens_max": max(lengths),
-            "tokens_mean": statistics.fmean(lengths),
-        },
+        "prompts": prompt_sizes(lengths),
         "outputs": [
             {
                 "id": row["id"],
@@ -526,6 +534,16 @@ def crosscheck(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=p
             }
             for row, length, o, t in zip(prepared.rows, lengths, ours, theirs)
         ],
+    }
+
+
+def prompt_sizes(lengths: Sequence[int]) -> dict[str, Any]:
+    """How many prompts were compared, and their token counts."""
+    return {
+        "count": len(lengths),
+        "tokens_min": min(lengths),
+        "tokens_max": max(lengths),
+        "tokens_mean": statistics.fmean(lengths),
     }
 
 
@@ -583,19 +601,14 @@ def gold_texts(prepared: PreparedTask) -> list[str]:
 
 def run_ours_loglik(model, tokenizer, prepared: PreparedTask) -> tuple[float, list[ForcedScore]]:
     """Seconds and the gold answers' teacher-forced scores (row order) over the task's batch plan, baseline."""
-    from evaluation.methods.decoding import collate, score_continuations  # lazy: --help answers without torch
+    from evaluation.methods.decoding import score_continuations  # lazy: --help answers without torch
     from evaluation.runner import gold_token_ids
 
-    stack = MethodStack.parse("baseline")
-    outputs: list[ForcedScore | None] = [None] * len(prepared.prompts)
-    start = time.perf_counter()
-    with stack.attached(model, tokenizer):
-        for indices in prepared.plan:
-            batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device)
-            gold = [gold_token_ids(tokenizer, prepared, prepared.rows[i]) for i in indices]
-            for index, output in zip(indices, score_continuations(model, tokenizer, batch, gold, stack)):
-                outputs[index] = output
-    return time.perf_counter() - start, outputs  # type: ignore[return-value]
+    def score(batch, indices, stack):
+        gold = [gold_token_ids(tokenizer, prepared, prepared.rows[i]) for i in indices]
+        return score_continuations(model, tokenizer, batch, gold, stack)
+
+    return over_plan(model, tokenizer, prepared, score)
 
 
 def run_peer_loglik(lm, texts: Sequence[str], golds: Sequence[str]) -> tuple[float, list[tuple[float, bool]]]:
@@ -678,12 +691,7 @@ def crosscheck_loglik(model, tokenizer, prepared: PreparedTask, repeats: int = 0
         },
         "untimed_pair_seconds": {"ours": seconds_ours, "lm_eval": seconds_theirs},
         "timing": timing,
-        "prompts": {
-            "count": len(lengths),
-            "tokens_min": min(lengths),
-            "tokens_max": max(lengths),
-            "tokens_mean": statistics.fmean(lengths),
-        },
+        "prompts": prompt_sizes(lengths),
         "outputs": [
             {
                 "id": row["id"],
