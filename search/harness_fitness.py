@@ -74,7 +74,7 @@ from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings
 from evaluation.model_loading import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
-from evaluation.runner import PreparedTask, prepare_task, run_stack, task_generation
+from evaluation.runner import PreparedTask, gold_token_ids, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task
 from repo_common import user_code
 from repo_common.distributed import all_reduce_sum, balanced_shares, rank_and_world
@@ -202,16 +202,9 @@ class HarnessFitness:
         return digest.hexdigest()
 
     def _gold_tokens(self) -> dict[str, tuple[int, ...]]:
-        """Each row's gold continuation (`Task.gold_continuation`) as token ids, by row id."""
-        chat = self.prompt_format.chat_template
-        tokens = {}
-        for row in self.prepared.rows:
-            text = self.prepared.task.gold_continuation(row["answers"], chat)
-            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            if not ids:
-                raise ValueError(f"row {row['id']}: the gold answer {text!r} has no tokens; use task.score metric")
-            tokens[row["id"]] = ids
-        return tokens
+        """Each row's gold continuation (`Task.gold_continuation`) as token ids, by row id: what the harness's
+        `--score gold_loglik` scores (`gold_token_ids`)."""
+        return {row["id"]: tuple(gold_token_ids(self.tokenizer, self.prepared, row)) for row in self.prepared.rows}
 
     def score_record(self, record: Mapping[str, Any]) -> float:
         """The score of one generated answer: the task's metric, as the harness computed it."""
