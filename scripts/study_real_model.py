@@ -447,6 +447,7 @@ def plot(bias: Mapping, baseline: Mapping, path: Path, score: str = "metric") ->
     by_position = sorted(baseline["by_position"].items(), key=lambda item: int(item[0]))
     xs = [int(p) + 1 for p, _ in by_position]
     accuracy = [v["accuracy"] for _, v in by_position]
+    # error bars clamped at 0: a continuous score's bootstrap bound can sit a rounding error inside its mean
     right.errorbar(
         xs,
         accuracy,
@@ -456,7 +457,7 @@ def plot(bias: Mapping, baseline: Mapping, path: Path, score: str = "metric") ->
         ],
         marker="o",
         capsize=3,
-    )  # fmt: skip (bounds clamped: a rounding error inside a mean)
+    )
     right.set_xlabel("gold document position")
     right.set_ylabel(f"{score_name(score)} (95% CI over questions)")
     right.set_title(f"Baseline {score_name(score)} by gold position")
