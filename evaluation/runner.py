@@ -49,7 +49,7 @@ import datasets
 
 from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
-from evaluation.methods import Method, MethodStack
+from evaluation.methods import GenerationBatch, Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch, score_continuations
 from evaluation.model_loading import (
     file_identity,
@@ -293,15 +293,23 @@ def run_stack(
         bar = track(todo, f"{prepared.name} / {label}", unit="batch", mode=progress)
         pending, since = [], time.monotonic()
         for indices in bar:
-            rows = [prepared.rows[i] for i in indices]
-            public = [{key: row[key] for key in _PUBLIC_COLUMNS} for row in rows]  # no answers, no gold position
-            batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device, public)
+            rows, batch = _collated(prepared, indices, tokenizer.pad_token_id, model.device)
             outputs = generate_batch(model, tokenizer, batch, prepared.settings, stack)
             pending += [(row, output) for row, output in zip(rows, outputs) if row["id"] not in done]
             if time.monotonic() - since >= SCORE_EVERY_SECONDS:
                 yield from _scored(prepared, label, pending)
                 pending, since = [], time.monotonic()
         yield from _scored(prepared, label, pending)
+
+
+def _collated(
+    prepared: PreparedTask, indices: Sequence[int], pad_id: int, device
+) -> tuple[list[dict], GenerationBatch]:
+    """The rows of one planned batch and their left-padded batch; methods see only `_PUBLIC_COLUMNS` of each row
+    (no answers, no gold position)."""
+    rows = [prepared.rows[i] for i in indices]
+    public = [{key: row[key] for key in _PUBLIC_COLUMNS} for row in rows]
+    return rows, collate([prepared.prompts[i] for i in indices], pad_id, device, public)
 
 
 def _scored(prepared: PreparedTask, method: str, pending: list) -> Iterator[dict[str, Any]]:
@@ -391,9 +399,7 @@ def _gold_loglik_records(model, tokenizer, prepared: PreparedTask, stack: Method
     with stack.attached(model, tokenizer):
         refuse_unforceable(stack, model)
         for indices in track(todo, f"{prepared.name} / {label} (gold log-likelihood)", unit="batch", mode=progress):
-            rows = [prepared.rows[i] for i in indices]
-            public = [{key: row[key] for key in _PUBLIC_COLUMNS} for row in rows]
-            batch = collate([prepared.prompts[i] for i in indices], tokenizer.pad_token_id, model.device, public)
+            rows, batch = _collated(prepared, indices, tokenizer.pad_token_id, model.device)
             gold = [gold_token_ids(tokenizer, prepared, row) for row in rows]
             for row, result in zip(rows, score_continuations(model, tokenizer, batch, gold, stack)):
                 if row["id"] in done:

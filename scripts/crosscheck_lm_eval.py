@@ -519,9 +519,7 @@ def crosscheck(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=p
             "decode_steps_lm_eval": fed["steps"],
         },
         "match": result,
-        "untimed_pair_seconds": {"ours": seconds_ours, "lm_eval": seconds_theirs},
-        "timing": timing,
-        "prompts": prompt_sizes(lengths),
+        **run_record(prepared, seconds_ours, seconds_theirs, timing),
         "outputs": [
             {
                 "id": row["id"],
@@ -537,13 +535,18 @@ def crosscheck(model, tokenizer, prepared: PreparedTask, repeats: int = 0, log=p
     }
 
 
-def prompt_sizes(lengths: Sequence[int]) -> dict[str, Any]:
-    """How many prompts were compared, and their token counts."""
+def run_record(prepared: PreparedTask, seconds_ours: float, seconds_theirs: float, timing) -> dict[str, Any]:
+    """What both scores' reports hold alike: the untimed pair's seconds, the timed rounds, the prompts' sizes."""
+    lengths = [len(p.input_ids) for p in prepared.prompts]
     return {
-        "count": len(lengths),
-        "tokens_min": min(lengths),
-        "tokens_max": max(lengths),
-        "tokens_mean": statistics.fmean(lengths),
+        "untimed_pair_seconds": {"ours": seconds_ours, "lm_eval": seconds_theirs},
+        "timing": timing,
+        "prompts": {
+            "count": len(lengths),
+            "tokens_min": min(lengths),
+            "tokens_max": max(lengths),
+            "tokens_mean": statistics.fmean(lengths),
+        },
     }
 
 
@@ -672,7 +675,6 @@ def crosscheck_loglik(model, tokenizer, prepared: PreparedTask, repeats: int = 0
         repeats,
         log,
     )
-    lengths = [len(p.input_ids) for p in prepared.prompts]
     return {
         "tokenization": {"identical": not token_diffs, "differences": token_diffs, "lm_eval_add_bos_token": special},
         "match": {
@@ -689,9 +691,7 @@ def crosscheck_loglik(model, tokenizer, prepared: PreparedTask, repeats: int = 0
             if any(trailing)
             else None,
         },
-        "untimed_pair_seconds": {"ours": seconds_ours, "lm_eval": seconds_theirs},
-        "timing": timing,
-        "prompts": prompt_sizes(lengths),
+        **run_record(prepared, seconds_ours, seconds_theirs, timing),
         "outputs": [
             {
                 "id": row["id"],
