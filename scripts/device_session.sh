@@ -6,10 +6,14 @@
 #   bash scripts/device_session.sh setup    # check every sha256, join the model, install into .device-kit/site
 #   bash scripts/device_session.sh check    # setup + check-gpu (every group; real_model when the model is there)
 #   bash scripts/device_session.sh all      # setup + check-gpu + the real-model study at GPU size
+#   bash scripts/device_session.sh bench    # setup + scripts/benchmark_fit.py (fit's tokens/s and MFU at 1B)
+#   bash scripts/device_session.sh study    # setup + the real-model study alone (resumes)
 #
-# Results go to $OUT (the device tool brings them back): check-gpu.txt, real-model.txt, study.tar.gz, setup.log.
+# Results go to $OUT (the device tool brings them back): check-gpu.txt (and check-gpu-logs.tar.gz: its runs' logs),
+# real-model.txt, benchmark-fit.log with report.json / report.md, study.tar.gz, setup.log.
 # Every step can be rerun on the same warm machine: setup is skipped once done, the study resumes step by step.
-# STUDY_SECONDS (default 300) caps the study so that the call ends inside its limit.
+# STUDY_SECONDS (default 300), CHECK_SECONDS (360) and BENCH_SECONDS (300) cap the steps so that a call ends inside
+# its limit; BENCH_ARGS adds options of scripts/benchmark_fit.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KIT=${DEVICE_KIT:-.device-kit}  # where scripts/device_kit.py packed it (its default)
@@ -85,7 +89,21 @@ real_model() {
 }
 
 check() {
-  "$PY" -m workflows check-gpu 2>&1 | tee "$OUT/check-gpu.txt"
+  local work
+  work=$KIT/check-gpu-$(date +%s)  # a new one each time: a rerun does not meet the last one's runs
+  timeout "${CHECK_SECONDS:-360}" "$PY" -m workflows check-gpu --workdir "$work" 2>&1 | tee "$OUT/check-gpu.txt"
+  local code=${PIPESTATUS[0]}
+  # the runs' logs, configs and metrics (not their checkpoints), to read a failure here
+  (cd "$work" 2>/dev/null && find . \( -name '*.log' -o -name '*.yaml' -o -name '*.sh' -o -name '*.csv' \) -print0 \
+    | tar -czf "$OUT/check-gpu-logs.tar.gz" --null -T -)
+  return "$code"
+}
+
+bench() {
+  timeout "${BENCH_SECONDS:-300}" "$PY" scripts/benchmark_fit.py --out "$KIT/benchmark-fit-$(date +%s)" \
+    ${BENCH_ARGS:-} 2>&1 | tee "$OUT/benchmark-fit.log"
+  cp "$(ls -d $KIT/benchmark-fit-* | tail -1)"/report.{json,md} "$OUT/" 2>/dev/null
+  return 0
 }
 
 study() {
@@ -103,5 +121,7 @@ case "$STEP" in
   setup) setup 2>&1 | tee "$OUT/setup.log" ;;
   check) setup 2>&1 | tee "$OUT/setup.log" && environment && real_model && check ;;
   all) setup 2>&1 | tee "$OUT/setup.log" && environment && real_model && check; study ;;
-  *) echo "usage: bash scripts/device_session.sh stage|setup|check|all" >&2; exit 2 ;;
+  bench) setup 2>&1 | tee "$OUT/setup.log" && environment && bench ;;
+  study) setup 2>&1 | tee "$OUT/setup.log" && environment && study ;;
+  *) echo "usage: bash scripts/device_session.sh stage|setup|check|all|bench|study" >&2; exit 2 ;;
 esac

@@ -10,6 +10,7 @@ positions, differing tokens, an impossible MFU).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -266,6 +267,38 @@ def test_lightning_deepspeed_rows_pass_on_the_cpu(tmp_path):
     ], render_table(rows)  # fmt: skip
     assert exit_code(rows) == 0, render_table(rows)
     assert (tmp_path / "commands.sh").read_text().count("repo_train fit --config") == 2
+
+
+def test_a_relative_workdir_reaches_the_training_runs_as_an_absolute_path(tmp_path, monkeypatch):
+    """The runs start inside the workdir: a relative config path there named a file inside itself (check-gpu on an
+    H200, 2026-11-28: `--workdir .device-kit/check-gpu-N` failed the training group with "File does not exist")."""
+    import subprocess
+
+    from workflows.gpu_check import training_run
+
+    seen = {}
+
+    def fit(runner, title, config, processes, *more):
+        seen["config"], seen["cwd"] = config, runner.cwd
+        raise subprocess.CalledProcessError(2, "fit")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(training_run, "_fit", fit)
+    rows = training_run.training_rows("cpu", Path("relative") / "training")
+    assert rows[0].result == FAIL  # the stand-in fit failed, as it should
+    assert seen["config"].is_absolute() and seen["config"].is_file(), seen
+    assert seen["config"] == tmp_path / "relative" / "training" / "train-a.yaml"
+
+
+def test_pcd_keeps_every_token_of_the_models_vocabulary(tmp_path):
+    """A top-k set smaller than the vocabulary can differ between bf16 and fp32 (an infinite difference): pcd's
+    gamma is the checked model's vocabulary (the tiny model's 260 tokens and SmolLM2's 49,152 alike)."""
+    for vocab_size in (260, 49152):
+        config = SimpleNamespace(vocab_size=vocab_size, num_hidden_layers=4)
+        (pcd,) = positions.method_stack(CASE["pcd"], tmp_path, config).methods
+        assert pcd.gamma == vocab_size
+    (lpes,) = positions.method_stack(CASE["lpes"], tmp_path, config).methods
+    assert Path(lpes.scale_file).is_file()
 
 
 # -- the real model ---------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import TQDMProgressBar
 
 from repo_common.progress import DEFAULT_SECONDS, Progress, is_terminal
@@ -23,7 +24,7 @@ from repo_train.modeling.accounting import training_flops_per_token
 
 
 class ThroughputMonitor(pl.Callback):
-    """Logs tokens/s (all processes), model TFLOP/s per device and MFU every optimizer step."""
+    """Logs tokens/s (all processes), model TFLOP/s per device, MFU and (CUDA) peak memory every optimizer step."""
 
     def __init__(self, peak_tflops_per_device: float | None = None, window: int = 10):
         """
@@ -64,6 +65,8 @@ class ThroughputMonitor(pl.Callback):
         pl_module.log("perf/tflops_per_device", tflops_per_device)
         if self.peak:
             pl_module.log("perf/mfu", tflops_per_device / self.peak)
+        if pl_module.device.type == "cuda":  # what a micro batch size costs: the first thing to check before a run
+            pl_module.log("perf/peak_memory_gib", torch.cuda.max_memory_allocated(pl_module.device) / 2**30)
 
 
 class StepProgressBar(TQDMProgressBar):

@@ -107,7 +107,7 @@ def run(options, _parser=None) -> int:
     device = "cuda"
     print(f"check-gpu on {environment_line(device)}", flush=True)
     temporary = options.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="check-gpu-") if temporary else options.workdir)
+    workdir = Path(tempfile.mkdtemp(prefix="check-gpu-") if temporary else options.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     rows = run_checks(device, checks, methods, workdir, options)

@@ -35,8 +35,10 @@ SETTINGS = {
     "lpes": MethodCase("lpes", "rope", "lpes:scale_file={scale_file}"),
     "pi": MethodCase("pi", "rope", "pi:scale=2"),
     "caliope": MethodCase("caliope", "rope", "caliope:calibrator=hourglass", "prefill"),
-    # gamma >= vocabulary: every token keeps a finite contrast (the top-30 set could differ between bf16 and fp32)
-    "pcd": MethodCase("pcd", "rope", "pcd:gamma=1024", "prefill"),
+    # gamma = the vocabulary: every token keeps a finite contrast. A top-k set smaller than the vocabulary can differ
+    # between bf16 and fp32, and one token -inf in one and finite in the other is an infinite difference (check-gpu
+    # on an H200, 2026-11-28: gamma 1024 passed on the tiny model's 260 tokens and gave inf on SmolLM2's 49,152).
+    "pcd": MethodCase("pcd", "rope", "pcd:gamma={vocab_size}", "prefill"),
     "fim": MethodCase(
         "fim", "rope", "fim", "fim", no_flash="fim's attention probe wraps SDPA (it refuses other kernels)"
     ),

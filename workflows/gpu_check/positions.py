@@ -119,12 +119,13 @@ def lpes_scale_file(workdir: Path, num_layers: int) -> Path:
     )
 
 
-def method_stack(case: MethodCase, workdir: Path, num_layers: int) -> MethodStack:
-    """The case's method stack (for lpes, with a scale file written into `workdir`)."""
+def method_stack(case: MethodCase, workdir: Path, config) -> MethodStack:
+    """The case's method stack for a model of `config`: `{scale_file}` becomes a scale file written into `workdir`
+    (lpes), `{vocab_size}` the model's vocabulary size (pcd's gamma)."""
     spec = case.spec
     if "{scale_file}" in spec:
-        spec = spec.format(scale_file=lpes_scale_file(workdir, num_layers))
-    return MethodStack.parse(spec)
+        spec = spec.replace("{scale_file}", str(lpes_scale_file(workdir, config.num_hidden_layers)))
+    return MethodStack.parse(spec.replace("{vocab_size}", str(config.vocab_size)))
 
 
 @dataclass
@@ -189,7 +190,7 @@ def on_device(model, device: str, dtype: torch.dtype, attn_implementation: str =
 
 def reference_decoding(case: MethodCase, model, tokenizer, prompts, workdir: Path) -> Decoded:
     """fp32 on the CPU, tokens chosen freely: what the other runs are compared against."""
-    stack = method_stack(case, workdir, model.config.num_hidden_layers)
+    stack = method_stack(case, workdir, model.config)
     cpu = on_device(model, "cpu", torch.float32)
     with fp32_matmul(), stack.attached(cpu, tokenizer):
         return decode(cpu, tokenizer, prompts, stack)
@@ -197,7 +198,7 @@ def reference_decoding(case: MethodCase, model, tokenizer, prompts, workdir: Pat
 
 def forced_decoding(case, model, tokenizer, prompts, workdir, reference: Decoded) -> Decoded:
     """`model` (already placed) decoding the reference's tokens with the case's stack."""
-    stack = method_stack(case, workdir, model.config.num_hidden_layers)
+    stack = method_stack(case, workdir, model.config)
     with stack.attached(model, tokenizer):
         return decode(model, tokenizer, prompts, stack, reference.tokens)
 
@@ -229,7 +230,7 @@ def flash_row(case, model, tokenizer, prompts, workdir, reference: Decoded, devi
 def cache_row(case, model, tokenizer, prompts, workdir, device: str) -> Row:
     """Cached decoding vs recomputation in fp32 on `device` (CACHE_TOLERANCE)."""
     placed = on_device(model, device, torch.float32)
-    stack = method_stack(case, workdir, model.config.num_hidden_layers)
+    stack = method_stack(case, workdir, model.config)
     with fp32_matmul(), stack.attached(placed, tokenizer):
         cached = decode(placed, tokenizer, prompts, stack)
         recomputed = recompute(case, placed, tokenizer, prompts, stack, cached)

@@ -70,7 +70,7 @@ def _fit(runner: CommandRunner, title: str, config: Path, processes: int, *more:
 
 def training_rows(device: str, workdir: Path, processes: int = 1) -> list[Row]:
     """Loss falls, checkpoints saved, resume equals the uninterrupted run, the export loads and is the trained model."""
-    workdir = Path(workdir)
+    workdir = Path(workdir).resolve()  # the runs start in it: a relative path would be read from inside itself
     runner = CommandRunner(workdir, description="check-gpu: Lightning + DeepSpeed ZeRO-2 runs", cwd=workdir,
                            env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})  # fmt: skip
     runs = {name: workdir / f"train-{name}" for name in ("a", "b")}
