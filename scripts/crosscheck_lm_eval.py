@@ -38,7 +38,7 @@ Everything goes to `--out` (JSON, written atomically). lm-eval comes with the
 `python -m repo_train real-model`.
 
     python scripts/crosscheck_lm_eval.py \\
-        --data /work/shared/data/lost_in_the_middle/nq-open-oracle.first2000.jsonl.gz \\
+        --data ../shared/data/lost_in_the_middle/nq-open-oracle.first2000.jsonl.gz \\
         --num-documents 5 --num-examples 20 --gold-positions all --batch-size 8 --repeats 3
 """
 

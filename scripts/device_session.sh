@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of a lent device machine, from a kit that scripts/device_kit.py packed here (its plan.md lists
+# The GPU checks of an offline GPU node, from a kit that scripts/device_kit.py packed elsewhere (its plan.md lists
 # the calls). Runs on the device, in the checkout's copy, with the image's python3 (torch with CUDA):
 #
 #   bash scripts/device_session.sh stage    # an intermediate call: say which kit parts have landed
@@ -9,9 +9,9 @@
 #   bash scripts/device_session.sh bench    # setup + scripts/benchmark_fit.py (fit's tokens/s and MFU at 1B)
 #   bash scripts/device_session.sh study    # setup + the real-model study alone (resumes)
 #
-# Results go to $OUT (the device tool brings them back): check-gpu.txt (and check-gpu-logs.tar.gz: its runs' logs),
+# Results go to $OUT (default .device-kit/out): check-gpu.txt (and check-gpu-logs.tar.gz: its runs' logs),
 # real-model.txt, benchmark-fit.log with report.json / report.md, study.tar.gz, setup.log.
-# Every step can be rerun on the same warm machine: setup is skipped once done, the study resumes step by step.
+# Every step can be rerun on the same node: setup is skipped once done, the study resumes step by step.
 # STUDY_SECONDS (default 300), CHECK_SECONDS (360) and BENCH_SECONDS (300) cap the steps so that a call ends inside
 # its limit; BENCH_ARGS adds options of scripts/benchmark_fit.py.
 set -uo pipefail
