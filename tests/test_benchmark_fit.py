@@ -1,6 +1,6 @@
 """scripts/benchmark_fit.py: `fit`'s own tokens/s, MFU and peak memory, RoPE and REPO alternating.
 
-The GPU numbers are in the README's benchmark page; here the script's options,
+The GPU numbers are in docs/benchmarks.md; here the script's options,
 its report and a whole run of the real command on the tiny model (CPU).
 """
 
