@@ -757,7 +757,7 @@ def test_a_kv_task_too_long_for_the_model_is_refused_in_bounded_memory():
 
     Before issue 13 every prompt was tokenised (with offsets) before the length
     check: ~1.2 MB a prompt, 3.6 GB here, 45 GB for the release's 75-key file at
-    every position (37,500 prompts). Since session 10 the first prompt is
+    every position (37,500 prompts). Since 2026-11-26 the first prompt is
     tokenised before the grid is built, and its length refuses the task.
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

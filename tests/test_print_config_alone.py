@@ -29,7 +29,7 @@ SCRIPTS = sorted(
     and path.name != "regenerate_help_snapshot.py"
 )
 #: Commands whose `--print_config` loads no ML package (tests/test_startup.py checks their `--help` that way):
-#: every script parses before importing torch (session 13).
+#: every script parses before importing torch (2026-11-26).
 FAST = [
     "python -m repo_train demo",
     "python -m repo_train export",

@@ -61,7 +61,7 @@ def test_smallest_benchmark_prints_the_racing_table_with_consistent_numbers(tmp_
 
 
 REPO = Path(__file__).resolve().parents[2]
-MEASURED = "docs/measurements/racing-smollm2-mdqa5-loglik-pop12-gen0-seed{}.json"  # session 15's two rounds
+MEASURED = "docs/measurements/racing-smollm2-mdqa5-loglik-pop12-gen0-seed{}.json"  # 2026-11-27's two rounds
 
 
 def test_combine_reads_rounds_run_apart_as_one_summary(tmp_path, capsys):

@@ -33,12 +33,12 @@ def _tiny_one_generation(**ga) -> SearchConfig:
     )
 
 
-#: Keys added to the search config since session 10, after which key of the file each is printed, and its default.
+#: Keys added to the search config since 2026-11-26, after which key of the file each is printed, and its default.
 LATER_KEYS = [("task", "system_prompt", "score", "metric")]
 
 
 def _with_later_keys(text: str) -> str:
-    """A session-10 NAME.config.yaml as --print_config writes it today: every later key at its default."""
+    """A 2026-11-26 NAME.config.yaml as --print_config writes it today: every later key at its default."""
     lines = text.splitlines(keepends=True)
     for section, after, key, default in LATER_KEYS:
         start = lines.index(f"{section}:\n")
