@@ -34,9 +34,11 @@ from pathlib import Path
 from repo_common.atomic import atomic_directory, write_json_atomic
 from repo_common.output_guard import check_output_directory
 
-#: The provenance file's format (bump when its keys change meaning).
-PROVENANCE_VERSION = 1
+#: The provenance file's format (bump when its keys change meaning). 2: it names the command and each file's size.
+PROVENANCE_VERSION = 2
 PROVENANCE_FILE = "provenance.json"
+#: What a provenance file of this command says wrote it: an output is recognised by this, not by the file's presence.
+COMMAND = "python -m repo_train real-model"
 #: Where the command writes by default, relative to the working directory (git-ignored in the checkout).
 DEFAULT_OUT = "models/smollm2-135m-instruct"
 #: How the extra is installed: the refusal names it.
@@ -127,23 +129,52 @@ def read_provenance(out: Path) -> dict | None:
 
 
 def is_up_to_date(out: Path, expected: dict) -> bool:
-    """True when `out` holds a complete conversion of this very file to this dtype."""
+    """True when `out` holds a complete conversion of this very file to this dtype: the provenance matches, and
+    every file it lists is there at its recorded size (a truncated or replaced weights file is not up to date)."""
     found = read_provenance(out)
     if found is None or any(found.get(key) != value for key, value in expected.items()):
         return False
-    return all((out / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer.json"))
+    files = found.get("files")
+    if not isinstance(files, dict) or not {"config.json", "model.safetensors", "tokenizer.json"} <= set(files):
+        return False
+    return all((out / name).is_file() and (out / name).stat().st_size == size for name, size in files.items())
+
+
+def _is_ours(directory: Path) -> bool:
+    """An output of this command: its provenance names the command (format 1, before it did: its own keys)."""
+    found = read_provenance(directory)
+    if found is None:
+        return False
+    return found.get("command") == COMMAND or (found.get("format_version") == 1 and "gguf_sha256" in found)
 
 
 def _check_out(out: Path) -> None:
-    """`--out` may be new, empty, or an earlier output of this command (replaced); anything else is refused."""
+    """`--out` may be new, empty, or an earlier output of this command holding nothing else (replaced whole);
+    anything else is refused before anything is written."""
     check_output_directory(
         out,
         PROVENANCE_FILE,
         "a converted model of this command",
-        is_ours=lambda d: read_provenance(d) is not None,
+        is_ours=_is_ours,
         fix="pass a new directory path",
         replaced_whole=True,
     )
+    if not out.is_dir():
+        return
+    listed = (read_provenance(out) or {}).get("files")
+    written = set(listed) if isinstance(listed, dict) else FORMAT_1_FILES
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in written | {PROVENANCE_FILE})
+    if foreign and (out / PROVENANCE_FILE).is_file():
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ValueError(
+            f"--out {out} holds files this command did not write ({shown}), which replacing the model would "
+            "delete: move them out, or pass a new directory path"
+        )
+
+
+#: What a format-1 conversion wrote (its provenance did not list its files).
+FORMAT_1_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                            "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})  # fmt: skip
 
 
 def _load_gguf(gguf: Path):
@@ -219,6 +250,8 @@ def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model
         _check_saved(staging, source, tokenizer, dtype)
         provenance = {
             **expected,
+            "command": COMMAND,
+            "files": {path.name: path.stat().st_size for path in sorted(staging.iterdir()) if path.is_file()},
             "converted_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "converted_with": {"transformers": transformers.__version__, "torch": torch.__version__},
             "source": f"{model.package}=={expected['package_version']} (PyPI), file {model.gguf_file}",

@@ -105,7 +105,9 @@ def test_is_up_to_date_only_for_the_same_file_and_dtype(fake_gguf, tmp_path):
         (out / name).write_text("{}")
 
     def provenance(**changes):
-        (out / PROVENANCE_FILE).write_text(json.dumps({**expected, "converted_at": "2025-01-01T00:00:00", **changes}))
+        files = {name: 2 for name in ("config.json", "model.safetensors", "tokenizer.json")}
+        (out / PROVENANCE_FILE).write_text(json.dumps({**expected, "converted_at": "2025-01-01T00:00:00",
+                                                       "command": real_model.COMMAND, "files": files, **changes}))
 
     provenance()
     assert is_up_to_date(out, expected)
@@ -120,8 +122,47 @@ def test_is_up_to_date_only_for_the_same_file_and_dtype(fake_gguf, tmp_path):
     (out / PROVENANCE_FILE).write_text("{not json")
     assert not is_up_to_date(out, expected)
     provenance()
+    (out / "model.safetensors").write_text("{")  # truncated: its recorded size differs
+    assert not is_up_to_date(out, expected)
+    (out / "model.safetensors").write_text("{}")
+    assert is_up_to_date(out, expected)
+    provenance(files=None)  # a provenance that does not list its files cannot vouch for them
+    assert not is_up_to_date(out, expected)
+    provenance()
     (out / "model.safetensors").unlink()  # incomplete
     assert not is_up_to_date(out, expected)
+
+
+@pytest.mark.parametrize("provenance", [{"name": "my experiment"}, {"format_version": 2, "gguf_sha256": "0" * 64}])
+def test_a_provenance_json_of_someone_else_does_not_make_a_folder_ours(fake_gguf, tmp_path, provenance):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / PROVENANCE_FILE).write_text(json.dumps(provenance))
+    (out / "results.csv").write_text("a,b\n1,2\n")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="provenance.json is not a converted model of this command") as refused:
+        make_real_model(out, model=FAKE, log=lambda *_: None)
+    assert "\n" not in str(refused.value) and snapshot(out) == before
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_users_file_beside_an_earlier_output_is_not_deleted_with_it(fake_gguf, tmp_path, listed):
+    out = tmp_path / "model"
+    out.mkdir()
+    files = {"config.json": 2, "model.safetensors": 3}
+    for name in files:
+        (out / name).write_text("{}")
+    manifest = {"command": real_model.COMMAND, "files": files} if listed else {"format_version": 1,
+                                                                               "gguf_sha256": "0" * 64}  # fmt: skip
+    (out / PROVENANCE_FILE).write_text(json.dumps(manifest))
+    (out / "results.csv").write_text("a,b\n1,2\n")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=r"holds files this command did not write \(results.csv\)"):
+        make_real_model(out, model=FAKE, log=lambda *_: None)
+    assert snapshot(out) == before
+    (out / "results.csv").unlink()  # without it, the earlier output is converted into (replaced whole)
+    with pytest.raises(ConversionStarted):
+        make_real_model(out, model=FAKE, log=lambda *_: None)
 
 
 @pytest.mark.slow
