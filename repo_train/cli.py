@@ -10,12 +10,10 @@ tiny default), configured the same way. `check-gpu` moved to `python -m workflow
 
 from __future__ import annotations
 
-import os
 import sys
 
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
 from repo_common.config_cli import deferred, dispatch
-from repo_train import fit_precheck, help_snapshot
 
 #: Each command's module is imported only when that command runs (`deferred`): `--help` stays fast.
 COMMANDS = {
@@ -54,18 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m repo_train: error: '{argv[0]}' moved: run {MOVED[argv[0]]}", file=sys.stderr)
         return EXIT_USAGE
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
-        if help_snapshot.question(argv) is not None:
-            from repo_common.progress import is_terminal  # lazy: tqdm, only for fit's help (the bar's default)
-
-            os.environ["COLUMNS"] = str(help_snapshot.HELP_COLUMNS)  # live or not, the width the snapshot holds
-            if help_snapshot.answer(argv, terminal=is_terminal(sys.stdout) and is_terminal(sys.stderr)):
-                return 0  # LightningCLI's own answer, kept for exactly these sources and packages
+        # --help, --print_config and every refusal are LightningCLI's own (its parser is built from the model
+        # classes: Lightning and torch load first); the settings that need no model are refused before the
+        # model is built or any data is read (`training.settings_checks.check_settings`).
         prog = f"python -m repo_train {argv[0]}"
-        refused = fit_precheck.refusal(argv)  # what needs no model, from the kept parser: in about a second
-        if refused is not None:
-            print(f"{prog}: error: {refused}", file=sys.stderr)
-            return EXIT_USAGE
-        from repo_train.training.cli import run  # imports Lightning only when training
+        from repo_train.training.cli import run  # imports Lightning only for these two
 
         return report_user_errors(prog, lambda: run(argv), TRAINING_ERRORS)
     return dispatch(

@@ -9,8 +9,8 @@ and the range over the rounds. `--compare DIR` times the same cases in another c
 an older commit, unpacked with `git archive`) in the same rounds, right after each case here, and adds its
 median and the ratio: the only way to compare on a shared machine. `--match TEXT` keeps the cases whose
 command contains TEXT (one command's cases, measured in minutes rather than the whole table). The target of
-issue 24 is <= 2 s on two quiet cores for every case (fit / validate answer from the parser kept in
-repo_train/help_snapshot.json while it is of this checkout; otherwise LightningCLI answers, in ~20 s).
+issue 24 is <= 2 s on two quiet cores for every case but fit / validate, which LightningCLI answers (its
+parser is built from the model classes: ~20 s on two loaded cores).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from repo_common.config_cli import ConfigParser, parse_script
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (kind, command line after `python`): every command's --help and one model-free refusal, some --print_config
-#: cases; fit's from the kept parser (`repo_train.fit_precheck`, `repo_train.help_snapshot`).
+#: cases; fit's are LightningCLI's (slow: compare them with --match fit).
 CASES = [
     ("help", "-m repo_train --help"),
     ("help", "-m repo_train demo --help"),

@@ -20,13 +20,11 @@ from evaluation.cli import main as evaluation_main
 from search.cli import main as search_main
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Every script that takes options (its parser is a `config_cli.ConfigParser`), and scripts/check_gpu.py;
-#: not regenerate_help_snapshot.py, which parses only to answer `--help` (it has no options: an empty template).
+#: Every script that takes options (its parser is a `config_cli.ConfigParser`), and scripts/check_gpu.py.
 SCRIPTS = sorted(
     f"scripts/{path.name}"
     for path in (ROOT / "scripts").glob("*.py")
-    if ("ConfigParser" in path.read_text(encoding="utf-8") or path.name == "check_gpu.py")
-    and path.name != "regenerate_help_snapshot.py"
+    if "ConfigParser" in path.read_text(encoding="utf-8") or path.name == "check_gpu.py"
 )
 #: Commands whose `--print_config` loads no ML package (tests/test_startup.py checks their `--help` that way):
 #: every script parses before importing torch (2026-11-26).
@@ -43,7 +41,7 @@ FAST = [
     "python -m search diagnose",
     *SCRIPTS,
 ]
-#: LightningCLI's (`fit --print_config` alone comes from repo_train/help_snapshot.json while it is current).
+#: LightningCLI's: its parser is built from the model classes (torch and Lightning load first).
 HEAVY = ["python -m repo_train fit", "python -m repo_train validate"]
 
 

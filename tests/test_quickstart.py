@@ -460,7 +460,7 @@ def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, caps
     assert printed["evaluate"]["methods"]["base"] == ["baseline"]
 
 
-def test_data_a_loop_reads_is_checked_before_training(tmp_path):
+def test_data_a_loop_reads_is_checked_before_training(tmp_path, capsys):
     """Missing shard lists and --data-dir folders are machine problems: fatal for a real run, listed by a dry run."""
     from workflows import loop_config
 
@@ -468,9 +468,14 @@ def test_data_a_loop_reads_is_checked_before_training(tmp_path):
     path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])
     train = yaml.safe_load((tmp_path / "train-rope.yaml").read_text())
     train["data"]["train"] = {"class_path": "OlmoNumpyData", "init_args": {"mix_file": "data/nowhere/mix.txt"}}
-    train["data"]["val"] = {"source": "synthetic", "seq_len": 32}  # the old form, which training refuses
     (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
     args = qs.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
+    train["data"]["val"] = {"source": "synthetic", "seq_len": 32}  # the old form, which training refuses ...
+    (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
+    with pytest.raises(SystemExit) as stop:  # ... as the loop file is read (fit's own parser)
+        qs.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "data.val: the 'source:' form was replaced" in err and err.count("\n") == 1, err
     values = {"out": "o", "base": args.loop.base, "python": sys.executable}
     problems = loop_config.machine_problems(args.loop, ROOT, values)
     missing = "data.train.init_args.mix_file: data/nowhere/mix.txt does not exist here"

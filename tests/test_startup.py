@@ -2,11 +2,11 @@
 
 Each command runs in a fresh interpreter (`startup_probe.py`), which reports the heavy packages in
 `sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
-`scripts/benchmark_startup.py`'s). `fit` / `validate` are LightningCLI's, whose parser is built from the
-LightningModule: `fit --help` / `fit --print_config` alone come from repo_train/help_snapshot.json while it is
-current, and so do their model-free refusals (the kept parser, tests/test_fit_precheck.py); anything more is
-parsed live. (`python -m evaluation run` was an exception until its parser and resolution read the task and
-method classes without torch or `datasets`.)
+`scripts/benchmark_startup.py`'s). `fit` / `validate` are the exception: LightningCLI's parser is built from
+the LightningModule, so their `--help`, `--print_config` and refusals load torch and Lightning first (the slow
+test at the end); their model-free refusals come before the model is built or any data is read
+(tests/test_bad_inputs_training.py). (`python -m evaluation run` was an exception until its parser and
+resolution read the task and method classes without torch or `datasets`.)
 """
 
 from __future__ import annotations
@@ -62,8 +62,6 @@ COMMANDS = {
     "scripts/crosscheck_lm_eval.py": (["--gold-positions", "nowhere"], "--gold-positions expects"),
     "scripts/pretrain_tiny_base.py": (["--keys", "20"], "at most 16 distinct keys"),
     "scripts/reproduce_reversal.py": (["--methods", "alibi"], "--methods: unknown ['alibi']"),
-    # a maintenance tool that loads Lightning to do its work, but `--help` must not start that work (it used to)
-    "scripts/regenerate_help_snapshot.py": (["--now"], "unrecognized arguments: --now"),
 }
 
 
@@ -128,29 +126,25 @@ def test_the_moved_check_gpu_spelling_is_refused_without_loading_anything():
     assert code == 2 and "python -m workflows check-gpu" in err and heavy == []
 
 
-def test_fit_help_and_print_config_from_the_snapshot_load_no_heavy_package():
-    """`fit --help` and `fit --print_config` exactly are answered from repo_train/help_snapshot.json while it is of
-    this checkout (tests/test_help_snapshot.py checks it against the live LightningCLI)."""
-    from repo_train import help_snapshot
-
-    if json.loads(help_snapshot.SNAPSHOT.read_text())["pipe"]["key"] != help_snapshot.inputs_key(terminal=False):
-        pytest.skip("repo_train/help_snapshot.json is not of this checkout: python scripts/regenerate_help_snapshot.py")
-    for args in (["--help"], ["--print_config"]):
-        code, err, heavy = probe("python -m repo_train fit", args)
-        assert code == 0, err
-        assert heavy == [], f"fit {args[0]} imported {heavy}"
-
-
 @pytest.mark.slow  # each loads torch (fit: Lightning too): 13-18 s on two cores at load 2-3
 @pytest.mark.parametrize(
     ("command", "args", "expected"),
     [
-        ("python -m repo_train fit", ["--trainer.max_steps", "3", "--help"], {"torch", "pytorch_lightning"}),
+        ("python -m repo_train fit", ["--help"], {"torch", "pytorch_lightning"}),
+        ("python -m repo_train validate", ["--print_config"], {"torch", "pytorch_lightning"}),
     ],
 )
 def test_the_known_exceptions_still_need_their_packages_for_help(command, args, expected):
-    """If one of these stops importing them, move it to COMMANDS above (the README's table says why it is slow).
-    (`fit --help` alone comes from a snapshot: with more options it is LightningCLI's.)"""
+    """If one of these stops importing them, move it to COMMANDS above (the README's table says why it is slow)."""
     code, err, heavy = probe(command, args)
     assert code == 0, err
     assert expected <= set(heavy)
+
+
+@pytest.mark.slow  # loads torch and Lightning: 13-18 s on two cores at load 2-3
+def test_a_fit_refusal_comes_from_lightning_cli_in_one_line():
+    """LightningCLI's own refusal, as a user types it: one line, exit code 2 (tests/test_fit_settings_checks.py
+    checks in process that such refusals come before the model is built)."""
+    code, err, _heavy = probe("python -m repo_train fit", ["--trainer.max_steps", "abc"])
+    assert code == 2 and "--trainer.max_steps: 'abc' is not valid (expected int)" in err, err
+    assert len(err.strip().splitlines()) == 1, err

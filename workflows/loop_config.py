@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from repo_train import fit_precheck  # stdlib, yaml and jsonargparse only: --help stays fast
+from repo_common.file_permissions import describe
 
 #: The name under which the base checkpoint is searched and evaluated (not usable as a training run's name).
 BASE_MODEL = "base"
@@ -198,18 +198,26 @@ def check_files(config: LoopConfig, root: Path) -> None:
 
 
 def check_training(config: LoopConfig, root: Path) -> None:
-    """Each train run's LightningCLI config and `train.args`, judged now as `python -m repo_train fit` would judge
-    them before loading anything (`repo_train.fit_precheck`: unknown or misspelt keys, wrong types, a broken
-    file), so the second run's typo does not stop the loop after the first run's hours of training. The run
-    directory and the base are the loop's own and not judged here; what the precheck cannot judge (a data
-    source's own options, say) is left to the run itself."""
+    """Each train run's LightningCLI config and `train.args`, judged now by `python -m repo_train fit`'s own parser
+    and its checks that need no model (`repo_train.training.cli.check_arguments`: unknown or misspelt keys, wrong
+    types, a broken file, the checkpoint interval, the batch split), so the second run's typo does not stop the
+    loop after the first run's hours of training. The run directory and the base are the loop's own and not
+    judged here; what needs the model or the data is left to the run itself. Loads Lightning (seconds)."""
+    from repo_train.training.cli import check_arguments  # Lightning: only when a loop file is checked
+
     stand_in = dict.fromkeys(PLACEHOLDERS, "1")
     for name, train_config in config.train.methods.items():
         argv = ["fit", "--config", str(root / train_config), *(fill(arg, stand_in) for arg in config.train.args)]
-        refused = fit_precheck.refusal(argv)
-        if refused:
-            given = " with train.args" if config.train.args else ""
-            raise LoopConfigError(f"train.methods.{name} ({train_config}){given}: {refused}")
+        try:
+            check_arguments(argv, root_dir=False)
+        except PermissionError as err:
+            refused = describe(err)
+        except (ValueError, OSError) as err:
+            refused = str(err)
+        else:
+            continue
+        given = " with train.args" if config.train.args else ""
+        raise LoopConfigError(f"train.methods.{name} ({train_config}){given}: {refused}")
 
 
 def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:

@@ -10,8 +10,13 @@ Bad input ends in one line on stderr and exit code 2 (through
 `repo_common.cli_errors.report_user_errors`), before anything is written: parser
 errors (an unknown option, a value of the wrong type, a config file that is
 missing or not a YAML mapping) are raised instead of printing the ~90-line
-usage, and `before_fit` reads the data and checks the model config, the
+usage; the settings that need no model (`settings_checks.check_settings`: the
+checkpoint path, the root dir, the checkpoint interval, the batch split) are
+checked as soon as the parse is done, before the model is built or any data is
+read; and `before_fit` reads the data and checks the model config, the
 checkpoint and the root dir before the Trainer writes its first file.
+`check_arguments` runs only the parse and those checks (a loop file's train
+configs are judged with it).
 
 Resuming (`--ckpt_path`) compares the checkpoint's saved hyperparameters (the
 module's and the data module's) with the values given on the command line and
@@ -50,7 +55,6 @@ from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
-from repo_train.fit_precheck import SUBCOMMANDS, parser_options
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.position_config import PositionConfig, position_class
 from repo_train.modeling.presets import preset
@@ -75,6 +79,7 @@ from repo_train.training.settings_checks import (
     check_every_n_train_steps,
     check_no_earlier_run,
     check_root_dir,
+    check_settings,
     check_validate_inputs,
     config_file_arguments,
     named_class_paths,
@@ -137,6 +142,9 @@ def continue_logger_version(loggers, ckpt_path: str | None) -> None:
 
 
 class RePoCLI(LightningCLI):
+    #: Whether the model-free checks judge `trainer.default_root_dir` (not for a caller that sets it itself).
+    judge_root_dir = True
+
     def add_arguments_to_parser(self, parser) -> None:
         # Always-on callbacks, configurable as `checkpoint:`, `throughput:` and `progress_log:` sections of the YAML.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -204,6 +212,12 @@ class RePoCLI(LightningCLI):
             self.config = self.parser.parse_object({subcommand: update}, self.config)
         if warning and rank_zero_only.rank == 0:
             print(warning, file=sys.stderr, flush=True)
+
+    def before_instantiate_classes(self) -> None:
+        """The settings that need no model, judged before the model is built or any data is read."""
+        if self.subcommand is not None:
+            section = self.config[self.subcommand]
+            check_settings(self.subcommand, section.get, root_dir=self.judge_root_dir)
 
     def before_fit(self) -> None:
         """Everything that can be checked before the Trainer writes its first file (a bad input then leaves none)."""
@@ -400,14 +414,27 @@ def import_named_modules(argv: list[str]) -> list[str]:
 
 
 def run(argv: list[str]) -> int:
+    watch_launcher()  # a torchrun worker ends when its launcher is gone
+    _start(RePoCLI, argv)
+    return 0
+
+
+def check_arguments(argv: list[str], root_dir: bool = True) -> None:
+    """`python -m repo_train fit|validate ARGV` parsed by the live parser and given the checks that need no model
+    (`settings_checks.check_settings`; the root dir only with `root_dir`), nothing built and no data read: raises
+    the error `run` would refuse these arguments with (ValueError, FileNotFoundError, PermissionError)."""
+    _start(_SettingsOnlyCLI if root_dir else _SettingsOnlyCLIAnyRoot, argv)
+
+
+def _start(cli_class: type[RePoCLI], argv: list[str]) -> None:
+    """`cli_class` over ARGV: the moved options and the user's modules first, a parse error as one line."""
     check_moved_options(argv)
     argv = import_named_modules(argv)
-    watch_launcher()  # a torchrun worker ends when its launcher is gone
     # A bar only on a terminal; in a log file it is fragments (or nothing until the end), and
     # `ProgressLog` writes plain lines there instead.
     terminal = is_terminal(sys.stdout) and is_terminal(sys.stderr)
     try:
-        RePoCLI(**_cli_arguments(argv, terminal))
+        cli_class(**_cli_arguments(argv, terminal))
     except argparse.ArgumentError as err:
         subcommand = argv[0] if argv and not argv[0].startswith("-") else None
         raise ValueError(parse_error_line(str(err), subcommand, argv)) from None
@@ -417,11 +444,10 @@ def run(argv: list[str]) -> int:
             f"the trainer refused these settings: {' '.join(str(err).split())} (python -m repo_train {subcommand} "
             "--help lists the options)"
         ) from None
-    return 0
 
 
 def _cli_arguments(argv: list[str], terminal: bool) -> dict:
-    """RePoCLI's arguments for `python -m repo_train ARGV` (the run, and the parser kept for the precheck)."""
+    """RePoCLI's arguments for `python -m repo_train ARGV`."""
     return {
         "model_class": RePoLightningModule,
         "datamodule_class": RePoDataModule,
@@ -433,10 +459,11 @@ def _cli_arguments(argv: list[str], terminal: bool) -> dict:
     }
 
 
-class _ParserOnlyCLI(RePoCLI):
-    """Builds `python -m repo_train`'s parsers and nothing else (no checkpoint read, no model, no run)."""
+class _SettingsOnlyCLI(RePoCLI):
+    """Parses `python -m repo_train ARGV` and checks what needs no model (`check_arguments`); builds nothing, runs
+    nothing, seeds nothing."""
 
-    def _parse_ckpt_path(self) -> None:
+    def _set_seed(self) -> None:
         pass
 
     def instantiate_classes(self) -> None:
@@ -446,10 +473,8 @@ class _ParserOnlyCLI(RePoCLI):
         pass
 
 
-def kept_parser_options() -> dict:
-    """The options of the `fit` and `validate` parsers as `repo_train.fit_precheck` keeps them (stdout a pipe)."""
-    parsers = _ParserOnlyCLI(**_cli_arguments(["fit"], terminal=False)).parser._subcommands_action._name_parser_map
-    return {name: parser_options(parsers[name]) for name in SUBCOMMANDS}
+class _SettingsOnlyCLIAnyRoot(_SettingsOnlyCLI):
+    judge_root_dir = False
 
 
 class _ParseOnlyCLI(RePoCLI):

@@ -1,8 +1,7 @@
 """jsonargparse's parse errors of `fit` / `validate` as the project's one line (no torch, no Lightning).
 
-Shared by the live command (training/cli.py, which words a data source's or the
-position's errors itself, since those name classes) and the fast precheck
-(`repo_train.fit_precheck`), so both refuse in the same words.
+Used by training/cli.py, which words a data source's or the position's errors
+itself, since those name classes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """Checks of the training settings that need neither torch nor Lightning.
 
-The live `fit` / `validate` (training/cli.py, after LightningCLI has parsed and
-built everything) and the fast precheck (`repo_train.fit_precheck`, before
-anything heavy is imported) call the same functions, so a refusal reads the
-same whichever path gives it.
+`fit` / `validate` (training/cli.py) call `check_settings` as soon as
+LightningCLI has parsed, before the model is built or any data is read, and
+the same functions again where the built objects give exact values (the
+Trainer's world size, its root dir); workflows/loop_config.py judges a loop's
+train configs through the same parse.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,8 @@ import yaml
 
 from repo_common import user_code
 from repo_common.config_cli import config_size_problem, read_config_yaml, take_flag
-from repo_train.checkpoints import newest_last_checkpoint
+from repo_common.run_lock import LOCK_FILE
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, missing_checkpoint_message, newest_last_checkpoint
 
 #: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
 #: model-config fields a position maps to.
@@ -144,3 +148,26 @@ def named_class_paths(args: list[str], configs: list[Any]) -> list[str]:
         elif option.endswith(("class_path", ".train", ".val")) and "." in value:
             found.append(value)
     return found
+
+
+def check_settings(subcommand: str, value: Callable[[str], Any], root_dir: bool = True) -> None:
+    """The parsed `fit` / `validate` settings that need no model: a `--ckpt_path` that does not exist, `validate`
+    with nothing to validate; for `fit` a root dir that is a file or holds an earlier run (not judged when
+    `root_dir` is False: a caller that sets the root itself), `checkpoint.every_n_train_steps` below 1, a
+    global batch the micro batch does not divide (one process). `value(key)` is the parsed value of a dotted key."""
+    ckpt_path, root = value("ckpt_path"), value("trainer.default_root_dir")
+    if ckpt_path and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES and not Path(ckpt_path).exists():
+        raise FileNotFoundError(missing_checkpoint_message(ckpt_path))
+    if subcommand == "validate":
+        check_validate_inputs(value("data.val"), ckpt_path, value("model.init_from"))
+        return
+    if subcommand != "fit":
+        return
+    if root_dir and root is not None and "://" not in str(root):  # the working directory (None), remote: as the run
+        check_root_dir(str(root))
+        if not (Path(root) / LOCK_FILE).exists():  # maybe a run in progress: the run lock names its holder
+            check_no_earlier_run(str(root), ckpt_path)
+    check_every_n_train_steps(value("checkpoint.every_n_train_steps"))
+    one_process = value("trainer.devices") in (1, "1") and value("trainer.num_nodes") in (1, None)
+    if one_process and "WORLD_SIZE" not in os.environ:
+        batch_accumulation(value("data.global_batch_size"), value("data.micro_batch_size"), 1)
