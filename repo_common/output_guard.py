@@ -84,13 +84,16 @@ def check_output_directory(
     is_ours: Callable[[Path], bool] | None = None,
     fix: str | None = None,
     replaced_whole: bool = False,
+    written: Callable[[Path], Iterable[str]] | None = None,
 ) -> Path:
     """Refuse `out` unless it is missing, an empty directory, or holds this command's `manifest` file.
 
     `is_ours(directory)` may check the manifest further (its content names this kind of output);
     `what` names the output in messages ("an evaluation run directory"); `fix` replaces the default advice.
     `replaced_whole`: the command replaces the directory itself (`repo_common.atomic.atomic_directory`), so a
-    symbolic link there is refused too (the link, not its target, would be replaced). Returns `out` as a Path.
+    symbolic link there is refused too (the link, not its target, would be replaced). `written(directory)`: the
+    names the earlier output's manifest says the command wrote; anything else beside them is refused, since
+    replacing the output would delete it. Returns `out` as a Path.
     Reads only.
     """
     path = require_path(out, option)
@@ -106,6 +109,12 @@ def check_output_directory(
     if not foreign:
         return path
     if (path / manifest).is_file() and (is_ours is None or is_ours(path)):
+        extra = foreign_entries(path, {manifest, *written(path)}) if written is not None else []
+        if extra:
+            raise OutputRefused(
+                f"{option} {path} holds files this command did not write ({_listing(extra)}), which replacing "
+                f"its earlier output would delete: move them out, or {advice}"
+            )
         return path
     reason = f"has no {manifest}" if not (path / manifest).is_file() else f"its {manifest} is not {what}'s"
     raise OutputRefused(

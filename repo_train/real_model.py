@@ -148,6 +148,12 @@ def _is_ours(directory: Path) -> bool:
     return found.get("command") == COMMAND or (found.get("format_version") == 1 and "gguf_sha256" in found)
 
 
+def _written_files(out: Path) -> set[str]:
+    """The files an earlier output's provenance lists (format 1 listed none: what such a conversion wrote)."""
+    listed = (read_provenance(out) or {}).get("files")
+    return set(listed) if isinstance(listed, dict) else set(FORMAT_1_FILES)
+
+
 def _check_out(out: Path) -> None:
     """`--out` may be new, empty, or an earlier output of this command holding nothing else (replaced whole);
     anything else is refused before anything is written."""
@@ -158,18 +164,8 @@ def _check_out(out: Path) -> None:
         is_ours=_is_ours,
         fix="pass a new directory path",
         replaced_whole=True,
+        written=_written_files,
     )
-    if not out.is_dir():
-        return
-    listed = (read_provenance(out) or {}).get("files")
-    written = set(listed) if isinstance(listed, dict) else FORMAT_1_FILES
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in written | {PROVENANCE_FILE})
-    if foreign and (out / PROVENANCE_FILE).is_file():
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise ValueError(
-            f"--out {out} holds files this command did not write ({shown}), which replacing the model would "
-            "delete: move them out, or pass a new directory path"
-        )
 
 
 #: What a format-1 conversion wrote (its provenance did not list its files).

@@ -24,7 +24,6 @@ FLOPs). Writes report.json, report.md and each run's log under `--out`.
 
 from __future__ import annotations
 
-import csv
 import statistics
 import subprocess
 import sys
@@ -36,9 +35,10 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's packages, also without an editable install (a device machine)
 
-from repo_common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
-from repo_common.config_cli import ConfigParser, parse_script  # noqa: E402
-from repo_common.output_guard import check_output_directory  # noqa: E402
+from repo_common.atomic import write_json_atomic, write_text_atomic
+from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.output_guard import check_output_directory
+from workflows.commands import logged_csv_metrics
 
 PROG = "scripts/benchmark_fit.py"
 MANIFEST = "report.json"
@@ -115,18 +115,6 @@ def fit_argv(config: str, run_dir: Path, checkpointing: bool, micro_batch: int, 
     ]  # fmt: skip
 
 
-def logged_steps(run_dir: Path) -> dict[int, dict[str, float]]:
-    """Step -> the perf/ metrics of the CSV log under `run_dir`."""
-    steps: dict[int, dict[str, float]] = {}
-    for metrics in sorted(run_dir.rglob("metrics.csv")):
-        with metrics.open() as handle:
-            for row in csv.DictReader(handle):
-                values = {key: float(value) for key, value in row.items() if key.startswith("perf/") and value}
-                if values:
-                    steps.setdefault(int(row["step"]), {}).update(values)
-    return steps
-
-
 def run_once(method: str, config: str, checkpointing: bool, micro_batch: int, run_dir: Path, options) -> dict:
     """One `fit` run; its median tokens/s, MFU and peak memory over the timed steps, or why there are none."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -136,8 +124,8 @@ def run_once(method: str, config: str, checkpointing: bool, micro_batch: int, ru
     start = time.perf_counter()
     try:
         with log.open("w") as handle:
-            done = subprocess.run(fit_argv(config, run_dir, checkpointing, micro_batch, options), cwd=REPO,
-                                  stdout=handle, stderr=subprocess.STDOUT, timeout=options.run_timeout)  # fmt: skip
+            done = subprocess.run(fit_argv(config, run_dir, checkpointing, micro_batch, options), check=False,
+                                  cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=options.run_timeout)  # fmt: skip
         code = done.returncode
     except subprocess.TimeoutExpired:
         code = "timeout"
@@ -147,7 +135,8 @@ def run_once(method: str, config: str, checkpointing: bool, micro_batch: int, ru
         record["status"] = "out of memory" if any(word in text for word in OUT_OF_MEMORY) else f"failed ({code})"
         record["last_lines"] = text.strip().splitlines()[-3:]
         return record
-    timed = [values for step, values in sorted(logged_steps(run_dir).items()) if step >= options.warmup]
+    logged = logged_csv_metrics(run_dir, "perf/")
+    timed = [values for step, values in sorted(logged.items()) if step >= options.warmup]
     rates = [values["perf/tokens_per_s"] for values in timed if "perf/tokens_per_s" in values]
     if not rates:
         record["status"] = "failed (no throughput logged)"

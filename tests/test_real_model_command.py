@@ -106,8 +106,17 @@ def test_is_up_to_date_only_for_the_same_file_and_dtype(fake_gguf, tmp_path):
 
     def provenance(**changes):
         files = {name: 2 for name in ("config.json", "model.safetensors", "tokenizer.json")}
-        (out / PROVENANCE_FILE).write_text(json.dumps({**expected, "converted_at": "2025-01-01T00:00:00",
-                                                       "command": real_model.COMMAND, "files": files, **changes}))
+        (out / PROVENANCE_FILE).write_text(
+            json.dumps(
+                {
+                    **expected,
+                    "converted_at": "2025-01-01T00:00:00",
+                    "command": real_model.COMMAND,
+                    "files": files,
+                    **changes,
+                }
+            )
+        )
 
     provenance()
     assert is_up_to_date(out, expected)

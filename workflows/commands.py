@@ -238,15 +238,24 @@ def last_checkpoint(run_dir: Path) -> Path:
     return found
 
 
-def logged_train_losses(run_dir: Path) -> dict[int, float]:
-    """Step -> train/loss from the CSV and TensorBoard logs under a training run's root (the default logger is
-    TensorBoard's; a later log's value wins for a step)."""
-    losses = {}
+def logged_csv_metrics(run_dir: Path, prefix: str) -> dict[int, dict[str, float]]:
+    """Step -> the values of the metrics named `prefix...` in every CSVLogger `metrics.csv` under `run_dir`
+    (a later file's value wins for a step)."""
+    steps: dict[int, dict[str, float]] = {}
     for metrics in sorted(Path(run_dir).rglob("metrics.csv")):
         with metrics.open() as handle:
             for row in csv.DictReader(handle):
-                if row.get("train/loss"):
-                    losses[int(row["step"])] = float(row["train/loss"])
+                values = {key: float(value) for key, value in row.items() if key.startswith(prefix) and value}
+                if values:
+                    steps.setdefault(int(row["step"]), {}).update(values)
+    return steps
+
+
+def logged_train_losses(run_dir: Path) -> dict[int, float]:
+    """Step -> train/loss from the CSV and TensorBoard logs under a training run's root (the default logger is
+    TensorBoard's; a later log's value wins for a step)."""
+    losses = {step: values["train/loss"] for step, values in logged_csv_metrics(run_dir, "train/").items()
+              if "train/loss" in values}  # fmt: skip
     event_dirs = sorted({events.parent for events in Path(run_dir).rglob("events.out.tfevents.*")})
     if event_dirs:
         from tensorboard.backend.event_processing.event_accumulator import (  # heavy: only for runs with event files
