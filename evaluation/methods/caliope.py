@@ -61,6 +61,12 @@ def _check_params(calibrator: str, params: dict[str, float]) -> dict[str, float]
                 f"caliope: {key}={resolved[key]:g} < 0 would make a gap negative, so positions would not increase "
                 f"strictly; use {key} >= 0"
             )
+    # The hourglass widens from delta_min at the ends to delta_max in the middle; the other way round inverts it.
+    if resolved.get("delta_min", 0.0) > resolved.get("delta_max", math.inf):
+        raise ValueError(
+            f"caliope: delta_min={resolved['delta_min']:g} > delta_max={resolved['delta_max']:g} would invert the "
+            "hourglass (wider gaps at the ends than in the middle); use delta_min <= delta_max"
+        )
     return resolved
 
 

@@ -86,9 +86,37 @@ class BiasFile:
                 f"{MAKE_ONE}"
             )
         try:
-            return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
+            bias = cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
         except TypeError as err:
             raise ValueError(f"fim: bias file {path} is malformed ({err}); {MAKE_ONE}") from None
+        problem = bias.content_problem()
+        if problem:
+            raise ValueError(f"fim: bias file {path} is malformed ({problem}); {MAKE_ONE}")
+        return bias
+
+    def content_problem(self) -> str | None:
+        """What is wrong with the values, or None: a hand-edited or damaged file must not bias the answers
+        silently (a NaN or a list of the wrong length would otherwise reach the attention scores)."""
+        if not isinstance(self.model, dict) or not all(isinstance(v, str) for v in self.model.values()):
+            return "model must be an object of strings"
+        for name in ("template", "dummy"):
+            if not isinstance(getattr(self, name), str):
+                return f"{name} must be a string"
+        if isinstance(self.num_items, bool) or not isinstance(self.num_items, int) or self.num_items < 1:
+            return f"num_items must be an integer >= 1, got {self.num_items!r}"
+        if not isinstance(self.score_layers, list) or not all(
+            isinstance(layer, int) and not isinstance(layer, bool) for layer in self.score_layers
+        ):
+            return "score_layers must be a list of integers"
+        if not isinstance(self.buckets, dict) or not self.buckets:
+            return "buckets must be a non-empty object"
+        for name, bucket in self.buckets.items():
+            values = bucket.get("bias") if isinstance(bucket, dict) else None
+            if not isinstance(values, list) or len(values) != self.num_items:
+                return f"bucket {name}: bias must be a list of {self.num_items} numbers (one per item)"
+            if not all(_finite_number(v) for v in values):
+                return f"bucket {name}: bias holds a value that is not a finite number"
+        return None
 
     def check(self, path: str | Path, **expected: Any) -> None:
         """Refuse, in one line naming what differs, a file made for another model, template, item count,
@@ -119,6 +147,10 @@ class BiasFile:
                 "calibrate with prompts whose items are that long"
             )
         return torch.tensor(self.buckets[bucket]["bias"], dtype=torch.float32)
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _model_words(key: dict[str, str]) -> str:

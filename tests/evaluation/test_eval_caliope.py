@@ -71,6 +71,8 @@ def test_schedules_match_the_formulas_written_out():
         ("caliope:calibrator=moses,delta_gap=-1", "delta_gap=-1 < 0 would make a gap negative"),
         ("caliope:calibrator=hourglass,delta_min=-5", "delta_min=-5 < 0"),
         ("caliope:calibrator=hourglass,delta_max=-1", "delta_max=-1 < 0"),
+        ("caliope:calibrator=hourglass,delta_min=10,delta_max=1", "delta_min=10 > delta_max=1 would invert"),
+        ("caliope:calibrator=hourglass,delta_min=2000", "delta_min=2000 > delta_max=1000 would invert"),
         ("caliope:calibrator=decay,lam=-0.5", "lam=-0.5 < 0"),
         ("caliope:calibrator=decay,delta_0=inf", "delta_0 must be a finite number"),
         ("caliope:calibrator=moses,delta_min=3", r"\['delta_min'\] not parameter\(s\) of calibrator 'moses'"),

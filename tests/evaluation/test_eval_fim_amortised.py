@@ -153,6 +153,18 @@ def test_unreadable_or_foreign_files_are_refused(tiny_lm, tmp_path):
         "broken.json": ("{", "cannot read bias file"),
         "short.json": ({k: v for k, v in data.items() if k != "template"}, "is malformed"),
     }
+    bucket = next(iter(data["buckets"]))
+    damaged = {  # values a hand edit or a bad copy leaves: each would bias the answers silently if applied
+        "nan.json": ([float("nan")] * data["num_items"], "not a finite number"),
+        "infinite.json": ([float("inf")] * data["num_items"], "not a finite number"),
+        "too-short.json": (data["buckets"][bucket]["bias"][:-1], f"a list of {data['num_items']} numbers"),
+        "strings.json": (["0.1"] * data["num_items"], "not a finite number"),
+        "not-a-list.json": (0.5, f"a list of {data['num_items']} numbers"),
+    }
+    for name, (values, message) in damaged.items():
+        buckets = {**data["buckets"], bucket: {**data["buckets"][bucket], "bias": values}}
+        cases[name] = (json.dumps({**data, "buckets": buckets}), message)  # json writes NaN and Infinity
+    cases["items-as-text.json"] = ({**data, "num_items": "3"}, "num_items must be an integer")
     assert "make one with scripts/calibrate_fim_bias.py" in FIX
     for name, (content, message) in cases.items():
         if content is not None:

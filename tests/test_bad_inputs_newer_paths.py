@@ -1,0 +1,145 @@
+"""Bad inputs to the paths added after the first tables (issue 40): method options that contradict each other,
+damaged artefacts (amortised Found-in-the-Middle bias files), records and summaries.
+
+Each row is a command line run in this process (`check_row`): its exit code, a phrase of the one stderr
+line, and every file under the row's directory byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from bad_input_helpers import EVAL, BadInput, Context, check_row, repo_model
+
+from repo_common.cli_errors import EXIT_USAGE
+
+#: A well-formed bias file (format fim-bias, version 1) for a 2-item prompt; rows damage one field.
+BIAS = {
+    "format": "fim-bias",
+    "version": 1,
+    "model": {"name": "tiny", "config_sha256": "0" * 64, "weights": "0" * 16},
+    "template": "0" * 16,
+    "num_items": 2,
+    "dummy": "mdqa",
+    "score_layers": [2, 3],
+    "buckets": {"1-8": {"prompts": 3, "bias": [0.4, 0.6], "std": [0.1, 0.1]}},
+    "calibration": {},
+}
+
+
+def _fim_bias(text: str) -> Callable[[Context], list[str]]:
+    """An evaluation of the tiny model with `fim:calibration=amortised` reading a bias file holding `text`."""
+
+    def make(ctx: Context) -> list[str]:
+        path = ctx.tmp / "bias.json"
+        path.write_text(text)
+        spec = f"fim:calibration=amortised,bias_file={path}"
+        return [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+    return make
+
+
+def _damaged_bias(**bucket_or_field) -> Callable[[Context], list[str]]:
+    """BIAS with one bucket's `bias` list or one top-level field replaced (json writes NaN and Infinity)."""
+    data = json.loads(json.dumps(BIAS))
+    if "bias" in bucket_or_field:
+        data["buckets"]["1-8"]["bias"] = bucket_or_field.pop("bias")
+    data.update(bucket_or_field)
+    return _fim_bias(json.dumps(data))
+
+
+def _method(spec: str) -> Callable[[Context], list[str]]:
+    return lambda ctx: [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+
+ROWS = [
+    # == method options that contradict each other or the model ==
+    BadInput(
+        "caliope-hourglass-inverted",
+        "evaluation",
+        _method("caliope:calibrator=hourglass,delta_min=10,delta_max=1"),
+        EXIT_USAGE,
+        "delta_min=10 > delta_max=1 would invert the hourglass",
+        absent="out",
+    ),
+    BadInput(
+        "caliope-hourglass-min-above-default-max",
+        "evaluation",
+        _method("caliope:calibrator=hourglass,delta_min=5000"),
+        EXIT_USAGE,
+        "use delta_min <= delta_max",
+        absent="out",
+    ),
+    BadInput(
+        "ms-poe-min-above-max",
+        "evaluation",
+        _method("ms_poe:min_ratio=2,max_ratio=1"),
+        EXIT_USAGE,
+        "max_ratio must be >= min_ratio=2",
+        absent="out",
+    ),
+    BadInput(
+        "ms-poe-start-layer-past-the-model",
+        "evaluation",
+        _method("ms_poe:start_layer=4"),
+        EXIT_USAGE,
+        "start_layer=4 but the model has 4 layers",
+        absent="out",
+    ),
+    # == amortised Found-in-the-Middle bias files with damaged values ==
+    BadInput(
+        "fim-bias-nan", "evaluation", _damaged_bias(bias=[float("nan"), 0.5]), EXIT_USAGE, "not a finite number"
+    ),
+    BadInput(
+        "fim-bias-infinity",
+        "evaluation",
+        _damaged_bias(bias=[float("inf"), 0.5]),
+        EXIT_USAGE,
+        "not a finite number",
+    ),
+    BadInput(
+        "fim-bias-too-short", "evaluation", _damaged_bias(bias=[0.5]), EXIT_USAGE, "bias must be a list of 2 numbers"
+    ),
+    BadInput(
+        "fim-bias-too-long",
+        "evaluation",
+        _damaged_bias(bias=[0.2, 0.3, 0.5]),
+        EXIT_USAGE,
+        "bias must be a list of 2 numbers",
+    ),
+    BadInput(
+        "fim-bias-strings", "evaluation", _damaged_bias(bias=["0.4", "0.6"]), EXIT_USAGE, "not a finite number"
+    ),
+    BadInput(
+        "fim-bias-booleans", "evaluation", _damaged_bias(bias=[True, False]), EXIT_USAGE, "not a finite number"
+    ),
+    BadInput("fim-bias-a-number", "evaluation", _damaged_bias(bias=0.5), EXIT_USAGE, "bias must be a list of 2"),
+    BadInput(
+        "fim-bias-items-as-text", "evaluation", _damaged_bias(num_items="2"), EXIT_USAGE, "num_items must be an integer"
+    ),
+    BadInput(
+        "fim-bias-zero-items", "evaluation", _damaged_bias(num_items=0), EXIT_USAGE, "num_items must be an integer >= 1"
+    ),
+    BadInput(
+        "fim-bias-no-buckets", "evaluation", _damaged_bias(buckets={}), EXIT_USAGE, "buckets must be a non-empty object"
+    ),
+    BadInput(
+        "fim-bias-layers-as-text",
+        "evaluation",
+        _damaged_bias(score_layers="last_half"),
+        EXIT_USAGE,
+        "score_layers must be a list of integers",
+    ),
+    BadInput(
+        "fim-bias-model-as-list", "evaluation", _damaged_bias(model=["tiny"]), EXIT_USAGE, "model must be an object"
+    ),
+    BadInput("fim-bias-a-list", "evaluation", _fim_bias("[1, 2]"), EXIT_USAGE, "is not a Found-in-the-Middle bias"),
+    # == rows: insert above this line ==
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
+    check_row(row, tmp_path, capsys, monkeypatch)
