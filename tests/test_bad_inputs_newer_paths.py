@@ -89,9 +89,7 @@ ROWS = [
         absent="out",
     ),
     # == amortised Found-in-the-Middle bias files with damaged values ==
-    BadInput(
-        "fim-bias-nan", "evaluation", _damaged_bias(bias=[float("nan"), 0.5]), EXIT_USAGE, "not a finite number"
-    ),
+    BadInput("fim-bias-nan", "evaluation", _damaged_bias(bias=[float("nan"), 0.5]), EXIT_USAGE, "not a finite number"),
     BadInput(
         "fim-bias-infinity",
         "evaluation",
@@ -109,12 +107,8 @@ ROWS = [
         EXIT_USAGE,
         "bias must be a list of 2 numbers",
     ),
-    BadInput(
-        "fim-bias-strings", "evaluation", _damaged_bias(bias=["0.4", "0.6"]), EXIT_USAGE, "not a finite number"
-    ),
-    BadInput(
-        "fim-bias-booleans", "evaluation", _damaged_bias(bias=[True, False]), EXIT_USAGE, "not a finite number"
-    ),
+    BadInput("fim-bias-strings", "evaluation", _damaged_bias(bias=["0.4", "0.6"]), EXIT_USAGE, "not a finite number"),
+    BadInput("fim-bias-booleans", "evaluation", _damaged_bias(bias=[True, False]), EXIT_USAGE, "not a finite number"),
     BadInput("fim-bias-a-number", "evaluation", _damaged_bias(bias=0.5), EXIT_USAGE, "bias must be a list of 2"),
     BadInput(
         "fim-bias-items-as-text", "evaluation", _damaged_bias(num_items="2"), EXIT_USAGE, "num_items must be an integer"
