@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -108,17 +109,54 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     atomic.write_json_atomic(path, _clean(data), indent=2, fsync=True)
 
 
-def validate_record(record: Any, where: str = "record") -> dict[str, Any]:
+#: The scores a record may hold, by the metric that made them: a task's metric gives 0..1 (the summary
+#: calls their mean accuracy); `gold_loglik` a mean log-probability, never above 0.
+SCORE_RANGES = {"gold_loglik": (-math.inf, 0.0)}
+METRIC_SCORE_RANGE = (0.0, 1.0)
+#: Rounding slack on a range's ends (a log-probability computed as exactly 0 may come out as 1e-9).
+SCORE_SLACK = 1e-6
+
+
+def validate_record(record: Any, where: str = "record", metric: str | None = None) -> dict[str, Any]:
+    """`record` if it holds every field and a usable score (`metric`, when known, sets the score's range)."""
     if not isinstance(record, dict):
         raise ResultsFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
     missing = [key for key in RECORD_KEYS if key not in record]
     if missing:
         raise ResultsFormatError(f"{where}: missing field(s) {missing}; was it written by another tool or version?")
+    for key in ("id", "task", "method"):
+        if not isinstance(record[key], str):
+            raise ResultsFormatError(f"{where}: field {key!r} must be a string, got {record[key]!r}")
+    score = record["score"]
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        raise ResultsFormatError(
+            f"{where}: field 'score' must be a finite number, got {score!r}; delete the line (a rerun redoes it)"
+        )
+    if metric is not None:
+        low, high = SCORE_RANGES.get(metric, METRIC_SCORE_RANGE)
+        if not low - SCORE_SLACK <= score <= high + SCORE_SLACK:
+            raise ResultsFormatError(
+                f"{where}: field 'score' is {score!r}, outside [{low:g}, {high:g}] for metric {metric!r}; delete the "
+                "line (a rerun redoes it)"
+            )
     return record
 
 
-def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]:
-    """All records of a records.jsonl; a torn last line (a killed run) is dropped, and cut off when `repair`."""
+def torn_tail(path: str | Path) -> bool:
+    """Whether records.jsonl ends in a line without its newline (a run killed while writing it)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
+
+
+def read_records(
+    path: str | Path, repair: bool = False, metrics: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """All records of a records.jsonl; a torn last line (a killed run) is dropped, and cut off when `repair`.
+    `metrics` (task -> metric name) also checks each score's range."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -145,7 +183,7 @@ def read_records(path: str | Path, repair: bool = False) -> list[dict[str, Any]]
             raise ResultsFormatError(
                 f"{path}:{number} is not valid JSON ({err.msg}); delete the line or the file"
             ) from err
-        validate_record(record, f"{path}:{number}")
+        validate_record(record, f"{path}:{number}", (metrics or {}).get(record.get("task")) if metrics else None)
         key = _record_key(record)
         if key in seen:
             first, first_line = seen[key]
@@ -500,9 +538,19 @@ def _resummarize_locked(out: Path, n_resamples: int | None) -> dict[str, Any]:
         raise ResultsFormatError(f"{path}: missing key(s) {missing}; it was not written by this harness")
     settings = old.get("bootstrap") or {}
     extra = {key: value for key, value in old.items() if key not in SUMMARY_KEYS}
+    tasks = old["tasks"] if isinstance(old["tasks"], dict) else {}  # older summaries list the task names only
+    metrics = {name: spec["metric"] for name, spec in tasks.items() if isinstance(spec, dict) and "metric" in spec}
     records = [
-        r for r in read_records(out / RECORDS_FILE) if r["task"] in old["tasks"] and r["method"] in old["methods"]
+        r
+        for r in read_records(out / RECORDS_FILE, metrics=metrics)
+        if r["task"] in old["tasks"] and r["method"] in old["methods"]
     ]
+    if torn_tail(out / RECORDS_FILE):
+        print(
+            f"note: {out / RECORDS_FILE} ends in a torn line (a run killed while writing it): it is not counted, and "
+            "rerunning the `python -m evaluation run` command that wrote the directory redoes it",
+            file=sys.stderr,
+        )
     if not records and any(old.get("results", {}).values()):  # an emptied or replaced records file
         raise ResultsFormatError(
             f"{out / RECORDS_FILE} holds no records of the tasks and methods in {path}, which has results: "

@@ -7,11 +7,15 @@ line, and every file under the row's directory byte-identical afterwards.
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from bad_input_helpers import EVAL, BadInput, Context, check_row, repo_model
+from bad_input_helpers import EVAL, BadInput, Context, check_row, repo_model, run_cli
 
 from repo_common.cli_errors import EXIT_USAGE
 
@@ -52,6 +56,32 @@ def _damaged_bias(**bucket_or_field) -> Callable[[Context], list[str]]:
 
 def _method(spec: str) -> Callable[[Context], list[str]]:
     return lambda ctx: [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+
+
+@functools.cache
+def _finished_run() -> Path:
+    """One finished evaluation run of the tiny model (records, summary), made once; rows copy it."""
+    root = Path(tempfile.mkdtemp(prefix="finished-run-"))
+    argv = [*EVAL, "--model", str(repo_model(root)), "--out", str(root / "out")]
+    assert run_cli("evaluation", argv) == 0
+    return root / "out"
+
+
+def _summarize_after(edit: Callable[[list[dict]], list[dict]]) -> Callable[[Context], list[str]]:
+    """`summarize` of a copy of the finished run whose records `edit` changed (its good summary.json kept)."""
+
+    def make(ctx: Context) -> list[str]:
+        out = shutil.copytree(_finished_run(), ctx.tmp / "out")
+        records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+        lines = [json.dumps(record) for record in edit(records)]  # json writes NaN as NaN
+        (out / "records.jsonl").write_text("\n".join(lines) + "\n")
+        return ["summarize", "--out", str(out)]
+
+    return make
+
+
+def _first_score(value) -> Callable[[list[dict]], list[dict]]:
+    return lambda records: [{**records[0], "score": value}, *records[1:]]
 
 
 ROWS = [
@@ -130,6 +160,63 @@ ROWS = [
         "fim-bias-model-as-list", "evaluation", _damaged_bias(model=["tiny"]), EXIT_USAGE, "model must be an object"
     ),
     BadInput("fim-bias-a-list", "evaluation", _fim_bias("[1, 2]"), EXIT_USAGE, "is not a Found-in-the-Middle bias"),
+    # == records that summarize must not count (the good summary.json stays as it is) ==
+    BadInput(
+        "summarize-nan-score",
+        "evaluation",
+        _summarize_after(_first_score(float("nan"))),
+        EXIT_USAGE,
+        "records.jsonl:1: field 'score' must be a finite number, got nan",
+    ),
+    BadInput(
+        "summarize-infinite-score",
+        "evaluation",
+        _summarize_after(_first_score(float("inf"))),
+        EXIT_USAGE,
+        "field 'score' must be a finite number, got inf",
+    ),
+    BadInput(
+        "summarize-score-above-one",
+        "evaluation",
+        _summarize_after(_first_score(5.0)),
+        EXIT_USAGE,
+        "field 'score' is 5.0, outside [0, 1] for metric",
+    ),
+    BadInput(
+        "summarize-negative-score",
+        "evaluation",
+        _summarize_after(_first_score(-3)),
+        EXIT_USAGE,
+        "field 'score' is -3, outside [0, 1]",
+    ),
+    BadInput(
+        "summarize-string-score",
+        "evaluation",
+        _summarize_after(_first_score("1.0")),
+        EXIT_USAGE,
+        "field 'score' must be a finite number, got '1.0'",
+    ),
+    BadInput(
+        "summarize-boolean-score",
+        "evaluation",
+        _summarize_after(_first_score(True)),
+        EXIT_USAGE,
+        "field 'score' must be a finite number, got True",
+    ),
+    BadInput(
+        "summarize-null-score",
+        "evaluation",
+        _summarize_after(_first_score(None)),
+        EXIT_USAGE,
+        "field 'score' must be a finite number, got None",
+    ),
+    BadInput(
+        "summarize-numeric-method",
+        "evaluation",
+        _summarize_after(lambda records: [{**records[0], "method": 3}, *records[1:]]),
+        EXIT_USAGE,
+        "field 'method' must be a string, got 3",
+    ),
     # == rows: insert above this line ==
 ]
 
@@ -137,3 +224,13 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
 def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
     check_row(row, tmp_path, capsys, monkeypatch)
+
+
+def test_summarize_reports_a_torn_last_line_and_leaves_it_for_the_resume(tmp_path, capsys):
+    out = shutil.copytree(_finished_run(), tmp_path / "out")
+    records = out / "records.jsonl"
+    records.write_bytes(records.read_bytes() + b'{"id": "torn')
+    before = records.read_bytes()
+    assert run_cli("evaluation", ["summarize", "--out", str(out), "--no-report"]) == 0
+    assert "ends in a torn line" in capsys.readouterr().err
+    assert records.read_bytes() == before  # the run that resumes repairs it, not summarize
