@@ -200,7 +200,7 @@ def _added_tokens_in_prompt(ctx: Context) -> list[str]:
     tokenizer.save_pretrained(path)
     data = ctx.tmp / "data"
     data.mkdir()
-    rows = [{"question": "q <new>", "answers": ["a"], "ctxs": [{"title": "t", "text": "x", "hasanswer": True}]}]
+    rows = [{"question": "q <new>", "answers": ["b"], "ctxs": [{"title": "t", "text": "x", "hasanswer": True}]}]
     (data / "nq-open-oracle.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return [*EVAL, "--model", str(path), "--tasks", "mdqa", "--data-dir", str(data), "--num-documents", "1",
             "--num-examples", "1", "--out", str(ctx.tmp / "out")]  # fmt: skip

@@ -54,6 +54,21 @@ def _damaged_bias(**bucket_or_field) -> Callable[[Context], list[str]]:
     return _fim_bias(json.dumps(data))
 
 
+def _mdqa_line(**fields) -> Callable[[Context], list[str]]:
+    """An evaluation of MDQA on a one-question nq-open file whose line has `fields` changed."""
+    line = {"question": "who wrote it?", "answers": ["Ann Lee"], "ctxs": [{"title": "T", "text": "Ann Lee wrote it."}]}
+    line.update(fields)
+
+    def make(ctx: Context) -> list[str]:
+        data = ctx.tmp / "data"
+        data.mkdir()
+        (data / "nq-open-oracle.jsonl").write_text(json.dumps(line) + "\n")
+        return [*EVAL, "--tasks", "mdqa", "--data-dir", str(data), "--num-documents", "1", "--num-examples", "1",
+                "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]  # fmt: skip
+
+    return make
+
+
 def _method(spec: str) -> Callable[[Context], list[str]]:
     return lambda ctx: [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
 
@@ -216,6 +231,57 @@ ROWS = [
         _summarize_after(lambda records: [{**records[0], "method": 3}, *records[1:]]),
         EXIT_USAGE,
         "field 'method' must be a string, got 3",
+    ),
+    # == MDQA lines whose fields are empty or of the wrong type ==
+    BadInput("mdqa-empty-answer", "evaluation", _mdqa_line(answers=[""]), EXIT_USAGE, "is empty once normalised"),
+    BadInput(
+        "mdqa-article-answer",
+        "evaluation",
+        _mdqa_line(answers=["The", " "]),
+        EXIT_USAGE,
+        "any prediction would match it",
+    ),
+    BadInput(
+        "mdqa-numeric-answers",
+        "evaluation",
+        _mdqa_line(answers=[1912]),
+        EXIT_USAGE,
+        "'answers' must be a non-empty list of strings",
+    ),
+    BadInput(
+        "mdqa-answers-as-object",
+        "evaluation",
+        _mdqa_line(answers={"a": "Ann"}),
+        EXIT_USAGE,
+        "'answers' must be a non-empty list of strings",
+    ),
+    BadInput(
+        "mdqa-numeric-question",
+        "evaluation",
+        _mdqa_line(question=7),
+        EXIT_USAGE,
+        "'question' must be a non-empty string",
+    ),
+    BadInput(
+        "mdqa-blank-question",
+        "evaluation",
+        _mdqa_line(question="  "),
+        EXIT_USAGE,
+        "'question' must be a non-empty string",
+    ),
+    BadInput(
+        "mdqa-ctxs-as-object",
+        "evaluation",
+        _mdqa_line(ctxs={"title": "T", "text": "x"}),
+        EXIT_USAGE,
+        "'ctxs' must be a list of passages",
+    ),
+    BadInput(
+        "mdqa-numeric-passage-text",
+        "evaluation",
+        _mdqa_line(ctxs=[{"title": "T", "text": 5}]),
+        EXIT_USAGE,
+        "must be strings",
     ),
     # == rows: insert above this line ==
 ]

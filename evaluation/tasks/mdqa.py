@@ -55,17 +55,29 @@ def build_mdqa_prompt(question: str, documents: Sequence[Passage]) -> tuple[str,
 def _passage(ctx: Any, where: str) -> Passage:
     if not isinstance(ctx, dict) or "title" not in ctx or "text" not in ctx:
         raise ValueError(f"{where}: each entry of 'ctxs' needs 'title' and 'text'; is this an nq-open file?")
-    return Passage(str(ctx["title"]), str(ctx["text"]))
+    if not isinstance(ctx["title"], str) or not isinstance(ctx["text"], str):
+        raise ValueError(f"{where}: 'title' and 'text' of each entry of 'ctxs' must be strings")  # noqa: TRY004  (a user error)
+    return Passage(ctx["title"], ctx["text"])
 
 
 def _question_fields(record: Any, where: str) -> tuple[str, list[str], list[Any]]:
     missing = [key for key in ("question", "answers", "ctxs") if not isinstance(record, dict) or key not in record]
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing}; expected an nq-open line with question/answers/ctxs")
-    answers = record["answers"]
-    if isinstance(answers, str) or not answers:
+    question, answers, ctxs = record["question"], record["answers"], record["ctxs"]
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"{where}: 'question' must be a non-empty string, got {question!r}")
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
         raise ValueError(f"{where}: 'answers' must be a non-empty list of strings, got {answers!r}")
-    return str(record["question"]), [str(a) for a in answers], list(record["ctxs"])
+    # An answer that normalises to "" is a substring of every prediction: it would score every answer 1.0.
+    if not any(normalize_answer(a) for a in answers):
+        raise ValueError(
+            f"{where}: every gold answer in {answers!r} is empty once normalised (lower case, no punctuation or "
+            "articles), so any prediction would match it; fix or drop the line"
+        )
+    if not isinstance(ctxs, list):
+        raise ValueError(f"{where}: 'ctxs' must be a list of passages, got {type(ctxs).__name__}")  # noqa: TRY004  (a user error)
+    return question, answers, ctxs
 
 
 class _ReleaseDecoding:

@@ -77,7 +77,7 @@ def test_release_reader_matches_literal_prompt(tmp_path: Path) -> None:
     assert row["doc_titles"] == ["Alpha", "Paris", "Gamma"] and row["gold_title"] == "Paris"
     assert len(MDQAReleaseTask(path=path, num_examples=1).build()) == 1
 
-    no_gold = [{"question": "q", "answers": ["a"], "ctxs": [{**c, "isgold": False} for c in ctxs]}]
+    no_gold = [{"question": "q", "answers": ["b"], "ctxs": [{**c, "isgold": False} for c in ctxs]}]
     bad = write_jsonl_gz(tmp_path / "nq-open-3_total_documents_gold_at_0.jsonl.gz", no_gold)
     with pytest.raises(ValueError, match=r"expected exactly one document with isgold=true, found 0"):
         MDQAReleaseTask(path=bad).build()
