@@ -56,18 +56,30 @@ def import_user_module(name: str) -> str:
         spec = importlib.util.spec_from_file_location(module_name, path)
         if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == str(path.resolve()):
             return module_name
+        _refuse_taken_name(name, module_name)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
+        except SystemExit as err:
+            del sys.modules[module_name]
+            raise ValueError(_exited(name, err)) from None
         except Exception as err:  # noqa: BLE001 (the user's module may raise anything: named in one line)
             del sys.modules[module_name]
             raise ValueError(f"--import {name}: importing it failed: {type(err).__name__}: {err}") from None
         return module_name
+    top = name.partition(".")[0]
+    if top in sys.stdlib_module_names:
+        raise ValueError(
+            f"--import {name}: {top!r} is a module of Python's standard library, so this would import that, not "
+            "yours; rename your module"
+        )
     if str(Path.cwd()) not in sys.path and "" not in sys.path:  # as `python -m` does for the current directory
         sys.path.insert(0, str(Path.cwd()))
     try:
         importlib.import_module(name)
+    except SystemExit as err:
+        raise ValueError(_exited(name, err)) from None
     except ModuleNotFoundError as err:
         if err.name and name.startswith(err.name):
             raise ValueError(
@@ -78,6 +90,27 @@ def import_user_module(name: str) -> str:
     except Exception as err:  # noqa: BLE001 (the user's module may raise anything: named in one line)
         raise ValueError(f"--import {name}: importing it failed: {type(err).__name__}: {err}") from None
     return name
+
+
+def _refuse_taken_name(given: str, module_name: str) -> None:
+    """A .py file whose name is the standard library's or an already loaded module's would replace that module
+    for the whole process (every `import json` after it would get the user's file): refused in one line."""
+    taken = module_name in sys.stdlib_module_names or module_name in PROJECT_PACKAGES or module_name in sys.modules
+    if taken:
+        raise ValueError(
+            f"--import {given}: the module name {module_name!r} is already taken (the standard library, this project "
+            "or a loaded package), and importing the file under it would replace that module; rename the file"
+        )
+
+
+def _exited(given: str, err: SystemExit) -> str:
+    """The one line for a user's module that called sys.exit while being imported (the command would otherwise
+    end there, with that exit code, having done nothing)."""
+    return (
+        f"--import {given}: the module called sys.exit({err.code!r}) while being imported; a module given to "
+        "--import should only define tasks, methods, policies or data sources (move the script part under "
+        "`if __name__ == '__main__':`)"
+    )
 
 
 def import_user_modules(names: Sequence[str]) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bad_input_helpers import EVAL, BadInput, Context, check_row, repo_model, run_cli
+from bad_input_helpers import EVAL, TINY_SEARCH, BadInput, Context, check_row, repo_model, run_cli
 
 from repo_common.cli_errors import EXIT_USAGE
 
@@ -67,6 +67,23 @@ def _mdqa_line(**fields) -> Callable[[Context], list[str]]:
                 "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]  # fmt: skip
 
     return make
+
+
+def _importing(cli: str, name: str, source: str) -> Callable[[Context], list[str]]:
+    """`evaluation run` or `search run` with `--import` of a file ctx.tmp/NAME holding `source` (given by its path
+    when NAME ends in .py, else by its module name from ctx.tmp as the current directory)."""
+
+    def make(ctx: Context) -> list[str]:
+        (ctx.tmp / (name if name.endswith(".py") else f"{name}.py")).write_text(source)
+        given = str(ctx.tmp / name) if name.endswith(".py") else name
+        if cli == "search":
+            return ["run", "--config", TINY_SEARCH, "--import", given, "--out", str(ctx.tmp / "scales" / "s.json")]
+        return [*EVAL, "--import", given, "--out", str(ctx.tmp / "out")]
+
+    return make
+
+
+EXITS = "import sys\nsys.exit(0)\n"
 
 
 def _method(spec: str) -> Callable[[Context], list[str]]:
@@ -283,12 +300,79 @@ ROWS = [
         EXIT_USAGE,
         "must be strings",
     ),
+    # == --import of code that exits, or that would replace a module everyone imports ==
+    BadInput(
+        "eval-import-file-that-exits",
+        "evaluation",
+        _importing("evaluation", "exits.py", EXITS),
+        EXIT_USAGE,
+        "the module called sys.exit(0) while being imported",
+        absent="out",
+    ),
+    BadInput(
+        "eval-import-module-that-exits",
+        "evaluation",
+        _importing("evaluation", "exits_mod", EXITS),
+        EXIT_USAGE,
+        "called sys.exit(0)",
+        absent="out",
+    ),
+    BadInput(
+        "eval-import-exits-with-code",
+        "evaluation",
+        _importing("evaluation", "exits3.py", "raise SystemExit(3)\n"),
+        EXIT_USAGE,
+        "called sys.exit(3)",
+        absent="out",
+    ),
+    BadInput(
+        "search-import-file-that-exits",
+        "search",
+        _importing("search", "exits.py", EXITS),
+        EXIT_USAGE,
+        "called sys.exit(0)",
+        absent="scales",
+    ),
+    BadInput(
+        "eval-import-file-named-json",
+        "evaluation",
+        _importing("evaluation", "json.py", "X = 1\n"),
+        EXIT_USAGE,
+        "the module name 'json' is already taken",
+        absent="out",
+    ),
+    BadInput(
+        "eval-import-file-named-like-the-project",
+        "evaluation",
+        _importing("evaluation", "evaluation.py", "X = 1\n"),
+        EXIT_USAGE,
+        "'evaluation' is already taken",
+        absent="out",
+    ),
+    BadInput(
+        "search-import-file-named-random",
+        "search",
+        _importing("search", "random.py", "X = 1\n"),
+        EXIT_USAGE,
+        "the module name 'random' is already taken",
+        absent="scales",
+    ),
+    BadInput(
+        "eval-import-stdlib-module-name",
+        "evaluation",
+        _importing("evaluation", "os", "X = 1\n"),
+        EXIT_USAGE,
+        "'os' is a module of Python's standard library",
+        absent="out",
+    ),
     # == rows: insert above this line ==
 ]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
 def test_bad_input(row: BadInput, tmp_path, capsys, monkeypatch, one_thread):
+    monkeypatch.chdir(tmp_path)  # `--import NAME` finds NAME.py in the current directory, as `python -m` does
+    monkeypatch.syspath_prepend(str(tmp_path))  # and the path the import adds is taken out again afterwards
     check_row(row, tmp_path, capsys, monkeypatch)
 
 
