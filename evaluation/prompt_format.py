@@ -22,12 +22,67 @@ else the format is refused in one line.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 #: Stands in for the user message while the template is rendered once, to find where the message goes.
 _PLACEHOLDER = "\x00repo-train-task-prompt\x00"
+#: A chat template is a program (Jinja) shipped with a model: one render may take this long, whatever its loops do.
+RENDER_SECONDS = 10.0
+#: ... and produce this much text (a template that repeats the prompt a million times is refused, not tokenised).
+RENDER_MAX_CHARS = 10_000_000
+
+
+class _RenderTimeout(Exception):
+    """Raised inside a render that ran past RENDER_SECONDS."""
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the block after `seconds` (SIGALRM; on the main thread only, elsewhere unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise _RenderTimeout
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
+    """The tokenizer's chat template applied to `messages` with the generation prompt, as text; a template that
+    fails (a syntax error, an error it raises itself, e.g. on a system message) or never ends is one line."""
+    try:
+        with _time_limit(RENDER_SECONDS):
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except _RenderTimeout:
+        raise ValueError(
+            f"the tokenizer's chat template did not finish rendering one prompt in {RENDER_SECONDS:g} s (a loop that "
+            "never ends?); fix the template in tokenizer_config.json or drop --chat_template"
+        ) from None
+    except Exception as err:  # noqa: BLE001 (a template is the model's code: Jinja raises many kinds)
+        roles = "/".join(message["role"] for message in messages)
+        raise ValueError(
+            f"the tokenizer's chat template fails on a {roles} conversation ({type(err).__name__}: {err}); fix the "
+            "template, drop --system_prompt if it refuses a system message, or drop --chat_template"
+        ) from None
+    if not isinstance(text, str) or len(text) > RENDER_MAX_CHARS:
+        raise ValueError(
+            f"the tokenizer's chat template rendered {len(text) if isinstance(text, str) else type(text).__name__} "
+            f"characters for one prompt (at most {RENDER_MAX_CHARS:,}); fix the template or drop --chat_template"
+        )
+    return text
 
 
 @dataclass(frozen=True)
@@ -58,11 +113,12 @@ class PromptFormat:
             return "", ""
         template = getattr(tokenizer, "chat_template", None)
         if not template:
+            name = getattr(tokenizer, "name_or_path", "")
             raise ValueError(
-                f"--chat_template asks for the tokenizer's chat template, but {tokenizer.name_or_path or 'the '}"
-                " tokenizer has none; drop --chat_template (or evaluate an instruction model)"
+                f"--chat_template asks for the tokenizer's chat template, but the tokenizer{f' of {name}' if name else ''}"
+                " has none; drop --chat_template (or evaluate an instruction model)"
             )
-        text = tokenizer.apply_chat_template(self.messages(_PLACEHOLDER), tokenize=False, add_generation_prompt=True)
+        text = render_chat(tokenizer, self.messages(_PLACEHOLDER))
         if text.count(_PLACEHOLDER) != 1:
             raise ValueError("the tokenizer's chat template does not place the user message verbatim once")
         before, after = text.split(_PLACEHOLDER)
@@ -75,7 +131,7 @@ class PromptFormat:
         if not prompts or (not before and not after):
             return prompts, [[list(span) for span in row] for row in spans]
         texts = [before + prompt + after for prompt in prompts]
-        check = tokenizer.apply_chat_template(self.messages(prompts[0]), tokenize=False, add_generation_prompt=True)
+        check = render_chat(tokenizer, self.messages(prompts[0]))
         if check != texts[0]:
             raise ValueError(
                 "the tokenizer's chat template changes the prompt text (it is not placed verbatim), so item spans "
@@ -88,6 +144,7 @@ class PromptFormat:
         """What run.json and the search's fitness context record: the option, the system message, the template."""
         record: dict[str, Any] = {"chat_template": self.chat_template, "system_prompt": self.system_prompt}
         if self.chat_template:
+            self.wrapper(tokenizer)  # a tokenizer without a template, or a template that fails, is one line first
             record["template_sha256"] = hashlib.sha256(tokenizer.chat_template.encode()).hexdigest()[:16]
         return record
 

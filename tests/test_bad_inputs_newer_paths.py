@@ -86,6 +86,22 @@ def _importing(cli: str, name: str, source: str) -> Callable[[Context], list[str
 EXITS = "import sys\nsys.exit(0)\n"
 
 
+def _chat(template: str | None, *extra: str) -> Callable[[Context], list[str]]:
+    """An evaluation with `--chat_template true` of a tiny model whose tokenizer has `template` (None: none)."""
+
+    def make(ctx: Context) -> list[str]:
+        from transformers import AutoTokenizer  # heavy: only the rows that build a templated tokenizer
+
+        model = repo_model(ctx.tmp)
+        if template is not None:
+            tokenizer = AutoTokenizer.from_pretrained(model)
+            tokenizer.chat_template = template
+            tokenizer.save_pretrained(model)
+        return [*EVAL, "--chat_template", "true", *extra, "--model", str(model), "--out", str(ctx.tmp / "out")]
+
+    return make
+
+
 def _method(spec: str) -> Callable[[Context], list[str]]:
     return lambda ctx: [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
 
@@ -363,6 +379,39 @@ ROWS = [
         _importing("evaluation", "os", "X = 1\n"),
         EXIT_USAGE,
         "'os' is a module of Python's standard library",
+        absent="out",
+    ),
+    # == chat templates that are missing or fail ==
+    BadInput(
+        "chat-template-missing", "evaluation", _chat(None), EXIT_USAGE, "has none; drop --chat_template", absent="out"
+    ),
+    BadInput(
+        "chat-template-syntax-error",
+        "evaluation",
+        _chat("{% for m in messages %}{{ m['content'] }"),
+        EXIT_USAGE,
+        "TemplateSyntaxError",
+        absent="out",
+    ),
+    BadInput(
+        "chat-template-refuses-system-role",
+        "evaluation",
+        _chat(
+            "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system') }}"
+            "{% endif %}{{ m['content'] }}{% endfor %}",
+            "--system_prompt",
+            "Be brief.",
+        ),
+        EXIT_USAGE,
+        "fails on a system/user conversation (TemplateError: no system)",
+        absent="out",
+    ),
+    BadInput(
+        "chat-template-calls-nothing",
+        "evaluation",
+        _chat("{{ no_such_function() }}"),
+        EXIT_USAGE,
+        "the tokenizer's chat template fails on a user conversation",
         absent="out",
     ),
     # == rows: insert above this line ==

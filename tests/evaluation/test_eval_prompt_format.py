@@ -1,11 +1,13 @@
 """The chat-template option: templated text, item spans moved with it, tokenised without extra specials, recorded."""
 
 import json
+import re
 
 import pytest
 
 from evaluation.generation import DecodeSettings
 from evaluation.model_loading import tiny_default
+from evaluation import prompt_format
 from evaluation.prompt_format import PromptFormat, chat_template_notice
 from evaluation.runner import RunConfig, prepare_task, run
 
@@ -69,6 +71,41 @@ def test_a_tokenizer_without_a_template_is_refused_in_one_line():
     with pytest.raises(ValueError, match="has none; drop --chat_template") as err:
         prepare_task("mdqa", MDQA, model, tokenizer, DecodeSettings(), PromptFormat(chat_template=True))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("template", "system", "message"),
+    [
+        ("{% for m in messages %}{{ m['content'] }", None, "fails on a user conversation (TemplateSyntaxError"),
+        (
+            "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+            "{{ m['content'] }}{% endfor %}",
+            "Be brief.",
+            "fails on a system/user conversation (TemplateError: no system role); fix the template, drop "
+            "--system_prompt",
+        ),
+        ("{{ messages[0]['content'] * 20000000 }}", None, "rendered"),
+        ("{{ undefined_function() }}", None, "fails on a user conversation"),
+    ],
+)
+def test_a_template_that_fails_is_refused_in_one_line(chat_model, template, system, message):
+    _, tokenizer = chat_model
+    tokenizer.chat_template = template
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        PromptFormat(chat_template=True, system_prompt=system).apply(tokenizer, ["a prompt"], [[[0, 1]]])
+    assert "\n" not in str(err.value)
+
+
+def test_a_template_that_never_ends_is_stopped(chat_model, monkeypatch):
+    _, tokenizer = chat_model
+    monkeypatch.setattr(prompt_format, "RENDER_SECONDS", 0.5)
+    # Nested loops within transformers' sandbox limits on each range: the total work is what never ends.
+    tokenizer.chat_template = (
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
+        "{% endfor %}{% endfor %}{% endfor %}{{ messages[0]['content'] }}"
+    )
+    with pytest.raises(ValueError, match="did not finish rendering one prompt in 0.5 s"):
+        PromptFormat(chat_template=True).apply(tokenizer, ["a prompt"], [[[0, 1]]])
 
 
 def test_a_template_that_rewrites_the_message_is_refused(chat_model):
