@@ -167,13 +167,34 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return [layer.self_attn for layer in layers]
 
 
+#: The HF model types whose untouched path under all-RoPE policies is bit-identical to HF's own model (a test
+#: per family: tests/modeling/test_other_families.py, test_parity_and_equations.py). Others may look alike and
+#: differ (Cohere and Gemma-2 rotate interleaved pairs or soft-cap scores; StableLM and GLM rotate part of each
+#: head), so they are refused rather than silently changed.
+SUPPORTED_MODEL_TYPES = {
+    "olmo2": "OLMo-2",
+    "repo_olmo2": "OLMo-2 with REPO",
+    "llama": "Llama",
+    "qwen2": "Qwen2",
+    "qwen3": "Qwen3",
+    "mistral": "Mistral",
+}
+SUPPORTED_FAMILIES = "OLMo-2, Llama, Qwen2, Qwen3, Mistral"
+
+
 def _check_supported(attn: nn.Module) -> None:
+    model_type = getattr(getattr(attn, "config", None), "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"position policies do not support model type {model_type!r} ({type(attn).__name__}): its attention "
+            f"is not checked to stay equal to HF's under RoPE policies; supported: {SUPPORTED_FAMILIES}"
+        )
     needed = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling", "config", "layer_idx")
     missing = [name for name in needed if not hasattr(attn, name)]
     if missing:
         raise UnsupportedModelError(
             f"{type(attn).__name__} lacks {missing}: it is not a q/k/v/o RoPE attention this hook supports "
-            "(OLMo-2, Llama, Qwen2, Qwen3, Mistral): use a model of one of those families."
+            f"({SUPPORTED_FAMILIES}): use a model of one of those families."
         )
 
 

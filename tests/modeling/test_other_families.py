@@ -1,9 +1,11 @@
-"""The same policy hook on Llama- and Qwen2-style HF models (GQA included)."""
+"""The same policy hook on Llama-, Qwen2-, Qwen3- and Mistral-style HF models (GQA included); other families
+are refused before anything changes."""
 
 import copy
 
 import pytest
 import torch
+import transformers
 from float_checks import assert_close_to_scale, assert_greedy
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -15,6 +17,7 @@ from repo_train.modeling import (
     install_position_policies,
     record_positions,
 )
+from repo_train.modeling.attention import UnsupportedModelError
 
 SMALL = dict(
     vocab_size=128,
@@ -35,6 +38,38 @@ def _build(family: str):
 
 def _repo(config):
     return RepoPolicy(RotaryEncoding.from_config(config), config.hidden_size, 16, config.num_attention_heads)
+
+
+#: Every supported family but OLMo-2 (tests/modeling/test_parity_and_equations.py): name -> model class.
+SUPPORTED = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}
+#: Families that look alike and are not supported: each would change under an all-RoPE policy, or fail.
+REFUSED = {"cohere": "Cohere", "gemma2": "Gemma2", "stablelm": "StableLm", "glm": "Glm"}
+
+
+def _build_family(prefix: str):
+    config = getattr(transformers, f"{prefix}Config")(**SMALL, head_dim=16, pad_token_id=0)
+    return getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
+
+
+@pytest.mark.parametrize("family", sorted(SUPPORTED))
+def test_every_supported_family_is_bit_identical_under_rope_policies(family):
+    model = _build_family(SUPPORTED[family])
+    untouched = copy.deepcopy(model)
+    install_position_policies(model, [RopePolicy() for _ in range(3)])
+    ids = torch.randint(0, 128, (2, 19))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, untouched(ids).logits)
+
+
+@pytest.mark.parametrize("family", sorted(REFUSED))
+def test_other_families_are_refused_in_one_line_and_left_unchanged(family):
+    model = _build_family(REFUSED[family])
+    before = {name: type(module) for name, module in model.named_modules()}
+    with pytest.raises(UnsupportedModelError) as err:
+        install_position_policies(model, [RopePolicy() for _ in range(3)])
+    assert f"do not support model type {family!r}" in str(err.value) and "\n" not in str(err.value)
+    assert "supported: OLMo-2, Llama, Qwen2, Qwen3, Mistral" in str(err.value)
+    assert {name: type(module) for name, module in model.named_modules()} == before
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
