@@ -12,8 +12,8 @@ per position.
 
 from __future__ import annotations
 
+import json
 import math
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -233,18 +233,19 @@ def examples_line(spec: dict[str, Any], results: dict[str, Any]) -> str:
     return f"Source examples {first}-{first + count - 1} ({count})."
 
 
-def seed_run_setup(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """What seed runs of one setup share: the model (its name without a tiny default's seed), the decoding, the
-    methods, and per task its parameters other than the seed, its decoding and its metric."""
+def seed_run_setup(summary: Mapping[str, Any], weights: Any = None) -> dict[str, Any]:
+    """What seed runs of one setup share: the model (by its class, config hash and weight files, never by the
+    path it was given as), the decoding, the methods, and per task its parameters other than the seed, its
+    decoding and its metric. `weights`: run.json's weight-file pin (None for the tiny default, whose seed is
+    the run's)."""
     model = dict(summary.get("model") or {})
-    name = re.sub(r"\(seed=-?\d+\)$", "", str(model.get("name", "")))
     tasks = {}
     for task, spec in (summary.get("tasks") or {}).items():
         spec = dict(spec) if isinstance(spec, Mapping) else {}
         params = {k: v for k, v in (spec.get("params") or {}).items() if k != "seed"}
         tasks[task] = {**{k: v for k, v in spec.items() if k not in ("params", "rows")}, "params": params}
     return {
-        "model": {"name": name, "class": model.get("class"), "config_sha256": model.get("config_sha256")},
+        "model": {"class": model.get("class"), "config_sha256": model.get("config_sha256"), "weights": weights},
         "decode": summary.get("decode"),
         "methods": summary.get("methods"),
         "tasks": tasks,
@@ -252,10 +253,19 @@ def seed_run_setup(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_seed_runs(directories: Sequence[Path], summaries: Sequence[Mapping[str, Any]]) -> None:
-    """Refuse `--seeds` over runs that are not seeds of one setup (another model, task, decoding or method)."""
-    first = seed_run_setup(summaries[0])
+    """Refuse `--seeds` over runs that are not seeds of one setup (another model, task, decoding or method), and
+    a run given twice (it would count as two seeds)."""
+    seen: dict[Path, Path] = {}
+    for directory in directories:
+        first_given = seen.setdefault(directory.resolve(), directory)
+        if first_given is not directory:
+            raise ValueError(
+                f"--seeds: {directory} is the run {first_given} again, which would count one seed twice; give each "
+                "seed's run once"
+            )
+    first = seed_run_setup(summaries[0], _pinned_weights(directories[0]))
     for directory, summary in zip(directories[1:], summaries[1:]):
-        other = seed_run_setup(summary)
+        other = seed_run_setup(summary, _pinned_weights(directory))
         differs = []
         for key, value in first.items():
             if isinstance(value, Mapping) and isinstance(other[key], Mapping):
@@ -267,6 +277,15 @@ def check_seed_runs(directories: Sequence[Path], summaries: Sequence[Mapping[str
                 f"--seeds: {directory} is not a seed of the setup of {directories[0]} (differs in "
                 f"{', '.join(differs)}); compare such runs without --seeds"
             )
+
+
+def _pinned_weights(directory: Path) -> Any:
+    """The weight files a run directory's run.json pinned (None when it has none: the tiny default, an old run)."""
+    try:
+        weights = json.loads((directory / "run.json").read_text()).get("weights")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if isinstance(weights, Mapping) and "tiny_default_seed" in weights else weights
 
 
 def check_same_scores(directories: Sequence[Path], summaries: Sequence[Mapping[str, Any]]) -> None:

@@ -159,7 +159,7 @@ def _user_folder(ctx: Context) -> Path:
     return folder
 
 
-def _summarized_run(ctx: Context, name: str = "out", num_keys: int = 2, model: str = "tiny") -> Path:
+def _summarized_run(ctx: Context, name: str = "out", num_keys: int = 2, model: str = "tiny", config: str = "c") -> Path:
     """A run directory with records.jsonl and the summary.json built from them (no model run needed)."""
     out = ctx.tmp / name
     out.mkdir()
@@ -171,7 +171,7 @@ def _summarized_run(ctx: Context, name: str = "out", num_keys: int = 2, model: s
     ]  # fmt: skip
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     tasks = {"kv": {"params": {"num_keys": num_keys, "seed": 0}, "metric": "kv_containment"}}
-    summary = build_summary(records, {"name": model, "class": "X", "config_sha256": "c"}, tasks, ["baseline"])
+    summary = build_summary(records, {"name": model, "class": "X", "config_sha256": config}, tasks, ["baseline"])
     write_json_atomic(out / "summary.json", {**summary, "decode": {"batch_size": 8}})
     return out
 
@@ -509,11 +509,25 @@ ROWS = [
             "--out",
             str(_summarized_run(ctx, "a")),
             "--compare",
-            str(_summarized_run(ctx, "b", model="other")),
+            str(_summarized_run(ctx, "b", model="other", config="d")),
             "--seeds",
         ],
         EXIT_USAGE,
-        "(differs in model.name)",
+        "(differs in model.config_sha256)",
+    ),
+    BadInput(
+        "report-seeds-same-run-twice",
+        "evaluation",
+        lambda ctx: [
+            "report",
+            "--out",
+            str(_summarized_run(ctx, "a")),
+            "--compare",
+            str(ctx.tmp / "." / "a"),
+            "--seeds",
+        ],
+        EXIT_USAGE,
+        "which would count one seed twice",
     ),
     # -- with a real search's outputs (configs/search/tiny.yaml, run once for the module)
     BadInput(

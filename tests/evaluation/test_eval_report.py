@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
+
 from evaluation import position_plot
 from evaluation.report import render_report
 from evaluation.results import build_summary, write_json_atomic
@@ -174,3 +176,18 @@ def test_many_curves_get_one_panel_each_with_the_baseline_behind(monkeypatch) ->
     assert [len(g) for g in grey] == [0] + [1] * 7  # every method panel shows its run's baseline
     assert position_plot.OVERLAY_MAX < len(curves)
     _close(fig)
+
+
+def test_seed_runs_compare_models_by_their_hashes_never_by_their_path(tmp_path) -> None:
+    """The same model given as `models/x` and `./models/../models/x` is one model; other weight files are not."""
+    first, second = _run(tmp_path, "seed0", ["baseline"]), _run(tmp_path, "seed1", ["baseline"])
+    summary = json.loads((second / "summary.json").read_text())
+    summary["model"]["name"] = "./models/../models/seed0"  # another spelling of the same directory
+    (second / "summary.json").write_text(json.dumps(summary))
+    pin = {"model.safetensors": {"size": 10, "sha256": "a" * 32}}
+    for run in (first, second):
+        (run / "run.json").write_text(json.dumps({"weights": pin}))
+    assert (first / "report.md") in render_report(first, [second], seeds=True)
+    (second / "run.json").write_text(json.dumps({"weights": {"model.safetensors": {"size": 10, "sha256": "b" * 32}}}))
+    with pytest.raises(ValueError, match=r"differs in model\.weights"):
+        render_report(first, [second], seeds=True)
