@@ -642,14 +642,16 @@ def _run_locked(config: RunConfig, model, tokenizer, max_records, on_record, pro
     if notice and rank == 0:
         print(f"[evaluation] {notice}", file=sys.stderr)
     identity = model_identity(model)
-    for note in check_scale_file_models(stacks, identity, weights, config.allow_other_model_scales):
-        if rank == 0:  # a scale file searched for another model: refused above unless asked for
-            print(f"[evaluation] {note}", file=sys.stderr)
+    # Another model's scale file is refused here unless asked for; the notes (applied anyway, or a file that
+    # records no model) are printed once the run is known not to be refused, so a refusal stays one line.
+    scale_notes = check_scale_file_models(stacks, identity, weights, config.allow_other_model_scales)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     fresh = _manifest(config, identity, tokenizer, dtype, weights, method_pins(stacks))
     manifest = _merge_manifest(out, fresh, {task.name: type(task) for task in config.tasks})
+    for note in scale_notes if rank == 0 else ():
+        print(f"[evaluation] {note}", file=sys.stderr)
     prepared = [
         dataclasses.replace(
             prepare(task, model, tokenizer, config.settings(task), config.prompt_format), score=config.score

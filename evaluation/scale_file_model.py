@@ -11,7 +11,7 @@ the file and what differs, unless `--allow-other-model-scales` is given (a
 deliberate cross-model use, which the run then states on stderr).
 
 Files written before these keys existed (and hand-made files) carry no such
-record and are applied unchecked.
+record: they are applied unchecked, and the run says so on stderr.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def model_mismatch(recorded: Any, identity: Mapping[str, Any], weights: Mapping[
     return differs
 
 
+def _records_identity(recorded: Any) -> bool:
+    """Whether a scale file's `model` record holds what `model_mismatch` compares (a config or weight hash)."""
+    return isinstance(recorded, Mapping) and (
+        recorded.get("identity_sha256") is not None or recorded.get("weight_files") is not None
+    )
+
+
 def _describe(weights: Mapping[str, Any]) -> str:
     if "tiny_default_seed" in weights:
         return f"the tiny default of seed {weights['tiny_default_seed']}"
@@ -59,11 +66,19 @@ def _describe(weights: Mapping[str, Any]) -> str:
 def check_scale_file_models(
     stacks: Sequence[Any], identity: Mapping[str, Any], weights: Mapping[str, Any] | None, allow: bool = False
 ) -> list[str]:
-    """Refuse (ValueError) a scale file searched for another model; with `allow`, the notes to print instead."""
+    """Refuse (ValueError) a scale file searched for another model; with `allow`, the notes to print instead (and
+    a note for each file that records no model, so an unchecked file is never applied silently)."""
     notes = []
     for path in scale_file_paths(stacks):
         data = read_scale_json(path, "lpes")
-        differs = model_mismatch(data.get("model") if isinstance(data, dict) else None, identity, weights)
+        recorded = data.get("model") if isinstance(data, dict) else None
+        if not _records_identity(recorded):
+            notes.append(
+                f"lpes: {path} records no model identity (a hand-made file, or one written before 2026-11-26), so "
+                "it is applied without checking that it was searched for this model"
+            )
+            continue
+        differs = model_mismatch(recorded, identity, weights)
         if not differs:
             continue
         name = data["model"].get("name", "?")

@@ -777,3 +777,11 @@ def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, monkeypa
     lines = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == EXIT_USAGE and len(lines) == 1 and phrase in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.yaml"]  # nothing written
+
+
+def test_a_scale_file_that_records_no_model_is_applied_with_a_note(tmp_path, capsys, one_thread):
+    """A hand-made file (no identity_sha256 or weight_files) cannot be checked: the run says so, never silently."""
+    argv = _lpes_run([1.5] * 4)(Context(tmp_path))
+    capsys.readouterr()
+    assert run_cli("evaluation", argv) == 0
+    assert "records no model identity" in capsys.readouterr().err
