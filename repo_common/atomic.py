@@ -103,10 +103,11 @@ def _remove_empty(directories: list[Path]) -> None:
 
 
 #: What to do when a write fails with this errno (others: check the place can be written).
-_WRITE_FIXES = {
+WRITE_FIXES = {
     errno.ENOSPC: "free space on that disk (or write elsewhere) and rerun: the outputs written so far are kept",
     errno.EDQUOT: "free space within your disk quota (or write elsewhere) and rerun: the outputs so far are kept",
     errno.EROFS: "the file system is read-only: write the outputs elsewhere",
+    errno.ENAMETOOLONG: "the path is longer than the file system allows: choose a shorter one",
 }
 
 
@@ -123,7 +124,7 @@ def writing_to(path: str | os.PathLike) -> Iterator[None]:
     except OSError as err:
         if err.filename is not None:
             raise
-        fix = _WRITE_FIXES.get(err.errno, "check that it can be written")
+        fix = WRITE_FIXES.get(err.errno, "check that it can be written")
         reason = err.strerror or str(err) or type(err).__name__
         raise OSError(err.errno, f"{reason} while writing {path}; {fix}") from err
 

@@ -6,7 +6,8 @@ Parsers' own errors (a bad option value, a missing option) are one line too:
 `repo_common.config_cli.ConfigParser`. (A failed write naming its file:
 `repo_common.atomic.writing_to`.) A PermissionError is always the user's
 environment, never a bug: every command says it as "cannot read PATH:
-permission denied (why); fix" (`repo_common.file_permissions`).
+permission denied (why); fix" (`repo_common.file_permissions`); a full disk, a read-only file
+system or a path too long is one line with its fix too, whatever the command (`ENVIRONMENT_ERRORS`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from repo_common.atomic import WRITE_FIXES
 from repo_common.file_permissions import describe
 
 #: Exit code of a usage error, as argparse uses it.
 EXIT_USAGE = 2
+#: OS errors that are the user's disk or path, never a bug, with the fix to name (atomic writes leave every
+#: earlier output whole when one of these stops a command).
+ENVIRONMENT_ERRORS = WRITE_FIXES
 
 
 def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[Exception], ...]) -> int:
@@ -32,9 +37,26 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
     except PermissionError as err:
         print(f"{prog}: error: {describe(err)}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as err:
+        if err.errno not in ENVIRONMENT_ERRORS and not isinstance(err, errors):
+            raise
+        print(f"{prog}: error: {environment_message(err)}", file=sys.stderr)
+        return EXIT_USAGE
     except errors as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def environment_message(err: OSError) -> str:
+    """One line for an OSError: its message, and for a full disk, a read-only file system or a too-long path,
+    the fix (the file it names is the one being written)."""
+    fix = ENVIRONMENT_ERRORS.get(err.errno)
+    if fix is None:
+        return str(err)
+    if err.filename is None and "while writing" in (err.strerror or ""):
+        return err.strerror  # `repo_common.atomic.writing_to` named the file and the fix already
+    where = f"cannot write {err.filename}: " if err.filename else ""
+    return f"{where}{err.strerror or first_line(err)}; {fix}"
 
 
 def first_line(err: BaseException, limit: int = 200) -> str:

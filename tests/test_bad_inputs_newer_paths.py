@@ -7,6 +7,7 @@ line, and every file under the row's directory byte-identical afterwards.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import shutil
@@ -15,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bad_input_helpers import EVAL, TINY_SEARCH, BadInput, Context, check_row, repo_model, run_cli
+from bad_input_helpers import EVAL, TINY_SEARCH, BadInput, Context, check_row, lightning_like, repo_model, run_cli
+from transformers import PreTrainedModel
 
-from repo_common.cli_errors import EXIT_USAGE
+from repo_common.cli_errors import EXIT_USAGE, report_user_errors
 
 #: A well-formed bias file (format fim-bias, version 1) for a 2-item prompt; rows damage one field.
 BIAS = {
@@ -98,6 +100,24 @@ def _chat(template: str | None, *extra: str) -> Callable[[Context], list[str]]:
             tokenizer.chat_template = template
             tokenizer.save_pretrained(model)
         return [*EVAL, "--chat_template", "true", *extra, "--model", str(model), "--out", str(ctx.tmp / "out")]
+
+    return make
+
+
+#: A file name longer than any file system allows (255 bytes a name on Linux).
+LONG_NAME = "x" * 300
+
+
+def _long_out(cli: str) -> Callable[[Context], list[str]]:
+    """A command writing to an --out whose last name is 300 characters."""
+
+    def make(ctx: Context) -> list[str]:
+        if cli == "search":
+            return ["run", "--config", TINY_SEARCH, "--out", str(ctx.tmp / f"{LONG_NAME}.json")]
+        if cli == "repo_train":
+            checkpoint = lightning_like(ctx.tmp / "last.ckpt")
+            return ["export", "--checkpoint", str(checkpoint), "--out", str(ctx.tmp / LONG_NAME)]
+        return [*EVAL, "--out", str(ctx.tmp / LONG_NAME)]
 
     return make
 
@@ -414,6 +434,10 @@ ROWS = [
         "the tokenizer's chat template fails on a user conversation",
         absent="out",
     ),
+    # == paths the file system refuses ==
+    BadInput("eval-out-name-too-long", "evaluation", _long_out("evaluation"), EXIT_USAGE, "choose a shorter"),
+    BadInput("search-out-name-too-long", "search", _long_out("search"), EXIT_USAGE, "choose a shorter"),
+    BadInput("export-out-name-too-long", "repo_train", _long_out("repo_train"), EXIT_USAGE, "choose a shorter"),
     # == rows: insert above this line ==
 ]
 
@@ -433,3 +457,55 @@ def test_summarize_reports_a_torn_last_line_and_leaves_it_for_the_resume(tmp_pat
     assert run_cli("evaluation", ["summarize", "--out", str(out), "--no-report"]) == 0
     assert "ends in a torn line" in capsys.readouterr().err
     assert records.read_bytes() == before  # the run that resumes repairs it, not summarize
+
+
+def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_path, capsys, monkeypatch):
+    """ENOSPC while the weights are written: one line naming the fix, exit 2, the earlier export byte-identical."""
+    checkpoint = lightning_like(tmp_path / "last.ckpt")
+    out = tmp_path / "hf"
+    assert run_cli("repo_train", ["export", "--checkpoint", str(checkpoint), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full_disk(self, directory, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory) + "/model.safetensors")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    capsys.readouterr()
+    assert run_cli("repo_train", ["export", "--checkpoint", str(checkpoint), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "No space left on device" in err and "with free space" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging directory left behind
+
+
+@pytest.mark.parametrize(
+    ("error", "phrase"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/runs/a/w.bin"),
+            "cannot write /runs/a/w.bin: No space left",
+        ),
+        (OSError(errno.EROFS, "Read-only file system", "/ro/x"), "read-only: write the outputs elsewhere"),
+        (OSError(errno.ENAMETOOLONG, "File name too long", "/x" * 200), "choose a shorter"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "Disk quota exceeded; free space within your disk quota"),
+    ],
+)
+def test_the_disk_and_the_path_are_one_line_in_every_command(error, phrase, capsys):
+    """Whatever a command counts as a user error, a full disk, a read-only file system or a too-long path is one."""
+
+    def fails() -> int:
+        raise error
+
+    assert report_user_errors("prog run", fails, (ValueError,)) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("prog run: error: ") and err.count("\n") == 1 and phrase in err, err
+
+
+def test_other_os_errors_keep_their_traceback():
+    """An I/O error is not the user's doing: it stays a traceback (exit 1) unless the command counts OSError."""
+
+    def fails() -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output error"):
+        report_user_errors("prog run", fails, (ValueError,))
