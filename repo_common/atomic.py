@@ -22,7 +22,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,7 +72,8 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         parent = parent.parent
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+        _clean_abandoned(path)
+        staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=_staging_prefix(path), suffix=".tmp"))
     except BaseException:
         _remove_empty(created)
         raise
@@ -79,7 +82,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         yield staging
         apply_default_permissions(staging)
         if path.is_dir() and not path.is_symlink():
-            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=_staging_prefix(path), suffix=".old"))
             os.replace(path, old / path.name)
         os.replace(staging, path)
     except BaseException:
@@ -92,6 +95,37 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _staging_prefix(path: Path) -> str:
+    """`.NAME.pidPID@HOST.`: a staging directory says which process made it, so a later write to the same path
+    can tell one left by a killed process (`kill -9`, a lost node) from one in use."""
+    return f".{path.name}.pid{os.getpid()}@{socket.gethostname()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _clean_abandoned(path: Path) -> None:
+    """Remove the staging directories a killed writer of `path` left beside it (on this host, its process gone);
+    an abandoned `.old` that still holds the earlier `path` (killed between the two renames) is put back first."""
+    pattern = re.compile(re.escape(f".{path.name}.pid") + r"(\d+)@(.+?)\.[^.]+\.(tmp|old)$")
+    host = socket.gethostname()
+    for sibling in path.parent.iterdir():
+        found = pattern.match(sibling.name)
+        if not found or found.group(2) != host or _alive(int(found.group(1))) or not sibling.is_dir():
+            continue
+        earlier = sibling / path.name
+        if found.group(3) == "old" and earlier.is_dir() and not path.exists():
+            os.replace(earlier, path)
+        shutil.rmtree(sibling, ignore_errors=True)
 
 
 def _remove_empty(directories: list[Path]) -> None:
