@@ -227,6 +227,7 @@ def test_a_file_that_cannot_be_a_gguf_model_is_one_line(tmp_path, content, phras
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # reads 3 MB of GGUF through transformers (seconds)
 def test_a_truncated_gguf_file_is_one_line_naming_it(tmp_path):
     """The packaged file cut in half (a damaged download or disk): one line, not transformers' reshape error."""
     pytest.importorskip("gguf", reason="needs the real extra (scripts/setup.sh --real)")
