@@ -122,6 +122,18 @@ def _long_out(cli: str) -> Callable[[Context], list[str]]:
     return make
 
 
+def _multiple_choice_line(line: dict) -> Callable[[Context], list[str]]:
+    """An evaluation of `multiple_choice` on a file whose lines are `line`."""
+
+    def make(ctx: Context) -> list[str]:
+        path = ctx.tmp / "mc.jsonl"
+        path.write_text((json.dumps(line) + "\n") * 2)  # EVAL asks for two examples
+        return [*EVAL, "--tasks", "multiple_choice", "--task-param", f"multiple_choice:path={path}",
+                "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]  # fmt: skip
+
+    return make
+
+
 def _method(spec: str) -> Callable[[Context], list[str]]:
     return lambda ctx: [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
 
@@ -438,6 +450,14 @@ ROWS = [
     BadInput("eval-out-name-too-long", "evaluation", _long_out("evaluation"), EXIT_USAGE, "choose a shorter"),
     BadInput("search-out-name-too-long", "search", _long_out("search"), EXIT_USAGE, "choose a shorter"),
     BadInput("export-out-name-too-long", "repo_train", _long_out("repo_train"), EXIT_USAGE, "choose a shorter"),
+    BadInput(
+        "boolq-answer-as-text",
+        "evaluation",
+        _multiple_choice_line({"question": "q", "passage": "p", "answer": "yes"}),
+        EXIT_USAGE,
+        "BoolQ 'answer' must be true or false (a JSON boolean), got 'yes'",
+        absent="out",
+    ),
     # == rows: insert above this line ==
 ]
 

@@ -69,7 +69,9 @@ def boolq_example(record: dict, where: str) -> tuple[str, list[str], int, list[s
     """Prompt, options, gold index, option labels and item spans of a BoolQ line."""
     answer = record["answer"]
     if not isinstance(answer, bool):
-        raise TypeError(f"{where}: BoolQ 'answer' must be true or false, got {answer!r}")
+        raise ValueError(  # noqa: TRY004  (a user's data file: exit 2, one line)
+            f"{where}: BoolQ 'answer' must be true or false (a JSON boolean), got {answer!r}; write it as true/false"
+        )
     passage = str(record["passage"])
     prompt = f"{passage}\nQuestion: {record['question']}?\nAnswer:"
     return prompt, [" no", " yes"], int(answer), ["no", "yes"], [[0, len(passage)]]

@@ -149,7 +149,7 @@ def test_errors(tmp_path):
             json.dumps({"question": "q", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "E"})
         )
         build_task("multiple_choice", path=str(bad)).build()
-    with pytest.raises(TypeError, match="must be true or false"):
+    with pytest.raises(ValueError, match="must be true or false"):
         bad = tmp_path / "boolq.jsonl"
         bad.write_text(json.dumps({"question": "q", "passage": "p", "answer": "yes"}))
         build_task("multiple_choice", path=str(bad)).build()
