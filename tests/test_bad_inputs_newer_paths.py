@@ -458,6 +458,14 @@ ROWS = [
         "BoolQ 'answer' must be true or false (a JSON boolean), got 'yes'",
         absent="out",
     ),
+    BadInput(
+        "eval-a-billion-examples",
+        "evaluation",
+        lambda ctx: [*EVAL, "--num-examples", "1000000000", "--out", str(ctx.tmp / "out")],
+        EXIT_USAGE,
+        "num_examples=1,000,000,000 is more than one run builds",
+        absent="out",
+    ),
     # == rows: insert above this line ==
 ]
 

@@ -190,6 +190,11 @@ def join_items(header: str, items: Sequence[str], footer: str, separator: str = 
     return header + separator.join(items) + footer, spans
 
 
+#: Source examples one task of a run may build: the largest released long-context sets hold a few thousand, and
+#: a generated task asked for a billion would spend minutes generating before any other check could answer.
+MAX_EXAMPLES = 1_000_000
+
+
 @dataclasses.dataclass(kw_only=True)
 class Task(ABC):
     """Base of all tasks: config fields, validation on construction, `build()` and `score()`."""
@@ -218,6 +223,11 @@ class Task(ABC):
     def __post_init__(self) -> None:
         if self.num_examples is not None and (isinstance(self.num_examples, bool) or self.num_examples < 1):
             raise ValueError(f"num_examples must be >= 1 or None (all), got {self.num_examples!r}")
+        if self.num_examples is not None and self.num_examples > MAX_EXAMPLES:
+            raise ValueError(
+                f"num_examples={self.num_examples:,} is more than one run builds ({MAX_EXAMPLES:,} source examples, "
+                "each a row per gold position); split it into runs with example_offset, or pass fewer"
+            )
         offset = self.example_offset
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"example_offset must be an int >= 0 (source examples to skip), got {offset!r}")
