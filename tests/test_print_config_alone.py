@@ -45,6 +45,7 @@ FAST = [
     "python -m evaluation run",
     "python -m evaluation report",
     "python -m evaluation summarize",
+    "python -m evaluation calibrate-fim",
     "python -m search run",
     "python -m search show",
     "python -m search diagnose",

@@ -34,6 +34,7 @@ COMMANDS = {
     "python -m evaluation run": (["--out", "x", "--method", "pi:scale=2", "--tasks", "nope"], "unknown task(s)"),
     "python -m evaluation report": ([], "missing option --out"),
     "python -m evaluation summarize": (["--out", "r", "--colour"], "--colour"),
+    "python -m evaluation calibrate-fim": (["--model", "m", "--method", "pi", "--out", "b.json"], "give a fim spec"),
     "python -m search": (["nope"], "unknown command 'nope'"),
     "python -m search run": (["--ga.population", "many"], "--ga.population"),
     "python -m search show": ([], "scale_file"),
@@ -57,7 +58,6 @@ COMMANDS = {
     "scripts/check_gpu.py": (["--pairs", "0"], "--pairs"),
     # the scripts that import torch only after parsing (their model-free checks included)
     "scripts/analyze_repo_positions.py": (["--model", "m", "--out", "o", "--task-param", "x"], "expects KEY=VALUE"),
-    "scripts/calibrate_fim_bias.py": (["--model", "m", "--method", "pi", "--out", "b.json"], "give a fim spec"),
     "scripts/compare_fim_calibrations.py": (
         ["--model", "m", "--task", "mdqa", "--task_params", '{"max_new_tokens": 24}', "--out", "c"],
         "unknown parameter(s) ['max_new_tokens']",

@@ -153,7 +153,7 @@ def test_unreadable_or_foreign_files_are_refused(tiny_lm, tmp_path):
         "broken.json": ("{", "cannot read bias file"),
         "short.json": ({k: v for k, v in data.items() if k != "template"}, "is malformed"),
     }
-    assert "make one with scripts/calibrate_fim_bias.py" in FIX
+    assert "make one with python -m evaluation calibrate-fim" in FIX
     for name, (content, message) in cases.items():
         if content is not None:
             (tmp_path / name).write_text(content if isinstance(content, str) else json.dumps(content))

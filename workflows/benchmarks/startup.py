@@ -56,7 +56,7 @@ CASES = [
     ("refusal", "-m search run --ga.population many"),
     ("refusal", "-m workflows check-gpu --train_processes 0"),
     ("refusal", "scripts/quickstart.py --steps none"),
-    ("refusal", "scripts/calibrate_fim_bias.py --model m --method pi --out b.json"),
+    ("refusal", "-m evaluation calibrate-fim --model m --method pi --out b.json"),
     ("refusal", "-m repo_train fit --trainer.max_steps abc"),
     ("refusal", "-m repo_train fit --checkpoint.every_n_train_steps 0"),
     ("refusal", "-m repo_train validate"),
