@@ -5,5 +5,5 @@ GPU nodes of many clusters reach no package index, and what can be sent to them 
 image lacks, the study's questions and optionally the real model's wheel, and `packing` cuts them into
 transfer folders of a set size, each with a manifest of sha256 sums. On the node, `scripts/device_session.sh`
 checks, joins and installs them into the checkout's `.device-kit/site` and runs the GPU checks
-(docs/gpu-node.md).
+(docs/training.md, "A GPU node without internet").
 """
