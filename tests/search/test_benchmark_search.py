@@ -90,7 +90,7 @@ def test_combine_reads_rounds_run_apart_as_one_summary(tmp_path, capsys):
     [
         (lambda r: r["settings"].update(population=6), "was run with population=6"),
         (lambda r: r["seeds"][0].update(seed=1), "seed 1 is in more than one report"),
-        (lambda r: r.pop("seeds"), "is not a report of this script"),
+        (lambda r: r.pop("seeds"), "is not a report of this benchmark"),
     ],
 )
 def test_combine_refuses_reports_that_do_not_belong_together_in_one_line(tmp_path, capsys, edit, message):

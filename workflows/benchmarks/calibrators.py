@@ -13,7 +13,7 @@ rounds after one warm-up), so both see the same machine state. Per method and le
   before (Linux VmHWM, reset through /proc/self/clear_refs): one run each, so no range. tracemalloc is not
   used: torch's CPU tensors are not allocated through Python's allocator, so it would not see them.
 
-Amortised Found in the Middle reads a bias file this script estimates first, on calibration prompts of the
+Amortised Found in the Middle reads a bias file this benchmark estimates first, on calibration prompts of the
 same template and lengths (other seeds): the one-off cost, printed on its own and not in the ratios.
 `--model DIR` times a saved HF model instead of the random one (the real model's directory, from
 `python -m repo_train real-model`): a copy's cost depends on how its K/V weighs against the weights, which a
@@ -41,10 +41,10 @@ from repo_common.config_cli import ConfigParser, deferred, script_options
 PROG = "python -m workflows benchmark-calibrators"
 #: The measuring (torch, the models): imported once the options are checked.
 MEASURE = "workflows.benchmarks.calibrators_measure"
-#: Where the amortised FiM spec takes the bias file this script makes.
+#: Where the amortised FiM spec takes the bias file this benchmark makes.
 BIAS_FILE = "{bias_file}"
 AMORTISED_FIM = f"fim:calibration=amortised,bias_file={BIAS_FILE}"
-#: Where the LPES spec takes the scale file this script writes (`LPES_SCALES`: a cost benchmark needs no search).
+#: Where the LPES spec takes the scale file this benchmark writes (`LPES_SCALES`: a cost benchmark needs no search).
 SCALE_FILE = "{scale_file}"
 LPES = f"lpes:scale_file={SCALE_FILE}"
 DEFAULT_METHODS = [
@@ -156,7 +156,7 @@ def coverage_line(specs, registered=None) -> str:
 
 
 def label(spec: str) -> str:
-    """A spec as the table shows it: the script's file placeholders as FILE."""
+    """A spec as the table shows it: the benchmark's file placeholders as FILE."""
     return spec.replace(BIAS_FILE, "FILE").replace(SCALE_FILE, "FILE")
 
 

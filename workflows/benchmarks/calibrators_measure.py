@@ -118,7 +118,7 @@ def write_lpes_scales(path: Path, layers: int) -> None:
 
 
 def resolved(spec: str, bias_file: Path, scale_file: Path) -> str:
-    """The spec with this script's file placeholders replaced by the files it made."""
+    """The spec with this benchmark's file placeholders replaced by the files it made."""
     return spec.replace(BIAS_FILE, str(bias_file)).replace(SCALE_FILE, str(scale_file))
 
 
@@ -167,7 +167,7 @@ def peak_growth(args, spec: str, words: int) -> int | None:
 
 
 def model_layers(args: argparse.Namespace) -> int:
-    """The timed model's decoder layers: `--layers`, or `--model`'s config.json (read without torch)."""
+    """The timed model's decoder layers: `--layers`, or `--model`'s config.json."""
     if args.model is None:
         return args.layers
 

@@ -114,7 +114,7 @@ def read_reports(paths: list[str], option: str = "--combine") -> dict:
     reports = [read_json_object(path, "a benchmark report", fix) for path in paths]
     for path, report in zip(paths, reports):
         if not {"settings", "seeds"} <= report.keys() or not isinstance(report["settings"], dict):
-            raise ValueError(f"{option} {path} is not a report of this script (no settings and seeds); {fix}")
+            raise ValueError(f"{option} {path} is not a report of this benchmark (no settings and seeds); {fix}")
     first = reports[0]["settings"]
     for path, report in zip(paths[1:], reports[1:]):
         theirs = report["settings"]
