@@ -1,4 +1,5 @@
-"""`python -m evaluation`: run a task × method grid on a model, or re-render / rebuild a run's report.
+"""`python -m evaluation`: run a task × method grid on a model, re-render / rebuild a run's report, or make
+amortised Found in the Middle's bias file (`calibrate-fim`, `evaluation.fim_calibration`).
 
 Every command is a jsonargparse parser (`repo_common.config_cli`): options on
 the command line or in `--config FILE.yaml`, `--print_config` for the
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from jsonargparse import Namespace
 
-from repo_common.config_cli import ConfigParser, dispatch, dump_config
+from repo_common.config_cli import ConfigParser, deferred, dispatch, dump_config
 
 EXIT_INTERRUPTED = 3
 
@@ -121,6 +122,11 @@ COMMANDS = {
         _add_summarize,
         _summarize,
     ),
+    "calibrate-fim": (
+        "make the bias file of amortised Found in the Middle (fim:calibration=amortised,bias_file=FILE)",
+        deferred("evaluation.fim_calibration", "add_arguments"),
+        deferred("evaluation.fim_calibration", "run"),
+    ),
 }
 
 
@@ -131,5 +137,5 @@ def main(argv: list[str] | None = None) -> int:
         "at each position; write per-example records, a summary, plots and a report.",
         COMMANDS,
         argv,
-        resolves_config={"run"},
+        resolves_config={"run", "calibrate-fim"},
     )

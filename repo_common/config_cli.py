@@ -388,7 +388,18 @@ def parse_script(
     jsonargparse's `Namespace.keys`); the `--config` files are merged into them, so there is no `config` key.
     """
     parsed, show = parser.parse(argv)
-    options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key != "config"})
+    parsed.print_config = show
+    return script_options(parser, parsed, check)
+
+
+def script_options(
+    parser: ConfigParser, parsed: Namespace, check: Callable[[argparse.Namespace], None] | None = None
+) -> argparse.Namespace:
+    """`parse_script` after the parse: for a `dispatch` command in `resolves_config` (its `print_config` set), so a
+    command of a package takes its options as a script does (checked by `check`, `--print_config` printed)."""
+    show = parsed.print_config
+    skip = ("config", "print_config")
+    options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key not in skip})
     template = show and any(
         action.required and getattr(options, action.dest, None) is None for action in parser._actions
     )

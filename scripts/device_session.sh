@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# The GPU checks of an offline GPU node, from a kit that scripts/device_kit.py packed elsewhere (its plan.md lists
-# the calls). Runs on the device, in the checkout's copy, with the image's python3 (torch with CUDA):
+# The GPU checks of an offline GPU node, from a kit that `python -m workflows device-kit` packed elsewhere (its
+# plan.md lists the transfers). Runs on the node, in the checkout's copy, with the image's python3 (torch with
+# CUDA); the project is not pip-installed there: its commands run with PYTHONPATH set to the checkout and the kit.
 #
-#   bash scripts/device_session.sh stage    # an intermediate call: say which kit parts have landed
+#   bash scripts/device_session.sh stage    # an intermediate transfer: say which kit parts have landed
 #   bash scripts/device_session.sh setup    # check every sha256, join the model, install into .device-kit/site
 #   bash scripts/device_session.sh check    # setup + check-gpu (every group; real_model when the model is there)
 #   bash scripts/device_session.sh all      # setup + check-gpu + the real-model study at GPU size
-#   bash scripts/device_session.sh bench    # setup + scripts/benchmark_fit.py (fit's tokens/s and MFU at 1B)
+#   bash scripts/device_session.sh bench    # setup + benchmark-fit (fit's tokens/s and MFU at 1B)
 #   bash scripts/device_session.sh study    # setup + the real-model study alone (resumes)
 #
 # Results go to $OUT (default .device-kit/out): check-gpu.txt (and check-gpu-logs.tar.gz: its runs' logs),
 # real-model.txt, benchmark-fit.log with report.json / report.md, study.tar.gz, setup.log.
 # Every step can be rerun on the same node: setup is skipped once done, the study resumes step by step.
-# STUDY_SECONDS (default 300), CHECK_SECONDS (360) and BENCH_SECONDS (300) cap the steps so that a call ends inside
-# its limit; BENCH_ARGS adds options of scripts/benchmark_fit.py.
+# STUDY_SECONDS, CHECK_SECONDS and BENCH_SECONDS, when set, cap those steps (seconds), so that a session ends inside
+# the node's time limit; BENCH_ARGS adds options of `python -m workflows benchmark-fit`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-KIT=${DEVICE_KIT:-.device-kit}  # where scripts/device_kit.py packed it (its default)
+KIT=${DEVICE_KIT:-.device-kit}  # where `python -m workflows device-kit` packed it (its default)
 SITE=$KIT/site
 OUT=${OUT:-$KIT/out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 STEP=${1:-all}
+
+capped() {  # capped SECONDS COMMAND...: the command, stopped after SECONDS when they are given
+  local seconds=$1
+  shift
+  if [ -n "$seconds" ]; then timeout "$seconds" "$@"; else "$@"; fi
+}
 
 stage() {
   echo "[device] kit folders here: $(ls -d $KIT/call-* 2>/dev/null | tr '\n' ' ')"
@@ -91,7 +98,7 @@ real_model() {
 check() {
   local work
   work=$KIT/check-gpu-$(date +%s)  # a new one each time: a rerun does not meet the last one's runs
-  timeout "${CHECK_SECONDS:-360}" "$PY" -m workflows check-gpu --workdir "$work" 2>&1 | tee "$OUT/check-gpu.txt"
+  capped "${CHECK_SECONDS:-}" "$PY" -m workflows check-gpu --workdir "$work" 2>&1 | tee "$OUT/check-gpu.txt"
   local code=${PIPESTATUS[0]}
   # the runs' logs, configs and metrics (not their checkpoints), to read a failure here
   (cd "$work" 2>/dev/null && find . \( -name '*.log' -o -name '*.yaml' -o -name '*.sh' -o -name '*.csv' \) -print0 \
@@ -100,7 +107,7 @@ check() {
 }
 
 bench() {
-  timeout "${BENCH_SECONDS:-300}" "$PY" scripts/benchmark_fit.py --out "$KIT/benchmark-fit-$(date +%s)" \
+  capped "${BENCH_SECONDS:-}" "$PY" -m workflows benchmark-fit --out "$KIT/benchmark-fit-$(date +%s)" \
     ${BENCH_ARGS:-} 2>&1 | tee "$OUT/benchmark-fit.log"
   cp "$(ls -d $KIT/benchmark-fit-* | tail -1)"/report.{json,md} "$OUT/" 2>/dev/null
   return 0
@@ -111,7 +118,7 @@ study() {
   local data
   data=$(ls $KIT/call-*/data/*.jsonl* 2>/dev/null | head -1)
   [ -n "$data" ] || { echo "[device] no study data in the kit (pack with --data FILE): no study"; return 0; }
-  timeout "${STUDY_SECONDS:-300}" "$PY" scripts/study_real_model.py --gpu --data "$data" --out "$KIT/study" 2>&1 \
+  capped "${STUDY_SECONDS:-}" "$PY" -m workflows study-real-model --gpu --data "$data" --out "$KIT/study" 2>&1 \
     | tee "$OUT/study.log"
   tar -czf "$OUT/study.tar.gz" -C "$KIT" study
 }

@@ -1,6 +1,6 @@
-"""scripts/benchmark_fit.py: `fit`'s own tokens/s, MFU and peak memory, RoPE and REPO alternating.
+"""`python -m workflows benchmark-fit`: `fit`'s own tokens/s, MFU and peak memory, RoPE and REPO alternating.
 
-The GPU numbers are in docs/benchmarks.md; here the script's options,
+The GPU numbers are in docs/benchmarks.md; here the command's options,
 its report and a whole run of the real command on the tiny model (CPU).
 """
 
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from script_loader import load_script
+from workflow_commands import parse_args
+
+from workflows.benchmarks import fit as bench
+from workflows.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-bench = load_script("benchmark_fit")
 
 
 def _tiny_configs(root: Path) -> tuple[Path, Path]:
@@ -39,7 +41,7 @@ def _tiny_configs(root: Path) -> tuple[Path, Path]:
 )
 def test_bad_options_are_one_line_refusals(argv, words, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(["--out", str(tmp_path / "out"), *argv])
+        main(["benchmark-fit", "--out", str(tmp_path / "out"), *argv])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip()
     assert words in error and "\n" not in error and not (tmp_path / "out").exists()
@@ -48,7 +50,7 @@ def test_bad_options_are_one_line_refusals(argv, words, tmp_path, capsys):
 def test_a_users_folder_is_not_written_into(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(["--out", str(tmp_path)])
+        main(["benchmark-fit", "--out", str(tmp_path)])
     assert exit_info.value.code == 2 and "notes.txt" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
@@ -64,7 +66,7 @@ def test_the_ratio_pairs_rope_and_repo_of_one_setting():
 
 
 def test_fit_is_given_the_benchmarks_overrides_after_the_config_and_the_users_last(tmp_path):
-    options = bench.build_parser().parse_args(["--fit_args", "--trainer.accelerator cpu"])
+    options = parse_args("benchmark-fit", ["--fit_args", "--trainer.accelerator cpu", "--out", str(tmp_path / "o")])
     argv = bench.fit_argv("c.yaml", tmp_path, True, 4, options)
     assert argv[1:6] == ["-m", "repo_train", "fit", "--config", "c.yaml"]
     values = dict(zip(argv[::2], argv[1::2]))
@@ -79,7 +81,7 @@ def test_a_cpu_rehearsal_measures_both_methods_and_stops_a_setting_that_fails(tm
     out = tmp_path / "bench"
     common = ["--rope_config", str(rope), "--repo_config", str(repo), "--steps", "3", "--warmup", "1",
               "--accumulation", "1", "--activation_checkpointing", "false"]  # fmt: skip
-    assert bench.main(["--out", str(out), "--micro_batches", "2", *common]) == 0
+    assert main(["benchmark-fit", "--out", str(out), "--micro_batches", "2", *common]) == 0
     report = json.loads((out / "report.json").read_text())
     runs = report["runs"]
     assert [(r["method"], r["status"]) for r in runs] == [("rope", "ok"), ("repo", "ok")], runs
@@ -87,7 +89,9 @@ def test_a_cpu_rehearsal_measures_both_methods_and_stops_a_setting_that_fails(tm
     assert "| False | 2 |" in (out / "report.md").read_text()  # the REPO/RoPE ratio row
     # a failing micro batch ends its setting: the larger one is not tried
     failing = tmp_path / "failing"
-    code = bench.main(["--out", str(failing), "--micro_batches", "1,2", "--fit_args", "--model.lr -1", *common])
+    code = main(
+        ["benchmark-fit", "--out", str(failing), "--micro_batches", "1,2", "--fit_args", "--model.lr -1", *common]
+    )
     runs = json.loads((failing / "report.json").read_text())["runs"]
     assert code == 1 and [(r["micro_batch"], r["status"]) for r in runs] == [(1, "failed (2)"), (1, "failed (2)")]
     assert "learning rate must be > 0" in runs[0]["last_lines"][-1]  # the report says why

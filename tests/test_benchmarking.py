@@ -3,8 +3,8 @@ memory trace (tensors of known sizes)."""
 
 import pytest
 import torch
-from script_loader import load_script
 from torch.profiler import record_function
+from workflow_commands import parse_args
 
 from workflows.benchmarking import (
     Alternation,
@@ -14,6 +14,7 @@ from workflows.benchmarking import (
     summary,
     trace_allocations,
 )
+from workflows.benchmarks import repo_overhead_measure as script
 
 
 def _fake(name: str, seconds: list[float], log: list[str]):
@@ -103,13 +104,12 @@ def test_trace_allocations_follows_allocations_and_frees_from_zero():
 
 
 def test_repo_overhead_benchmark_prints_every_ratio_on_a_tiny_shape(capsys):
-    script = load_script("benchmark_repo_overhead")
     args = ["--hidden", "32", "--layers", "2", "--heads", "2", "--seq-len", "16", "--vocab", "64"]
-    models = script.build_models(script.parse_args(args))
+    models = script.build_models(parse_args("benchmark-repo-overhead", args))
     ids = torch.randint(2, 64, (2, 16))
     with torch.no_grad():  # HF and RoPE share every weight and RoPE runs HF's arithmetic: the same logits
         assert torch.equal(models["HF"](ids).logits, models["RoPE"](ids).logits)
-    script.main([*args, "--rounds", "2", "--threads", "1", "--clock", "cpu"])
+    script.main(parse_args("benchmark-repo-overhead", [*args, "--rounds", "2", "--threads", "1", "--clock", "cpu"]))
     out = capsys.readouterr().out
     for line in ("RoPE / HF time: median", "REPO / RoPE time: median", "model FLOPs ratio REPO/RoPE"):
         assert line in out

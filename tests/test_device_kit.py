@@ -1,10 +1,11 @@
-"""scripts/device_kit.py packs wheels and a model into call-sized folders; scripts/device_session.sh joins and
-installs them on the device. Both sides run here on tiny hand-made wheels (no network, no GPU)."""
+"""`python -m workflows device-kit` packs wheels and a model into transfer-sized folders; scripts/device_session.sh
+joins and installs them on the GPU node. Both sides run here on tiny hand-made wheels (no network, no GPU)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from script_loader import load_script
+from workflow_commands import parse_args
+
+from workflows.device_kit import packing as kit
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION = ROOT / "scripts" / "device_session.sh"
@@ -43,7 +46,6 @@ def sized(folder: Path, name: str, size: int) -> Path:
 
 
 def test_pack_fills_calls_in_order_and_cuts_the_model_across_calls(tmp_path):
-    kit = load_script("device_kit")
     src = tmp_path / "src"
     src.mkdir()
     wheels = [(f"w{i}==1", sized(src, f"w{i}-1-py3-none-any.whl", size)) for i, size in enumerate((40, 50, 30))]
@@ -75,7 +77,6 @@ def test_pack_fills_calls_in_order_and_cuts_the_model_across_calls(tmp_path):
 
 
 def test_pack_refuses_a_wheel_larger_than_a_call_and_keeps_the_earlier_kit(tmp_path):
-    kit = load_script("device_kit")
     first = kit.pack(tmp_path / "kit", [("a==1", sized(tmp_path, "a-1-py3-none-any.whl", 10))], None, 100, "3.12")
     with pytest.raises(RuntimeError, match=r"big-1-py3-none-any.whl \(0.0 MiB\) is larger than a call's"):
         kit.pack(tmp_path / "kit", [("big==1", sized(tmp_path, "big-1-py3-none-any.whl", 101))], None, 100, "3.12")
@@ -99,7 +100,6 @@ def checkout(tmp_path) -> Path:
 
 
 def test_the_device_side_checks_joins_and_installs_the_kit(tmp_path, checkout):
-    kit = load_script("device_kit")
     src = tmp_path / "src"
     src.mkdir()
     wheel = make_wheel(src, "tinykit")
@@ -132,7 +132,6 @@ def test_the_device_side_checks_joins_and_installs_the_kit(tmp_path, checkout):
     ],
 )
 def test_the_device_side_refuses_a_damaged_or_incomplete_kit(tmp_path, checkout, damage, message):
-    kit = load_script("device_kit")
     src = tmp_path / "src"
     src.mkdir()
     model = make_wheel(src, "tinymodel", payload=os.urandom(3000))
@@ -151,3 +150,21 @@ def test_the_device_side_names_a_missing_kit_and_a_wrong_step(checkout):
     assert missing.returncode == 2 and "no kit here: carry its call folders (plan.md)" in missing.stdout
     wrong = session("nope", checkout, checkout / ".device-kit")
     assert wrong.returncode == 2 and "usage: bash scripts/device_session.sh" in wrong.stderr
+
+
+def test_without_a_transfer_cap_one_folder_holds_the_whole_kit(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    wheels = [(f"w{i}==1", sized(src, f"w{i}-1-py3-none-any.whl", 40)) for i in range(3)]
+    manifest = kit.pack(tmp_path / "kit", wheels, ("model==1", sized(src, "model-1-py3-none-any.whl", 250)),
+                        math.inf, "3.12")  # fmt: skip
+    assert [c["carry"] for c in manifest["calls"]] == ["kit/call-1"]
+    assert [p["bytes"] for p in manifest["model"]["parts"]] == [250]
+
+
+def test_the_options_name_no_transfer_cap_and_no_data_by_default(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args("device-kit", ["--out", str(tmp_path / "kit"), "--print_config"])
+    assert stop.value.code == 0
+    printed = capsys.readouterr().out
+    assert "call_mib: null" in printed and "data: null" in printed

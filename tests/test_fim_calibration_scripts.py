@@ -1,5 +1,6 @@
-"""The amortised-FiM scripts (calibrate_fim_bias, compare_fim_calibrations): refusals before the model loads, the
-output rule (only their own earlier files are replaced), and one tiny comparison end to end."""
+"""Amortised FiM's bias file (`python -m evaluation calibrate-fim`) and scripts/compare_fim_calibrations.py: refusals
+before the model loads, the output rule (only their own earlier files are replaced), and one tiny comparison end to
+end."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 from script_loader import load_script
 
+from evaluation.cli import main as evaluation_main
 from evaluation.model_loading import tiny_default
 
 KV = ["--task", "kv", "--task_params", json.dumps({"num_keys": 4})]
@@ -34,11 +36,15 @@ def _refused(capsys, call) -> str:
     return err
 
 
-@pytest.mark.parametrize("script", ["calibrate_fim_bias", "compare_fim_calibrations"])
-def test_a_parameter_the_task_lacks_is_refused_before_the_model_loads(script, tmp_path, capsys):
-    out = tmp_path / ("bias.json" if script == "calibrate_fim_bias" else "cmp")
+def calibrate(argv: list[str]) -> int:
+    return evaluation_main(["calibrate-fim", *argv])
+
+
+@pytest.mark.parametrize("command", [calibrate, lambda argv: load_script("compare_fim_calibrations").main(argv)])
+def test_a_parameter_the_task_lacks_is_refused_before_the_model_loads(command, tmp_path, capsys):
+    out = tmp_path / ("bias.json" if command is calibrate else "cmp")
     argv = ["--model", str(tmp_path / "no-model"), "--task", "mdqa", "--task_params", '{"max_new_tokens": 24}']
-    err = _refused(capsys, lambda: load_script(script).main([*argv, "--out", str(out)]))
+    err = _refused(capsys, lambda: command([*argv, "--out", str(out)]))
     assert "--task_params: unknown parameter(s) ['max_new_tokens'] for task 'mdqa'" in err
     assert not out.exists()
 
@@ -46,7 +52,7 @@ def test_a_parameter_the_task_lacks_is_refused_before_the_model_loads(script, tm
 def test_a_users_file_or_folder_is_not_written_over(tmp_path, capsys):
     notes = tmp_path / "notes.json"
     notes.write_text('{"mine": true}')
-    err = _refused(capsys, lambda: load_script("calibrate_fim_bias").main(["--model", "m", *KV, "--out", str(notes)]))
+    err = _refused(capsys, lambda: calibrate(["--model", "m", *KV, "--out", str(notes)]))
     assert str(notes) in err and notes.read_text() == '{"mine": true}'
     folder = tmp_path / "results"
     folder.mkdir()
@@ -86,3 +92,11 @@ def test_a_tiny_comparison_runs_and_continues_in_its_own_folder(tiny_dir, tmp_pa
     assert compare.main([*argv, "--out", str(out)]) == 0
     assert json.loads((out / "comparison.json").read_text())["calibration"] == {"seconds": None, "how": "reused"}
     capsys.readouterr()
+
+
+@pytest.mark.slow  # the tiny model's bias file on two calibration prompts, then one refused over a user's file
+def test_the_bias_file_is_made_and_a_rerun_replaces_only_its_own(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "fim-bias.json"
+    argv = ["--model", str(tiny_dir), *KV, "--num_examples", "2", "--method", "fim:dummy=blank", "--out", str(out)]
+    assert calibrate(argv) == 0 and calibrate(argv) == 0  # its own file is replaced
+    assert json.loads(out.read_text())["format"] and f"{out}: 4 items" in capsys.readouterr().out

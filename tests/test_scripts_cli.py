@@ -1,8 +1,10 @@
-"""The scripts take their options as every command does (`repo_common.config_cli.parse_script`).
+"""The scripts and the script-like `python -m workflows` commands take their options as every command does
+(`repo_common.config_cli.parse_script`, `script_options`).
 
-For each script: `--print_config` prints the resolved defaults, the old dashed flags still parse, a bad
+For each: `--print_config` prints the resolved defaults, the old dashed flags still parse, a bad
 value is one line with exit code 2, and `--config` of a printed config sets the same options. Only the
-parsers run here, never a script's work (except the REPO analysis, on a random tiny model).
+parsers run here, never a script's work (except the REPO analysis and the calibrator benchmark, on random
+tiny models).
 """
 
 from __future__ import annotations
@@ -16,16 +18,20 @@ import torch
 import yaml
 from script_loader import load_script
 from transformers import LlamaConfig, LlamaForCausalLM
+from workflow_commands import parse_args
 
 from evaluation.methods import METHODS
 from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
+from workflows.benchmarks import calibrators
+from workflows.cli import COMMANDS
+from workflows.cli import main as workflows_main
 
 
 @dataclass(frozen=True)
 class Case:
-    script: str
+    script: str  # a file of scripts/, or a command of `python -m workflows`
     defaults: dict  # documented defaults, as --print_config prints them
     old_flags: list[str]  # the argparse spellings the README, docs and tests use
     parsed: dict  # what old_flags set
@@ -88,7 +94,7 @@ CASES = [
         required=["--model", "m", "--out", "o"],
     ),
     Case(
-        "benchmark_calibrators",
+        "benchmark-calibrators",
         {
             "prompts": 8,
             "docs": 10,
@@ -104,7 +110,7 @@ CASES = [
         "unknown method 'nope'; registered methods are",
     ),
     Case(
-        "benchmark_found_in_middle",
+        "benchmark-fim",
         {"docs": 4, "examples": 2, "new_tokens": 8, "hidden": 256, "rounds": 2},
         ["--new-tokens", "3", "--docs", "2"],
         {"new_tokens": 3, "docs": 2},
@@ -112,7 +118,7 @@ CASES = [
         "option --docs: expected a positive integer, got 0",
     ),
     Case(
-        "benchmark_harness",
+        "benchmark-harness",
         {"family": "olmo2", "prompts": 16, "min_chars": 200, "max_chars": 800, "new_tokens": 32, "rounds": 5},
         ["--min-chars", "100", "--new-tokens", "4", "--family", "repo_olmo2"],
         {"min_chars": 100, "new_tokens": 4, "family": "repo_olmo2"},
@@ -120,7 +126,7 @@ CASES = [
         "--min-chars 900 is above --max-chars 800",
     ),
     Case(
-        "benchmark_training",
+        "benchmark-training",
         {"rounds": 3, "steps": 8, "seq_len": 1024, "batch": 2, "skip_ddp": False},
         ["--seq-len", "64", "--skip-ddp"],
         {"seq_len": 64, "skip_ddp": True},
@@ -128,7 +134,7 @@ CASES = [
         "option --rounds: expected a positive integer, got 'x'",
     ),
     Case(
-        "benchmark_repo_overhead",
+        "benchmark-repo-overhead",
         {"seq_len": 1024, "batch": 2, "hidden": 256, "heads": 4, "layers": 6, "rounds": 10, "clock": "wall"},
         ["--seq-len", "4096", "--heads", "8", "--clock", "cpu"],
         {"seq_len": 4096, "heads": 8, "clock": "cpu"},
@@ -136,7 +142,7 @@ CASES = [
         "argument --clock: invalid choice: 'sundial' (choose from 'cpu', 'wall')",
     ),
     Case(
-        "benchmark_search",
+        "benchmark-search",
         {"questions": 40, "held_out": 40, "population": 8, "generations": 4, "seeds": [0], "min_questions": 8},
         ["--held-out", "8", "--min-questions", "2", "--fractions", "[0.5, 1.0]"],
         {"held_out": 8, "min_questions": 2, "fractions": [0.5, 1.0]},
@@ -152,14 +158,25 @@ CASES = [
         "--system-prompt needs --chat-template true",
     ),
 ]
-MODULES = {case.script: load_script(case.script) for case in CASES}
+MODULES = {case.script: load_script(case.script) for case in CASES if case.script not in COMMANDS}
 CASE = {case.script: case for case in CASES}
+
+
+def _parse(case: Case, argv: list[str]):
+    """The checked options of the script or command for `argv`."""
+    if case.script in COMMANDS:
+        return parse_args(case.script, argv)
+    return MODULES[case.script].parse_args(argv)
+
+
+def _prog(case: Case) -> str:
+    return f"python -m workflows {case.script}" if case.script in COMMANDS else MODULES[case.script].PROG
 
 
 def _printed(case: Case, argv: list[str], capsys) -> str:
     """What `--print_config` prints for `argv` (it exits 0)."""
     with pytest.raises(SystemExit) as stop:
-        MODULES[case.script].parse_args([*argv, "--print_config"])
+        _parse(case, [*argv, "--print_config"])
     assert stop.value.code == 0
     return capsys.readouterr().out
 
@@ -168,48 +185,44 @@ def _printed(case: Case, argv: list[str], capsys) -> str:
 def test_print_config_prints_the_resolved_defaults(case, capsys):
     printed = yaml.safe_load(_printed(case, case.required, capsys))
     assert {key: printed[key] for key in case.defaults} == case.defaults
-    options = vars(MODULES[case.script].parse_args(case.required))
+    options = vars(_parse(case, case.required))
     assert "config" not in printed and printed == {key: options[key] for key in printed}  # what the run uses
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_old_flags_still_parse(case):
-    options = vars(MODULES[case.script].parse_args([*case.required, *case.old_flags]))
+    options = vars(_parse(case, [*case.required, *case.old_flags]))
     assert {key: options[key] for key in case.parsed} == case.parsed
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_a_bad_value_is_one_line_and_exit_code_2(case, capsys):
-    module = MODULES[case.script]
     with pytest.raises(SystemExit) as stop:
-        module.parse_args([*case.required, *case.bad])
-    err = capsys.readouterr().err
+        _parse(case, [*case.required, *case.bad])
+    err, prog = capsys.readouterr().err, _prog(case)
     assert stop.value.code == 2 and err.count("\n") == 1
-    assert err.startswith(f"{module.PROG}: error: {case.error}") and err.endswith(f"(see {module.PROG} --help)\n")
+    assert err.startswith(f"{prog}: error: {case.error}") and err.endswith(f"(see {prog} --help)\n")
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_config_of_a_printed_config_sets_the_same_options(case, tmp_path, capsys):
-    module = MODULES[case.script]
     text = _printed(case, [*case.required, *case.old_flags], capsys)
     config = tmp_path / "config.yaml"
     config.write_text(text)
     assert _printed(case, ["--config", str(config)], capsys) == text
-    assert vars(module.parse_args(["--config", str(config)])) == vars(
-        module.parse_args([*case.required, *case.old_flags])
-    )
+    assert vars(_parse(case, ["--config", str(config)])) == vars(_parse(case, [*case.required, *case.old_flags]))
 
 
 def test_options_beat_a_config_file_and_hidden_or_derived_values_are_not_printed(tmp_path, capsys):
-    reversal, calibrators = MODULES["reproduce_reversal"], MODULES["benchmark_calibrators"]
+    reversal = MODULES["reproduce_reversal"]
     config = tmp_path / "reversal.yaml"
     config.write_text("methods: [repo]\nsteps: 7\n")
     options = reversal.parse_args(["--steps", "9", "--config", str(config)])
     assert options.methods == ["repo"] and options.steps == 9 and options.train_max == 20
     printed = yaml.safe_load(_printed(CASE["reproduce_reversal"], ["--config", str(config)], capsys))
     assert printed["steps"] == 7 and "train_max" not in printed  # derived by the check, not an option
-    assert calibrators.parse_args(["--child", "pcd"]).child == "pcd"  # the memory run's own flag ...
-    assert "child" not in yaml.safe_load(_printed(CASE["benchmark_calibrators"], ["--child", "pcd"], capsys))
+    assert parse_args("benchmark-calibrators", ["--child", "pcd"]).child == "pcd"  # the memory run's own flag ...
+    assert "child" not in yaml.safe_load(_printed(CASE["benchmark-calibrators"], ["--child", "pcd"], capsys))
 
 
 @pytest.mark.slow  # the analysis script twice (~3 s): the fast suite stays under 5 min
@@ -232,14 +245,13 @@ BUILT_IN_METHODS = {name for name, cls in METHODS.items() if cls.__module__.star
 
 
 def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
-    bench = MODULES["benchmark_calibrators"]
-    cell = bench.Cell
+    cell = calibrators.Cell
     results = {
         "pcd": [cell([1.4, 1.5, 1.6], [1.9, 2.0, 2.1], 1.3), cell([1.45, 1.2, 1.49], [2.0, 2.0, 2.0], None)],
         "attention_buckets:bases=10000|500": [cell([2.0], [2.0], 1.0), cell([2.0], [2.0], 1.0)],
-        bench.AMORTISED_FIM: [cell([1.0], [1.2, 1.25, 1.4], 1.0), cell([1.0], [1.31, 1.35, 1.4], 1.0)],
+        calibrators.AMORTISED_FIM: [cell([1.0], [1.2, 1.25, 1.4], 1.0), cell([1.0], [1.31, 1.35, 1.4], 1.0)],
     }
-    lines = bench.table(results, ["400 tok", "1000 tok"])
+    lines = calibrators.table(results, ["400 tok", "1000 tok"])
     assert lines[0].startswith("| method | paper's cost | decode × (400 tok) | decode × (1000 tok) |")
     pcd, buckets, fim = lines[2:]
     # medians 1.5 and 1.45: within 1.5 at both lengths; the range is printed beside the median
@@ -248,7 +260,7 @@ def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
     assert buckets.endswith("| – |")  # not the default six bases: no target
     assert fim.startswith("| fim:calibration=amortised,bias_file=FILE | n/a (ours) |")
     assert fim.endswith("≤ 1.3× total: missed |")  # 1.25 at the short length, 1.35 at the long one
-    buckets_target, pcd_target, fim_target = bench.target_lines(results, ["400 tok", "1000 tok"])
+    buckets_target, pcd_target, fim_target = calibrators.target_lines(results, ["400 tok", "1000 tok"])
     assert (
         pcd_target
         == "target PCD: decode ≤ 1.5× the baseline: 1.50 (1.40–1.60) at 400 tok, 1.45 (1.20–1.49) at 1000 tok: met"
@@ -256,16 +268,16 @@ def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
     assert buckets_target.endswith("decode ≤ 3× the baseline: not run")  # only the default six bases are targeted
     assert fim_target.endswith("1.35 (1.31–1.40) at 1000 tok: missed")
     assert (
-        bench.coverage_line(results, BUILT_IN_METHODS)
+        calibrators.coverage_line(results, BUILT_IN_METHODS)
         == "registered methods not in this run: caliope, lpes, ms_poe, pi"
     )
 
 
 @pytest.mark.slow  # every method generates (~4 s)
 def test_the_quick_calibrator_benchmark_times_every_registered_method(capsys):
-    bench, threads = MODULES["benchmark_calibrators"], torch.get_num_threads()
+    threads = torch.get_num_threads()
     try:
-        bench.main(["--quick", "--threads", "1"])
+        assert workflows_main(["benchmark-calibrators", "--quick", "--threads", "1"]) == 0
     finally:
         torch.set_num_threads(threads)  # main sets the process's torch threads
     out = capsys.readouterr().out
@@ -276,7 +288,7 @@ def test_the_quick_calibrator_benchmark_times_every_registered_method(capsys):
         assert all(re.fullmatch(r"\d+\.\d\d \(\d+\.\d\d–\d+\.\d\d\)", cell) for cell in cells[2:6]), row
         assert cells[6:8] == ["n/a", "n/a"], row
     targets = [line for line in out.splitlines() if line.startswith("target ")]
-    assert [line.split(":")[0] for line in targets] == [f"target {t.name}" for t in bench.TARGETS.values()]
+    assert [line.split(":")[0] for line in targets] == [f"target {t.name}" for t in calibrators.TARGETS.values()]
     assert all(line.endswith((": met", ": missed")) for line in targets)
     (coverage,) = [line for line in out.splitlines() if "registered method" in line]
     left_out = coverage.split("not in this run: ")[1].split(", ") if "not in this run" in coverage else []
@@ -284,13 +296,12 @@ def test_the_quick_calibrator_benchmark_times_every_registered_method(capsys):
 
 
 def test_the_calibrator_benchmark_refuses_a_model_directory_it_cannot_time_in_one_line(tmp_path, capsys):
-    bench = MODULES["benchmark_calibrators"]
     for model, error in [
         (tmp_path / "absent", "--model '"),
         (tmp_path, f"--model {tmp_path} has no config.json; pass the folder save_pretrained wrote"),
     ]:
         with pytest.raises(SystemExit) as stop:
-            bench.parse_args(["--model", str(model)])
+            workflows_main(["benchmark-calibrators", "--quick", "--model", str(model)])
         err = capsys.readouterr().err
         assert stop.value.code == 2 and err.count("\n") == 1 and error in err, err
 
@@ -306,10 +317,11 @@ def test_the_calibrator_benchmark_times_a_saved_model_with_its_own_layer_count(t
     )  # fmt: skip
     LlamaForCausalLM(LlamaConfig(**fields)).save_pretrained(model)
     byte_tokenizer().save_pretrained(model)
-    bench, threads = MODULES["benchmark_calibrators"], torch.get_num_threads()
-    methods = ["pcd", "attention_buckets", bench.LPES]
+    threads = torch.get_num_threads()
+    methods = ["pcd", "attention_buckets", calibrators.LPES]
     try:
-        bench.main(["--quick", "--threads", "1", "--layers", "7", "--model", str(model), "--methods", *methods])
+        argv = ["--quick", "--threads", "1", "--layers", "7", "--model", str(model), "--methods", *methods]
+        assert workflows_main(["benchmark-calibrators", *argv]) == 0
     finally:
         torch.set_num_threads(threads)  # main sets the process's torch threads
     out = capsys.readouterr().out

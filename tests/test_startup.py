@@ -2,7 +2,7 @@
 
 Each command runs in a fresh interpreter (`startup_probe.py`), which reports the heavy packages in
 `sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
-`scripts/benchmark_startup.py`'s). `fit` / `validate` are the exception: LightningCLI's parser is built from
+`python -m workflows benchmark-startup`'s). `fit` / `validate` are the exception: LightningCLI's parser is built from
 the LightningModule, so their `--help`, `--print_config` and refusals load torch and Lightning first (the slow
 test at the end); their model-free refusals come before the model is built or any data is read
 (tests/test_bad_inputs_training.py). (`python -m evaluation run` was an exception until its parser and
@@ -34,27 +34,30 @@ COMMANDS = {
     "python -m evaluation run": (["--out", "x", "--method", "pi:scale=2", "--tasks", "nope"], "unknown task(s)"),
     "python -m evaluation report": ([], "missing option --out"),
     "python -m evaluation summarize": (["--out", "r", "--colour"], "--colour"),
+    "python -m evaluation calibrate-fim": (["--model", "m", "--method", "pi", "--out", "b.json"], "give a fim spec"),
     "python -m search": (["nope"], "unknown command 'nope'"),
     "python -m search run": (["--ga.population", "many"], "--ga.population"),
     "python -m search show": ([], "scale_file"),
     "python -m search diagnose": (["--out", "d"], "missing option --scale_file"),
     "python -m workflows": (["nope"], "unknown command 'nope'"),
     "python -m workflows check-gpu": (["--train_processes", "0"], "--train_processes"),
+    "python -m workflows benchmark-startup": (["--rounds", "0"], "--rounds"),
+    "python -m workflows benchmark-fit": (["--steps", "0"], "--steps"),
+    "python -m workflows device-kit": (["--call_mib", "0"], "--call_mib"),
+    # the benchmarks import their measuring module (torch) only after their model-free checks
+    "python -m workflows benchmark-calibrators": (["--methods", "nope"], "unknown method 'nope'"),
+    "python -m workflows benchmark-fim": (["--docs", "0"], "--docs"),
+    "python -m workflows benchmark-harness": (["--min-chars", "900"], "is above --max-chars 800"),
+    "python -m workflows benchmark-repo-overhead": (["--clock", "sun"], "--clock"),
+    "python -m workflows benchmark-search": (["--population", "3"], "leaves no mutation children"),
+    "python -m workflows benchmark-training": (["--steps", "0"], "--steps"),
     "scripts/quickstart.py": (["--steps", "none"], "--steps"),
     "scripts/reproduce_position_bias.py": (["--eval-examples", "0"], "--eval-examples must be"),
     "scripts/make_tiny_dip_base.py": (["--seed", "x"], "--seed"),
     "scripts/make_tiny_repo_pair.py": (["--steps", "x"], "--steps"),
     "scripts/check_gpu.py": (["--pairs", "0"], "--pairs"),
-    "scripts/benchmark_startup.py": (["--rounds", "0"], "--rounds"),
     # the scripts that import torch only after parsing (their model-free checks included)
     "scripts/analyze_repo_positions.py": (["--model", "m", "--out", "o", "--task-param", "x"], "expects KEY=VALUE"),
-    "scripts/benchmark_calibrators.py": (["--methods", "nope"], "unknown method 'nope'"),
-    "scripts/benchmark_found_in_middle.py": (["--docs", "0"], "--docs"),
-    "scripts/benchmark_harness.py": (["--min-chars", "900"], "is above --max-chars 800"),
-    "scripts/benchmark_repo_overhead.py": (["--clock", "sun"], "--clock"),
-    "scripts/benchmark_search.py": (["--population", "3"], "leaves no mutation children"),
-    "scripts/benchmark_training.py": (["--steps", "0"], "--steps"),
-    "scripts/calibrate_fim_bias.py": (["--model", "m", "--method", "pi", "--out", "b.json"], "give a fim spec"),
     "scripts/compare_fim_calibrations.py": (
         ["--model", "m", "--task", "mdqa", "--task_params", '{"max_new_tokens": 24}', "--out", "c"],
         "unknown parameter(s) ['max_new_tokens']",

@@ -1,4 +1,4 @@
-"""Side-by-side timing for the scripts/benchmark_*.py: run A and B alternately, compare the medians.
+"""Side-by-side timing for the benchmarks (`workflows.benchmarks`): run A and B alternately, compare the medians.
 
 Alternating (A, B, A, B, ...) lets both see the same machine state, which on
 a shared machine matters more than the number of runs. Each callable times
@@ -110,7 +110,7 @@ def trace_allocations(run: Callable[[], object]) -> AllocationTrace:
     `torch.profiler.record_function` become `marks`.
     """
     from torch._C._profiler import _EventType  # the event tree's node kinds (no public name in torch)
-    from torch.profiler import ProfilerActivity, profile  # lazy: the scripts' --help answers without torch
+    from torch.profiler import ProfilerActivity, profile  # lazy: the benchmarks' --help answers without torch
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run()

@@ -1,14 +1,16 @@
 """`python -m workflows`: the commands that sit on top of every package.
 
-Today one subcommand, `check-gpu` (every GPU path, one table; `workflows.gpu_check`), configured the
-project's one way (`repo_common.config_cli`: `--config`, `--print_config`, one-line errors).
+`check-gpu` (every GPU path, one table; `workflows.gpu_check`), the benchmarks (`benchmark-*`, one cost side
+by side in one run each; `workflows.benchmarks`) and `device-kit` (what an offline GPU node lacks, packed;
+`workflows.device_kit`), configured the project's one way (`repo_common.config_cli`: `--config`,
+`--print_config`, one-line errors). A command's module is imported only when it runs (`deferred`).
 """
 
 from __future__ import annotations
 
 import sys
 
-from repo_common.config_cli import dispatch
+from repo_common.config_cli import deferred, dispatch
 from workflows.gpu_check import command as check_gpu
 
 COMMANDS = {
@@ -17,7 +19,55 @@ COMMANDS = {
         check_gpu.add_arguments,
         check_gpu.run,
     ),
+    "benchmark-calibrators": (
+        "each training-free method's decode, total and memory cost against the baseline: one table",
+        deferred("workflows.benchmarks.calibrators", "add_arguments"),
+        deferred("workflows.benchmarks.calibrators", "run"),
+    ),
+    "benchmark-search": (
+        "the racing search against the plain GA: prompts and time to reach the plain GA's result",
+        deferred("workflows.benchmarks.search", "add_arguments"),
+        deferred("workflows.benchmarks.search", "run"),
+    ),
+    "benchmark-harness": (
+        "the harness's generation loop against model.generate, and the speed-up of batching",
+        deferred("workflows.benchmarks.harness", "add_arguments"),
+        deferred("workflows.benchmarks.harness", "run"),
+    ),
+    "benchmark-fim": (
+        "Found in the Middle against plain generation: time, peak memory, what its probe keeps",
+        deferred("workflows.benchmarks.found_in_middle", "add_arguments"),
+        deferred("workflows.benchmarks.found_in_middle", "run"),
+    ),
+    "benchmark-fit": (
+        "tokens/s, MFU and peak memory of `python -m repo_train fit`, RoPE and REPO alternating, one GPU",
+        deferred("workflows.benchmarks.fit", "add_arguments"),
+        deferred("workflows.benchmarks.fit", "run"),
+    ),
+    "benchmark-repo-overhead": (
+        "REPO vs RoPE vs transformers' OLMo-2: training-step time, memory and parameters",
+        deferred("workflows.benchmarks.repo_overhead", "add_arguments"),
+        deferred("workflows.benchmarks.repo_overhead", "run"),
+    ),
+    "benchmark-training": (
+        "training throughput of RoPE vs REPO through Lightning, and DDP scaling",
+        deferred("workflows.benchmarks.training", "add_arguments"),
+        deferred("workflows.benchmarks.training", "run"),
+    ),
+    "benchmark-startup": (
+        "how long each command takes to answer --help, a refusal and --print_config",
+        deferred("workflows.benchmarks.startup", "add_arguments"),
+        deferred("workflows.benchmarks.startup", "run"),
+    ),
+    "device-kit": (
+        "pack what an offline GPU node lacks (wheels, data, the real model) into transfers of a set size",
+        deferred("workflows.device_kit.command", "add_arguments"),
+        deferred("workflows.device_kit.command", "run"),
+    ),
 }
+#: Commands that take their options as a script does (`script_options`): checked, and `--print_config` printed
+#: by the command itself (hidden options and derived values left out).
+SCRIPT_LIKE = [name for name in COMMANDS if name.startswith("benchmark-") or name == "device-kit"]
 #: User mistakes: one clear line, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)
 
@@ -25,5 +75,10 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     return dispatch(
-        "python -m workflows", "repo-train workflows: checks that span every package.", COMMANDS, argv, USER_ERRORS
+        "python -m workflows",
+        "repo-train workflows: checks, benchmarks and tools that span every package.",
+        COMMANDS,
+        argv,
+        USER_ERRORS,
+        resolves_config=SCRIPT_LIKE,
     )

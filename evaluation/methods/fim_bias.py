@@ -36,7 +36,7 @@ from repo_common.atomic import write_json_atomic
 FORMAT = "fim-bias"
 VERSION = 1
 #: How to make a file, for the refusals' fix.
-MAKE_ONE = "make one with scripts/calibrate_fim_bias.py on calibration prompts of this model and task"
+MAKE_ONE = "make one with python -m evaluation calibrate-fim on calibration prompts of this model and task"
 
 
 def model_key(model) -> dict[str, str]:

@@ -321,7 +321,7 @@ class FoundInTheMiddle(Method):
     calibration: str = "exact"
     """exact: K dummy prefills per prompt (paper); amortised: bias(k) from `bias_file` (this project's extension)."""
     bias_file: str = ""
-    """The bias file of calibration=amortised (scripts/calibrate_fim_bias.py makes one)."""
+    """The bias file of calibration=amortised (`python -m evaluation calibrate-fim` makes one)."""
 
     last_calibration: Calibration | None = field(default=None, init=False, repr=False, compare=False)
     _state: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)

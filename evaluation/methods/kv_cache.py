@@ -4,7 +4,7 @@ HF's `DynamicLayer` grows by `torch.cat([keys, new])`: every decoding step
 copies the layer's whole K/V into a fresh tensor. On a CPU at ~1,000 prompt
 tokens that copy (and the page faults of the fresh tensor) was 60% of the
 baseline's decoding step and 67% of Attention Buckets' (24 rows), more than the
-attention itself (`scripts/benchmark_calibrators.py`, docs/methods/baselines.md).
+attention itself (`python -m workflows benchmark-calibrators`, docs/methods/baselines.md).
 `ReservedLayer` keeps K and V in buffers with room for `reserve` more tokens
 and writes each step into that room: `keys` / `values` are views of the filled
 part, with the same values as the concatenation, so attention gives the same

@@ -165,7 +165,7 @@ def test_unreadable_or_foreign_files_are_refused(tiny_lm, tmp_path):
         buckets = {**data["buckets"], bucket: {**data["buckets"][bucket], "bias": values}}
         cases[name] = (json.dumps({**data, "buckets": buckets}), message)  # json writes NaN and Infinity
     cases["items-as-text.json"] = ({**data, "num_items": "3"}, "num_items must be an integer")
-    assert "make one with scripts/calibrate_fim_bias.py" in FIX
+    assert "make one with python -m evaluation calibrate-fim" in FIX
     for name, (content, message) in cases.items():
         if content is not None:
             (tmp_path / name).write_text(content if isinstance(content, str) else json.dumps(content))

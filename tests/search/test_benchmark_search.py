@@ -1,4 +1,4 @@
-"""scripts/benchmark_search.py at its smallest: the racing-vs-plain table's structure and invariants (no timings)."""
+"""`python -m workflows benchmark-search` at its smallest: the racing-vs-plain table's structure and invariants (no timings)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from script_loader import load_script
+from workflow_commands import parse_args
 
+from workflows.benchmarks import search_measure
+from workflows.benchmarks.search import measure
+from workflows.benchmarks.search_report import write_report
+
+COMMAND = "benchmark-search"
 SMALLEST = [
     "--questions", "8", "--held_out", "8", "--population", "5", "--parents", "2", "--crossover", "1",
     "--generations", "1", "--min_questions", "2", "--fractions", "[0.5, 1.0]", "--seeds", "[0]",
@@ -19,7 +24,7 @@ SMALLEST = [
 @pytest.mark.slow  # two tiny searches on the dip base and their held-out scoring, ~1 min on a loaded machine
 @pytest.mark.usefixtures("one_thread")
 def test_smallest_benchmark_prints_the_racing_table_with_consistent_numbers(tmp_path, capsys):
-    report = load_script("benchmark_search").main([*SMALLEST, "--json", str(tmp_path / "bench.json")])
+    report = measure(parse_args(COMMAND, [*SMALLEST, "--json", str(tmp_path / "bench.json")]))
     printed = capsys.readouterr().out
     assert json.loads((tmp_path / "bench.json").read_text()) == json.loads(json.dumps(report))
     for text in ("plain GA's final held-out fitness", "racing/plain to reach: prompts", "(target <= 0.333)"):
@@ -67,7 +72,7 @@ MEASURED = "docs/measurements/racing-smollm2-mdqa5-loglik-pop12-gen0-seed{}.json
 def test_combine_reads_rounds_run_apart_as_one_summary(tmp_path, capsys):
     paths = [str(REPO / MEASURED.format(seed)) for seed in (1, 2)]
     rounds = [json.loads(Path(path).read_text()) for path in paths]
-    report = load_script("benchmark_search").main(["--combine", json.dumps(paths), "--json", str(tmp_path / "c.json")])
+    report = measure(parse_args(COMMAND, ["--combine", json.dumps(paths), "--json", str(tmp_path / "c.json")]))
     printed = capsys.readouterr().out
     assert json.loads((tmp_path / "c.json").read_text()) == json.loads(json.dumps(report))
     assert report["seeds"] == [*rounds[0]["seeds"], *rounds[1]["seeds"]]
@@ -85,7 +90,7 @@ def test_combine_reads_rounds_run_apart_as_one_summary(tmp_path, capsys):
     [
         (lambda r: r["settings"].update(population=6), "was run with population=6"),
         (lambda r: r["seeds"][0].update(seed=1), "seed 1 is in more than one report"),
-        (lambda r: r.pop("seeds"), "is not a report of this script"),
+        (lambda r: r.pop("seeds"), "is not a report of this benchmark"),
     ],
 )
 def test_combine_refuses_reports_that_do_not_belong_together_in_one_line(tmp_path, capsys, edit, message):
@@ -94,7 +99,7 @@ def test_combine_refuses_reports_that_do_not_belong_together_in_one_line(tmp_pat
     edit(second)
     (tmp_path / "second.json").write_text(json.dumps(second))
     with pytest.raises(SystemExit) as exit_info:
-        load_script("benchmark_search").main(["--combine", json.dumps([first, str(tmp_path / "second.json")])])
+        parse_args(COMMAND, ["--combine", json.dumps([first, str(tmp_path / "second.json")])])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
@@ -102,7 +107,7 @@ def test_combine_refuses_reports_that_do_not_belong_together_in_one_line(tmp_pat
 
 def test_combine_names_a_missing_report(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        load_script("benchmark_search").main(["--combine", json.dumps([str(tmp_path / "gone.json")])])
+        parse_args(COMMAND, ["--combine", json.dumps([str(tmp_path / "gone.json")])])
     assert "gone.json: no such file; give reports that" in capsys.readouterr().err
 
 
@@ -116,8 +121,7 @@ class _Stop(Exception):
     """Stands in for a kill in the middle of a round."""
 
 
-def test_every_finished_round_is_written_and_resume_runs_only_the_missing_seeds(tmp_path, capsys):
-    bench = load_script("benchmark_search")
+def test_every_finished_round_is_written_and_resume_runs_only_the_missing_seeds(tmp_path, capsys, monkeypatch):
     report_path = tmp_path / "bench.json"
     argv = [*SMALLEST[:-2], "--seeds", "[0, 1, 2]", "--json", str(report_path)]
     ran = []
@@ -128,9 +132,9 @@ def test_every_finished_round_is_written_and_resume_runs_only_the_missing_seeds(
             raise _Stop
         return _canned_round(seed)
 
-    bench.race_one_seed = stopped_at_seed_1
+    monkeypatch.setattr(search_measure, "race_one_seed", stopped_at_seed_1)
     with pytest.raises(_Stop):
-        bench.main(argv)
+        measure(parse_args(COMMAND, argv))
     written = json.loads(report_path.read_text())
     assert [r["seed"] for r in written["seeds"]] == [0] and written["summary"]["seeds"] == 1  # seed 0 survived
 
@@ -138,8 +142,8 @@ def test_every_finished_round_is_written_and_resume_runs_only_the_missing_seeds(
         ran.append(seed)
         return _canned_round(seed)
 
-    bench.race_one_seed = finishing
-    report = bench.main([*argv, "--resume", "true"])
+    monkeypatch.setattr(search_measure, "race_one_seed", finishing)
+    report = measure(parse_args(COMMAND, [*argv, "--resume", "true"]))
     assert ran == [0, 1, 1, 2]  # seed 0 was not run again
     assert [r["seed"] for r in report["seeds"]] == [0, 1, 2] and report["seeds"][0] == written["seeds"][0]
     assert json.loads(report_path.read_text()) == json.loads(json.dumps(report))
@@ -149,14 +153,14 @@ def test_every_finished_round_is_written_and_resume_runs_only_the_missing_seeds(
     def must_not_run(*args):
         raise AssertionError("every seed is in the report: nothing may run")
 
-    bench.race_one_seed = must_not_run
-    again = bench.main([*argv, "--resume", "true"])  # all done: prints the report, loads no model
+    monkeypatch.setattr(search_measure, "race_one_seed", must_not_run)
+    again = measure(parse_args(COMMAND, [*argv, "--resume", "true"]))  # all done: prints the report, loads no model
     assert again == json.loads(json.dumps(report))
 
 
 def _resume_error(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        load_script("benchmark_search").main(argv)
+        parse_args(COMMAND, argv)
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
@@ -164,11 +168,10 @@ def _resume_error(argv, capsys) -> str:
 
 
 def test_resume_refuses_a_report_of_other_settings_or_seeds_in_one_line(tmp_path, capsys):
-    bench = load_script("benchmark_search")
     report_path = tmp_path / "bench.json"
     argv = [*SMALLEST[:-2], "--json", str(report_path), "--resume", "true"]
-    settings = vars(bench.parse_args([*argv, "--seeds", "[0]"]))
-    bench.write_report(argparse.Namespace(**{**settings, "seeds": [0, 7]}), [_canned_round(0), _canned_round(7)])
+    settings = vars(parse_args(COMMAND, [*argv, "--seeds", "[0]"]))
+    write_report(argparse.Namespace(**{**settings, "seeds": [0, 7]}), [_canned_round(0), _canned_round(7)])
     assert "holds seed 7, which --seeds does not list" in _resume_error([*argv, "--seeds", "[0]"], capsys)
     error = _resume_error([*argv, "--seeds", "[0, 7]", "--population", "6"], capsys)
     assert "was run with population=5, this run has 6" in error

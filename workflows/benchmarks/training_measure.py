@@ -1,14 +1,4 @@
-#!/usr/bin/env python
-"""Training throughput of RoPE vs REPO through the real Lightning path, side by side, and DDP scaling.
-
-Runs the same tiny-but-not-trivial model with each position method on the same
-synthetic data for the same steps, alternating methods over several rounds,
-and prints median tokens/s and the REPO/RoPE ratio (target <= 1.05 in time,
-i.e. >= 0.95 in throughput). Then times 1 vs 2 DDP processes (torchrun) on the
-same global batch and prints the scaling.
-
-    python scripts/benchmark_training.py [--rounds 3] [--steps 8] [--seq-len 1024]
-"""
+"""`python -m workflows benchmark-training`'s measuring (workflows.benchmarks.training: its options)."""
 
 from __future__ import annotations
 
@@ -22,23 +12,21 @@ import textwrap
 import time
 from pathlib import Path
 
-from jsonargparse.typing import PositiveInt
+import pytorch_lightning as pl
+import torch
 
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_train.data import SyntheticData
+from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.module import RePoLightningModule
 from workflows.benchmarking import alternate, summary
 
-TINY_RUN = Path(__file__).resolve().parents[1] / "tests" / "training" / "tiny_run.py"
+TINY_RUN = Path(__file__).resolve().parents[2] / "tests" / "training" / "tiny_run.py"
 SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 4,
          "num_key_value_heads": 4, "vocab_size": 1024}  # fmt: skip
 
 
 def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
     """Wall time of `steps` optimizer steps (after 2 warm-up steps) through `Trainer.fit`."""
-    import pytorch_lightning as pl  # lazy: --help answers without torch and Lightning
-
-    from repo_train.data import SyntheticData  # lazy: --help answers without torch
-    from repo_train.training.datamodule import RePoDataModule
-    from repo_train.training.module import RePoLightningModule
 
     pl.seed_everything(0, verbose=False)
     module = RePoLightningModule(position=method, lr=1e-3, attn_implementation="sdpa", config_overrides=SHAPE)
@@ -50,28 +38,23 @@ def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
     trainer = pl.Trainer(
         accelerator="cpu", max_steps=steps + 2, logger=False, enable_progress_bar=False, enable_model_summary=False,
         enable_checkpointing=False, use_distributed_sampler=False, gradient_clip_val=1.0,
-        callbacks=[step_timer(skip=2)],
+        callbacks=[StepTimer(skip=2)],
     )  # fmt: skip
     trainer.fit(module, data)
     return trainer.callbacks[0].elapsed
 
 
-def step_timer(skip: int):
-    """A callback whose `elapsed` is the wall time of the optimizer steps after `skip` warm-up steps (made here, not
-    at module level: the class derives from Lightning's, which `--help` does not import)."""
-    import pytorch_lightning as pl  # lazy: --help answers without Lightning
+class StepTimer(pl.Callback):
+    """`elapsed`: the wall time of the optimizer steps after `skip` warm-up steps."""
 
-    class _Timer(pl.Callback):
-        def __init__(self, skip: int):
-            self.skip, self.start, self.elapsed = skip, None, 0.0
+    def __init__(self, skip: int):
+        self.skip, self.start, self.elapsed = skip, None, 0.0
 
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if trainer.global_step == self.skip:
-                self.start = time.perf_counter()
-            elif trainer.global_step > self.skip:
-                self.elapsed = time.perf_counter() - self.start
-
-    return _Timer(skip)
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.skip:
+            self.start = time.perf_counter()
+        elif trainer.global_step > self.skip:
+            self.elapsed = time.perf_counter() - self.start
 
 
 def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
@@ -87,29 +70,8 @@ def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
     return json.loads(out.read_text())["fit_seconds"]
 
 
-PROG = "scripts/benchmark_training.py"
-
-
-def build_parser() -> ConfigParser:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
-    parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--rounds", type=PositiveInt, default=3, help="timed RoPE/REPO pairs")
-    parser.add_argument("--steps", type=PositiveInt, default=8, help="timed optimizer steps per run (after 2 warm-up)")
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="tokens per sequence")
-    parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
-    parser.add_argument("--skip_ddp", "--skip-ddp", action="store_true", help="skip the 1 vs 2 DDP processes timing")
-    return parser
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    import torch  # lazy: --help answers without torch
-
+def main(args: argparse.Namespace) -> None:
+    """RoPE and REPO alternated through `Trainer.fit`, then 1 vs 2 DDP processes."""
     torch.set_num_threads(2)
     result = alternate(
         lambda: train_seconds("rope", args.steps, args.seq_len, args.batch),
@@ -132,7 +94,3 @@ def main(argv: list[str] | None = None) -> None:
         f"2 processes {two:.1f}s, speed-up {one / two:.2f}x"
     )
     print(json.dumps({"repo_over_rope_time": result.median_ratio, "ddp_speedup": one / two}))
-
-
-if __name__ == "__main__":
-    main()

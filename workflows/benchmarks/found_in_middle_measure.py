@@ -1,21 +1,4 @@
-#!/usr/bin/env python
-"""Cost of Found-in-the-Middle against plain generation, measured side by side in one run.
-
-On a random OLMo-2 (byte tokenizer) and MDQA prompts from the packaged sample:
-
-- time: greedy generation of the same batch with `baseline` and with
-  `fim:temperature=5e-5,layers=last_half`, alternated for `--rounds` pairs
-  (median ratio), plus the parts of fim: the calibration prefill of B·(K+1)
-  prompts and the idle probe (wrapper overhead, no request);
-- peak memory: baseline, fim and fim with `calibration_batch=1` (one
-  calibration prompt per prefill) each generate once in a fresh process,
-  which reports its peak RSS above the RSS after loading (CPU has no
-  allocator counter to reset, so a process per configuration it is);
-- what the probe keeps: the current-query rows it records vs the L×L
-  attention matrices `output_attentions=True` would return for the same layers.
-
-    python scripts/benchmark_found_in_middle.py --docs 4 --examples 2 --new-tokens 8
-"""
+"""`python -m workflows benchmark-fim`'s measuring (workflows.benchmarks.found_in_middle: its options)."""
 
 from __future__ import annotations
 
@@ -28,18 +11,21 @@ import textwrap
 import time
 from pathlib import Path
 
-from jsonargparse.typing import PositiveInt
+import torch
 
-# The checkout's packages, also when an older editable install does not list `evaluation` yet.
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from evaluation.attention_probe import probing
+from evaluation.generation import tokenize_prompts
 from evaluation.methods import MethodStack
+from evaluation.methods.decoding import DecodeSettings, collate, generate_batch
+from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
+from evaluation.model_loading import byte_tokenizer
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks.mdqa import MDQATask
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.presets import tiny
 from workflows.benchmarking import alternate, summary
 
+# The checkout's packages, also when an older editable install does not list `evaluation` yet.
 FIXTURE = NQ_OPEN_ORACLE
 FIM = "fim:temperature=5e-5,layers=last_half"
 FIM_CHUNKED = FIM + ",calibration_batch=1"  # one calibration prompt per prefill: less memory, more time
@@ -47,13 +33,6 @@ FIM_CHUNKED = FIM + ",calibration_batch=1"  # one calibration prompt per prefill
 
 def setup(args):
     """Model, tokenizer and one left-padded batch of MDQA prompts (gold in the middle)."""
-    import torch  # lazy: --help answers without torch
-
-    from evaluation.generation import tokenize_prompts  # lazy: --help answers without torch
-    from evaluation.methods.decoding import DecodeSettings, collate
-    from evaluation.model_loading import byte_tokenizer
-    from repo_train.modeling import RePoOlmo2ForCausalLM
-    from repo_train.modeling.presets import tiny
 
     torch.manual_seed(0)
     tokenizer = byte_tokenizer()
@@ -73,8 +52,6 @@ def setup(args):
 
 
 def generate(model, tokenizer, batch, settings, spec: str) -> float:
-    from evaluation.methods.decoding import generate_batch  # lazy: --help answers without torch
-
     stack = MethodStack.parse(spec)
     with stack.attached(model, tokenizer):
         start = time.perf_counter()
@@ -90,8 +67,6 @@ def rss_mb() -> float:
 
 def child(args) -> None:
     """One configuration in a fresh process: its time and its peak RSS above the loaded state."""
-    import torch  # lazy: --help answers without torch
-
     torch.set_num_threads(args.threads)
     model, tokenizer, batch, _, settings = setup(args)
     base = rss_mb()
@@ -101,46 +76,15 @@ def child(args) -> None:
 
 
 def measure_in_child(args, spec: str) -> dict:
-    argv = [sys.executable, __file__, "--child", spec]
+    argv = [sys.executable, "-m", "workflows", "benchmark-fim", "--child", spec]
     for name in ("docs", "examples", "new_tokens", "hidden", "layers", "heads", "threads"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-PROG = "scripts/benchmark_found_in_middle.py"
-
-
-def build_parser() -> ConfigParser:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
-    parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--docs", type=PositiveInt, default=4, help="documents per prompt (K)")
-    parser.add_argument("--examples", type=PositiveInt, default=2, help="prompts in the batch (B)")
-    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=8, help="tokens generated per prompt")
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
-    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument(
-        "--rounds", type=PositiveInt, default=2, help="timed baseline/fim pairs (after one warm-up pair)"
-    )
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a fresh process's method
-    return parser
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    import torch  # lazy: --help answers without torch
-
-    from evaluation.attention_probe import probing  # lazy: --help answers without torch
-    from evaluation.methods.found_in_middle import DUMMY_DOCUMENTS, calibrate_documents
+def main(args: argparse.Namespace) -> None:
+    """Fresh-process runs first, then the alternated timing, the calibration's parts and the probe's rows."""
 
     if args.threads is None:
         args.threads = torch.get_num_threads()
@@ -197,7 +141,3 @@ def main(argv: list[str] | None = None) -> None:
             f" (ratios to baseline: time {run['seconds'] / base['seconds']:.2f}, "
             f"peak memory {run['peak_above_load_mb'] / base['peak_above_load_mb']:.2f})"
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Tokens/s, MFU and peak memory of `python -m repo_train fit` itself: RoPE and REPO alternating, one GPU.
 
 What a user runs is the command with a shipped config, not a bare forward and
@@ -18,8 +17,8 @@ largest run that fits is the largest micro batch that fits. The REPO/RoPE
 ratio is of step times (RoPE tokens/s / REPO tokens/s; REPO paper: ~0.8% more
 FLOPs). Writes report.json, report.md and each run's log under `--out`.
 
-    python scripts/benchmark_fit.py --out outputs/benchmark-fit            # on a GPU node
-    python scripts/benchmark_fit.py --micro_batches 4,6,8 --activation_checkpointing false,true
+    python -m workflows benchmark-fit --out outputs/benchmark-fit            # on a GPU node
+    python -m workflows benchmark-fit --micro_batches 4,6,8 --activation_checkpointing false,true
 """
 
 from __future__ import annotations
@@ -30,24 +29,25 @@ import sys
 import time
 from pathlib import Path
 
+from jsonargparse import Namespace
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the checkout's packages, also without an editable install (a device machine)
-
 from repo_common.atomic import write_json_atomic, write_text_atomic
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, script_options
 from repo_common.output_guard import check_output_directory
 from workflows.commands import logged_csv_metrics
 
-PROG = "scripts/benchmark_fit.py"
+PROG = "python -m workflows benchmark-fit"
+#: The checkout: every `fit` runs there (the configs' relative paths).
+REPO = Path(__file__).resolve().parents[2]
 MANIFEST = "report.json"
 CONFIGS = {"rope": "configs/train/olmo2-1b-stage2-rope.yaml", "repo": "configs/train/olmo2-1b-stage2-repo.yaml"}
 OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
-def build_parser() -> ConfigParser:
-    parser = ConfigParser.for_command(PROG, __doc__)
+def add_arguments(parser: ConfigParser) -> None:
+    """The benchmark's options (each also a key of a `--config` file)."""
+    parser.description = __doc__
     parser.add_argument("--out", type=str, default="outputs/benchmark-fit", help="report and run logs")
     parser.add_argument("--rope_config", type=str, default=CONFIGS["rope"], help="the RoPE run's fit config")
     parser.add_argument("--repo_config", type=str, default=CONFIGS["repo"], help="the REPO run's fit config")
@@ -62,7 +62,6 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--fit_args", type=str, default="",
                         help="more `fit` overrides for every run, space-separated (e.g. a CPU rehearsal's "
                              "'--trainer.accelerator cpu --model.preset_name tiny')")  # fmt: skip
-    return parser
 
 
 def _split(text: str, option: str, convert) -> list:
@@ -81,7 +80,7 @@ def _boolean(text: str) -> bool:
     return text.lower() == "true"
 
 
-def check(options) -> None:
+def check_options(options) -> None:
     """The lists parsed, the configs present, `--out` writable (a ValueError is the one-line refusal)."""
     options.micro_batch_list = _split(options.micro_batches, "--micro_batches", int)
     if any(size < 1 for size in options.micro_batch_list) or options.micro_batch_list != sorted(
@@ -182,8 +181,8 @@ def ratios(records: list[dict]) -> dict[tuple[bool, int], float]:
             for key, runs in paired.items() if runs["rope"] and runs["repo"]}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = parse_script(build_parser(), argv, check)
+def run(parsed: Namespace, parser: ConfigParser) -> int:
+    options = script_options(parser, parsed, check_options)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     configs = {"rope": options.rope_config, "repo": options.repo_config}
@@ -213,7 +212,3 @@ def main(argv: list[str] | None = None) -> int:
                 break  # a larger micro batch of this setting will not fit either
     print(markdown(records, options), end="")
     return 0 if records and all(r["status"] == "ok" or r["status"] == "out of memory" for r in records) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,47 +1,27 @@
-#!/usr/bin/env python
-"""REPO vs RoPE vs transformers' OLMo-2: training-step time, memory and parameter overhead, side by side in one run.
-
-Builds three OLMo-2 models of the same shape and weights: transformers'
-`Olmo2ForCausalLM` (HF), this project's model with RoPE in every layer, and
-with REPO (RoPE below `repo_start_layer`). Each round runs one
-forward+backward step of each, in an order that rotates every round, so all
-see the same machine state; it prints median times and the ratios RoPE/HF
-and REPO/RoPE with their per-round range, the model-FLOPs ratio, the bytes
-one training step allocates (peak, and what is held when backward starts)
-for RoPE and REPO, and the parameter overhead for the OLMo-2 1B and 7B shapes.
-
-    python scripts/benchmark_repo_overhead.py --hidden 256 --layers 6 --heads 8 --seq-len 1024 --batch 2 \\
-        --threads 1 --clock cpu --rounds 12
-
-On a machine other jobs share, `--threads 1 --clock cpu` times the CPU
-seconds of the one computing thread: waiting for a core then does not count.
-"""
+"""`python -m workflows benchmark-repo-overhead`'s measuring (workflows.benchmarks.repo_overhead: its options)."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import textwrap
-import time
-from typing import TYPE_CHECKING
 
-from jsonargparse.typing import PositiveInt
+import torch
+from torch.profiler import record_function
+from transformers import Olmo2ForCausalLM
 
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.accounting import config_parameter_report, parameter_report, training_flops_per_token
+from repo_train.modeling.olmo2 import learned_policy_keys
+from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
 from workflows.benchmarking import comparison, interleave, trace_allocations
+from workflows.benchmarks.repo_overhead import CLOCKS
 
-if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
-    import torch
-
-#: --clock: wall time, or CPU seconds of this process (all its threads).
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 MIB = 2**20
 
 
 def training_step(model, batch) -> None:
     """Forward (no KV cache, as training runs), then backward inside a `backward` profiler range (the memory trace reads its start)."""
-    from torch.profiler import record_function  # lazy: --help answers without torch
-
     loss = model(batch, labels=batch, use_cache=False).loss
     with record_function("backward"):
         loss.backward()
@@ -65,12 +45,6 @@ def step_memory(model, batch) -> tuple[int, int]:
 
 def build_models(args) -> dict[str, torch.nn.Module]:
     """HF OLMo-2, RoPE and REPO models of one shape, with the same weights (REPO has its predictor on top)."""
-    import torch  # lazy: --help answers without torch
-    from transformers import Olmo2ForCausalLM
-
-    from repo_train.modeling import RePoOlmo2ForCausalLM  # lazy: --help answers without torch
-    from repo_train.modeling.olmo2 import learned_policy_keys
-    from repo_train.modeling.presets import tiny
 
     shape = dict(
         hidden_size=args.hidden,
@@ -94,43 +68,8 @@ def build_models(args) -> dict[str, torch.nn.Module]:
     return {"HF": hf, "RoPE": rope, "REPO": repo}
 
 
-PROG = "scripts/benchmark_repo_overhead.py"
-
-
-def build_parser() -> ConfigParser:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
-    parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="tokens per sequence")
-    parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument("--layers", type=PositiveInt, default=6, help="decoder layers")
-    parser.add_argument("--vocab", type=PositiveInt, default=1024, help="vocabulary size")
-    parser.add_argument(
-        "--rounds", type=PositiveInt, default=10, help="timed rounds, one step of each model (after 2 warm-up)"
-    )
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or process CPU time")
-    return parser
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv)
-
-
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    import torch  # lazy: --help answers without torch
-
-    from repo_train.modeling.accounting import (  # lazy: --help answers without torch
-        config_parameter_report,
-        parameter_report,
-        training_flops_per_token,
-    )
-    from repo_train.modeling.presets import olmo2_1b, olmo2_7b
+def main(args: argparse.Namespace) -> None:
+    """The three models timed in rotation, then FLOPs, step memory and parameter overheads."""
 
     if args.threads is None:
         args.threads = torch.get_num_threads()
@@ -163,7 +102,3 @@ def main(argv=None) -> None:
     for name, build, start in (("OLMo-2 1B", olmo2_1b, 5), ("OLMo-2 7B", olmo2_7b, 10)):
         report = config_parameter_report(build(position_method="repo", repo_start_layer=start))
         print(f"  {name}, REPO from layer {start}: {report}")
-
-
-if __name__ == "__main__":
-    main()

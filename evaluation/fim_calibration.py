@@ -1,5 +1,5 @@
-#!/usr/bin/env python
-"""Make the bias file of amortised Found in the Middle (`fim:calibration=amortised,bias_file=FILE`).
+"""`python -m evaluation calibrate-fim`: the bias file of amortised Found in the Middle
+(`fim:calibration=amortised,bias_file=FILE`).
 
 This project's extension, not the paper's method (docs/methods/found-in-the-middle.md#amortised-calibration):
 bias(k), the attention a content-free dummy document gets in slot k, is measured once on N calibration
@@ -8,7 +8,7 @@ prompts are built, templated and tokenised as `python -m evaluation run` builds 
 template hash matches the run's prompts; use examples the evaluation does not score (another `--seed`
 for synthetic tasks, `--example_offset` past the evaluated ones for MDQA).
 
-    python scripts/calibrate_fim_bias.py --model assets/tiny-kv-dip --task kv \\
+    python -m evaluation calibrate-fim --model assets/tiny-kv-dip --task kv \\
         --task_params '{"template": "pairs", "key_chars": 1, "distinct_keys": 8, "num_keys": 64}' \\
         --num_examples 16 --seed 5000 --method fim:dummy=blank --out results/dip-fim/fim-bias.json
 """
@@ -16,34 +16,26 @@ for synthetic tasks, `--example_offset` past the evaluated ones for MDQA).
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-# The checkout's packages, also when an older editable install does not list `evaluation` yet.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from evaluation.methods import build_method, parse_method_spec
-from evaluation.prompt_format import PromptFormat
 from evaluation.tasks import build_task
-from repo_common.cli_errors import report_user_errors
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, deferred, script_options
 from repo_common.output_guard import check_output_file
 
-if TYPE_CHECKING:  # an annotation's name only: --help answers without torch
-    from evaluation.methods.fim_bias import BiasFile
-
-PROG = "scripts/calibrate_fim_bias.py"
+PROG = "python -m evaluation calibrate-fim"
 #: `FoundInTheMiddle.name`, spelled here so that the options are checked before its module (torch) loads.
 FIM_NAME = "fim"
+#: The estimating (torch, the model): imported once the options are checked.
+ESTIMATE = "evaluation.fim_bias_estimate"
 
 
-def build_parser() -> ConfigParser:
+def add_arguments(parser: ConfigParser) -> None:
     """The options (each also a key of a `--config` file)."""
-    parser = ConfigParser.for_command(PROG, __doc__)
+    parser.description = __doc__
     parser.add_argument("--model", type=str, required=True, help="HF model directory")
     parser.add_argument("--task", type=str, default="mdqa", help="task with item spans (mdqa, kv)")
     parser.add_argument("--task_params", "--task-params", type=dict, default={}, help="the task's parameters")
@@ -61,7 +53,6 @@ def build_parser() -> ConfigParser:
         "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
     )
     parser.add_argument("--out", type=str, required=True, help="the bias file to write (JSON), e.g. RUN/fim-bias.json")
-    return parser
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -99,23 +90,14 @@ def check_task_params(task: str, params: dict, option: str) -> None:
 
 
 def is_bias_file(path: Path) -> bool:
-    """An existing file this script may replace: a readable bias file (any other file is the user's)."""
+    """An existing file this command may replace: a readable bias file (any other file is the user's)."""
     if not path.is_file():
         return False  # nothing to read (and `--help`-fast: the reader's module loads torch)
-    from evaluation.methods.fim_bias import read_bias_file  # lazy: refusals before the model answer without torch
-
     try:
-        read_bias_file(path)
+        deferred("evaluation.methods.fim_bias", "read_bias_file")(path)
     except (OSError, ValueError):
         return False
     return True
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = build_parser()
-    args = parse_script(parser, argv, check_options)
-    check_method_parameters(parser, args.method)
-    return args
 
 
 def prompt_set_params(task_params: dict, num_examples: int, seed: int, offset: int, gold_positions) -> dict:
@@ -133,47 +115,8 @@ def calibration_params(args: argparse.Namespace) -> dict:
     return prompt_set_params(args.task_params, args.num_examples, args.seed, args.example_offset, args.gold_positions)
 
 
-def make_bias_file(model, tokenizer, args: argparse.Namespace) -> BiasFile:
-    """The bias of `args.method` estimated on the calibration prompts `args` describes."""
-    from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
-    from evaluation.methods.found_in_middle import estimate_bias
-    from evaluation.runner import prepare_task
-
-    params = calibration_params(args)
-    prompt_format = PromptFormat(args.chat_template, args.system_prompt)
-    prepared = prepare_task(args.task, params, model, tokenizer, DecodeSettings(max_new_tokens=1), prompt_format)
-    record = {
-        "task": args.task,
-        "params": params,
-        "prompts": len(prepared.prompts),
-        **prompt_format.describe(tokenizer),
-    }
-    return estimate_bias(model, tokenizer, prepared.prompts, build_method(args.method), args.batch_size, record)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    import torch  # lazy: --help answers without torch
-
-    from evaluation.methods.fim_bias import write_bias_file  # lazy: --help answers without torch
-    from evaluation.model_loading import load_model
-
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-
-    def work() -> int:
-        model, tokenizer = load_model(args.model)
-        start = time.perf_counter()
-        bias = make_bias_file(model, tokenizer, args)
-        seconds = time.perf_counter() - start
-        write_bias_file(args.out, bias)
-        buckets = ", ".join(f"{name} ({entry['prompts']} prompts)" for name, entry in bias.buckets.items())
-        print(f"{args.out}: {bias.num_items} items, buckets {buckets}; {seconds:.1f} s")
-        return 0
-
-    # a missing data file or model, a prompt too long for the model: one line (exit 2), not a traceback
-    return report_user_errors(PROG, work, (ValueError, OSError))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def run(options: Namespace, parser: ConfigParser) -> int:
+    """The checked options (the fim spec's own parameters last: they load its module), then the bias file."""
+    args = script_options(parser, options, check_options)
+    check_method_parameters(parser, args.method)
+    return deferred(ESTIMATE, "main")(args)

@@ -1,6 +1,6 @@
 """How long each command takes to answer `--help`, a refusal that needs no model, and `--print_config`.
 
-    python scripts/benchmark_startup.py [--rounds 5] [--compare OTHER_CHECKOUT] [--only help] [--match 'evaluation run']
+    python -m workflows benchmark-startup [--rounds 5] [--compare OTHER_CHECKOUT] [--only help] [--match 'evaluation run']
 
 Each case is a fresh interpreter (`python -m PACKAGE ...` or `python scripts/X.py ...`) with
 OMP_NUM_THREADS=1, timed wall-clock from start to exit. The cases run in interleaved rounds (every case once
@@ -22,11 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, script_options
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: (kind, command line after `python`): every command's --help and one model-free refusal, some --print_config
 #: cases; fit's are LightningCLI's (slow: compare them with --match fit).
 CASES = [
@@ -45,8 +46,8 @@ CASES = [
     ("help", "-m workflows check-gpu --help"),
     ("help", "scripts/quickstart.py --help"),
     ("help", "scripts/reproduce_position_bias.py --help"),
-    ("help", "scripts/benchmark_calibrators.py --help"),
-    ("help", "scripts/benchmark_training.py --help"),
+    ("help", "-m workflows benchmark-calibrators --help"),
+    ("help", "-m workflows benchmark-training --help"),
     ("help", "scripts/crosscheck_lm_eval.py --help"),
     ("refusal", "-m repo_train demo --steps 0"),
     ("refusal", "-m repo_train export --out x"),
@@ -55,7 +56,7 @@ CASES = [
     ("refusal", "-m search run --ga.population many"),
     ("refusal", "-m workflows check-gpu --train_processes 0"),
     ("refusal", "scripts/quickstart.py --steps none"),
-    ("refusal", "scripts/calibrate_fim_bias.py --model m --method pi --out b.json"),
+    ("refusal", "-m evaluation calibrate-fim --model m --method pi --out b.json"),
     ("refusal", "-m repo_train fit --trainer.max_steps abc"),
     ("refusal", "-m repo_train fit --checkpoint.every_n_train_steps 0"),
     ("refusal", "-m repo_train validate"),
@@ -64,17 +65,17 @@ CASES = [
     ("print_config", "-m evaluation run --print_config"),
     ("print_config", "-m search run --print_config"),
     ("print_config", "scripts/quickstart.py --print_config"),
-    ("print_config", "scripts/benchmark_calibrators.py --print_config"),
+    ("print_config", "-m workflows benchmark-calibrators --print_config"),
 ]
 
 
-def build_parser() -> ConfigParser:
-    parser = ConfigParser.for_command("scripts/benchmark_startup.py", __doc__.split("\n\n")[0])
+def add_arguments(parser: ConfigParser) -> None:
+    """The benchmark's options (each also a key of a `--config` file)."""
+    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--rounds", type=PositiveInt, default=5, help="interleaved rounds (median and range)")
     parser.add_argument("--compare", type=str | None, help="another checkout of the project, timed alongside")
     parser.add_argument("--only", type=str | None, help="comma-separated kinds: help, refusal, print_config")
     parser.add_argument("--match", type=str | None, help="only the cases whose command contains this text")
-    return parser
 
 
 def check_options(options) -> None:
@@ -97,8 +98,8 @@ def time_once(root: Path, command: str) -> tuple[float, int]:
     return time.perf_counter() - start, done.returncode
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = parse_script(build_parser(), argv, check_options)
+def run(parsed: Namespace, parser: ConfigParser) -> int:
+    options = script_options(parser, parsed, check_options)
     cases = [(kind, cmd) for kind, cmd in CASES if options.only is None or kind in options.only.split(",")]
     cases = [(kind, cmd) for kind, cmd in cases if options.match is None or options.match in cmd]
     roots = {"here": ROOT, **({"compare": Path(options.compare).resolve()} if options.compare else {})}
@@ -127,7 +128,3 @@ def main(argv: list[str] | None = None) -> int:
         print(row)
     print(f"\n{options.rounds} interleaved rounds, OMP_NUM_THREADS=1, load average {os.getloadavg()[0]:.1f} at the end")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
