@@ -379,8 +379,10 @@ def gold_token_ids(tokenizer, prepared: PreparedTask, row: Mapping[str, Any]) ->
     """The token ids of a row's gold continuation (`Task.gold_continuation`), as the model would write them."""
     text = prepared.task.gold_continuation(row["answers"], prepared.chat_template)
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if not ids:
-        raise ValueError(f"{prepared.name}: row {row['id']}'s gold answer {text!r} has no tokens; score it by metric")
+    if not ids or not text.strip():  # a blank answer's log-probability measures spacing, not the answer
+        raise ValueError(
+            f"{prepared.name}: row {row['id']}'s gold answer {text!r} is blank; fix the data, or score it by metric"
+        )
     return ids
 
 
@@ -396,6 +398,7 @@ def _gold_loglik_records(model, tokenizer, prepared: PreparedTask, stack: Method
     """Records of `--score gold_loglik`: each row's gold answer teacher-forced through the method stack
     (`score_continuations`); the score is its mean log-probability per token, no text is generated."""
     label = stack.label
+    limit, past_limit = getattr(model.config, "max_position_embeddings", None), 0
     with stack.attached(model, tokenizer):
         refuse_unforceable(stack, model)
         for indices in track(todo, f"{prepared.name} / {label} (gold log-likelihood)", unit="batch", mode=progress):
@@ -404,9 +407,16 @@ def _gold_loglik_records(model, tokenizer, prepared: PreparedTask, stack: Method
             for row, result in zip(rows, score_continuations(model, tokenizer, batch, gold, stack)):
                 if row["id"] in done:
                     continue
+                past_limit += limit is not None and result.prompt_tokens + result.tokens > limit
                 record = _record(prepared, label, row, "", result.mean_logprob, result.prompt_tokens,
                                  result.truncated, "forced")  # fmt: skip
                 yield {**record, "gold_tokens": result.tokens, "greedy_match": result.greedy_match}
+    if past_limit and rank_and_world()[0] == 0:
+        print(
+            f"[evaluation] note: {prepared.name} / {label}: {past_limit} gold answer(s) run past the model's "
+            f"max_position_embeddings ({limit}); their scores use positions it was not trained on",
+            file=sys.stderr,
+        )
 
 
 def method_pins(stacks: Sequence[MethodStack]) -> dict[str, dict[str, Any]]:

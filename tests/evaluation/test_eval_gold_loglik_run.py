@@ -67,3 +67,13 @@ def test_bad_scores_and_option_tasks_are_refused(tmp_path):
         config(tmp_path, str(NQ_OPEN_ORACLE), score="loglik")
     with pytest.raises(ValueError, match=r"\['multiple_choice'\] already score their options by log-likelihood"):
         RunConfig(out=str(tmp_path), tasks={"multiple_choice": {"path": str(MULTIPLE_CHOICE)}}, score="gold_loglik")
+
+
+def test_a_gold_answer_past_the_trained_positions_is_noted(tmp_path, capsys):
+    """Scores are still given (a method may extend the context), but never silently past max_position_embeddings."""
+    model, tokenizer = tiny_default(0)
+    model.config.max_position_embeddings = 40  # MDQA prompts of 3 short documents run longer than this
+    cfg = config(tmp_path, str(NQ_OPEN_ORACLE), score="gold_loglik", methods=["baseline"])
+    run(cfg, model=model, tokenizer=tokenizer, progress=False)
+    err = capsys.readouterr().err
+    assert "gold answer(s) run past the model's max_position_embeddings (40)" in err, err
