@@ -32,6 +32,8 @@ def _files(tmp: Path) -> None:
     (tmp / "bomb.yaml").write_text(ALIAS_BOMB)
     (tmp / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     (tmp / "root-file").write_text("a file\n")
+    for section in ("trainer", "model", "data"):
+        (tmp / f"{section}-null.yaml").write_text(f"{section}: null\n")
     (tmp / "earlier" / "lightning_logs" / "version_0" / "checkpoints").mkdir(parents=True)
     (tmp / "earlier" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"x")
 
@@ -64,6 +66,9 @@ REFUSED = [
     ("batch-not-divisible", ["--data.global_batch_size", "10", "--data.micro_batch_size", "4"], "not divisible"),
     ("batch-zero", ["--data.micro_batch_size", "0"], "batch sizes must be >= 1"),
     ("old-option-name", ["--model.position_method", "r2n1"], "model.position"),
+    ("config-trainer-null", ["--config", "{tmp}/trainer-null.yaml"], "trainer: null in the config"),
+    ("config-model-null", ["--config", "{tmp}/model-null.yaml"], "model: null in the config"),
+    ("config-data-null", ["--config", "{tmp}/data-null.yaml"], "data: null in the config"),
 ]
 #: `validate` cases: (name, arguments after `validate`, a phrase).
 REFUSED_VALIDATE = [

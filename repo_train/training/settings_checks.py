@@ -155,6 +155,12 @@ def check_settings(subcommand: str, value: Callable[[str], Any], root_dir: bool 
     with nothing to validate; for `fit` a root dir that is a file or holds an earlier run (not judged when
     `root_dir` is False: a caller that sets the root itself), `checkpoint.every_n_train_steps` below 1, a
     global batch the micro batch does not divide (one process). `value(key)` is the parsed value of a dotted key."""
+    for section in ("trainer", "model", "data"):  # `trainer: null` in a YAML file would reach Lightning as None
+        if value(section) is None:
+            raise ValueError(
+                f"{section}: null in the config leaves out the whole {section} section; give its keys, or delete the "
+                "line for the defaults"
+            )
     ckpt_path, root = value("ckpt_path"), value("trainer.default_root_dir")
     if ckpt_path and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES and not Path(ckpt_path).exists():
         raise FileNotFoundError(missing_checkpoint_message(ckpt_path))
