@@ -16,7 +16,6 @@ import json
 import math
 import os
 import sys
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -192,7 +191,8 @@ def read_records(
                     f"{path}:{number} repeats prompt {key[2]!r} of task {key[0]!r}, method {key[1]!r} from line "
                     f"{first} with a different result (two runs wrote one directory?); delete one of the two lines"
                 )
-            warnings.warn(f"{path}:{number} repeats line {first} exactly; counted once", stacklevel=2)
+            print(f"note: {path}:{number} repeats line {first} exactly (one record written twice); counted once",
+                  file=sys.stderr)  # fmt: skip
             continue
         seen[key] = (number, line.strip())
         records.append(record)

@@ -537,3 +537,15 @@ def test_other_os_errors_keep_their_traceback():
 
     with pytest.raises(OSError, match="Input/output error"):
         report_user_errors("prog run", fails, (ValueError,))
+
+
+def test_a_record_written_twice_is_counted_once_and_named(tmp_path, capsys):
+    out = shutil.copytree(_finished_run(), tmp_path / "out")
+    records = out / "records.jsonl"
+    first = records.read_text().splitlines()[0]
+    records.write_text(records.read_text() + first + "\n")
+    lines = len(records.read_text().splitlines())
+    assert run_cli("evaluation", ["summarize", "--out", str(out), "--no-report"]) == 0
+    assert f"records.jsonl:{lines} repeats line 1 exactly (one record written twice); counted once" in (
+        capsys.readouterr().err
+    )
