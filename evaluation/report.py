@@ -38,7 +38,10 @@ STATISTICS_NOTE = (
     "the other, nothing below the low edge or above the high one), other. ρ: 100 × Pearson correlation of "
     "accuracy with closeness to an edge (positive: the edges beat the middle on average, a U or a ramp). "
     f"Δ vs baseline: method − `{BASELINE}` on the same prompts; p: two-sided paired sign-flip test on "
-    "per-question mean differences; Holm: adjusted over the methods of the table. Middle: mean accuracy of the "
+    "per-question mean differences; Holm: adjusted over the methods of the table; McNemar p (0/1 scores only, "
+    "not adjusted): the exact McNemar test on the discordant prompts (b: right with the method only, c: with the "
+    "baseline only), clustered by question (a two-sided binomial over the questions each side wins). Middle: mean "
+    "accuracy of the "
     "interior positions, edges: of the first and last; Δ middle compares the interior positions' prompts only. "
     "Verdict: *helps* when the 95% interval of Δ lies above 0 and p (Holm) < 0.05, *hurts* when it lies below 0 "
     "and p (Holm) < 0.05, *identical* when no paired prompt differs, otherwise *no measurable change*; the middle "
@@ -109,6 +112,15 @@ def p_cell(vs: dict[str, Any] | None, key: str) -> str:
     return "–" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
 
 
+def mcnemar_cell(vs: dict[str, Any] | None) -> str:
+    """The clustered exact McNemar p with the discordant counts (b: method only, c: baseline only); "–" for scores
+    that are not 0/1, without a comparison, or when nothing differs."""
+    test = (vs or {}).get("mcnemar")
+    if not test or vs.get("identical"):
+        return "–"
+    return f"{p_cell(test, 'p_value')} ({test['method_only']} / {test['baseline_only']})"
+
+
 def delta_cell(vs: dict[str, Any] | None) -> str:
     """A Δ cell of a `vs_baseline` entry: the difference with its 95% interval, signed; "–" without one."""
     return interval_cell(vs["mean_diff"], [vs["low"], vs["high"]], signed=True) if vs else "–"
@@ -134,9 +146,9 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[s
     details = [
         (
             f"| method | shape | middle − edges [95% CI] | ρ [95% CI] | worst position ({score}) | p (two-sided) "
-            "| Δ middle [95% CI] | p middle (Holm) |"
+            "| McNemar p (b / c) | Δ middle [95% CI] | p middle (Holm) |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r, summary in _curves(task, runs, labels):
         alpha = float(summary.get("bootstrap", {}).get("alpha", 0.05))
@@ -154,8 +166,8 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[s
         details.append(
             f"| {label} | {r['shape'] or '–'} "
             f"| {interval_cell(r['middle_minus_edges'], r['middle_minus_edges_ci'], signed=True)} "
-            f"| {interval_cell(r['rho'], r['rho_ci'], 1)} | {worst} | {p_cell(vs, 'p_value')} | {delta_cell(middle_vs)} "
-            f"| {p_cell(middle_vs, 'p_holm')} |"
+            f"| {interval_cell(r['rho'], r['rho_ci'], 1)} | {worst} | {p_cell(vs, 'p_value')} | {mcnemar_cell(vs)} "
+            f"| {delta_cell(middle_vs)} | {p_cell(middle_vs, 'p_holm')} |"
         )
     return [*main, "", "Curve details:", "", *details]
 

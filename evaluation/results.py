@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluation.mcnemar import clustered_mcnemar
 from evaluation.position_metrics import (
     accuracy_by_position,
     classify_shape,
@@ -349,7 +350,8 @@ def compare_with_baseline(
 
     `mean_diff` is the mean paired difference over records, `low`/`high` its question-level
     bootstrap interval, `p_value` the two-sided sign-flip test; `identical` says that no paired
-    record differs (then p = 1 and the report says so instead of quoting p). None without pairs.
+    record differs (then p = 1 and the report says so instead of quoting p); with 0/1 scores on both
+    sides, `mcnemar` the clustered exact McNemar test (`evaluation.mcnemar`). None without pairs.
     """
     paired = paired_differences(records, baseline)
     if not paired.clusters:
@@ -365,6 +367,7 @@ def compare_with_baseline(
         "identical": paired.identical,
         "n": paired.n_pairs,
         "n_examples": len(paired.clusters),
+        **({"mcnemar": mcnemar.to_json()} if (mcnemar := clustered_mcnemar(records, baseline)) else {}),
     }
 
 

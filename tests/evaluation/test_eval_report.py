@@ -95,8 +95,12 @@ def test_the_table_gives_middle_edges_delta_and_a_verdict(tmp_path) -> None:
     # lpes fixes 10 questions at 3 of 5 positions: Δ = 30 / 200
     assert table["lpes (rope-kv)"]["Δ vs baseline [95% CI]"].startswith("+0.150 [")
     assert f"- lpes (rope-kv): `{LPES}`" in text  # the full spec is listed once
-    details_header, *_ = _rows(text, "| method | shape")
+    details_header, *details = _rows(text, "| method | shape")
     assert details_header[-2:] == ["Δ middle [95% CI]", "p middle (Holm)"]
+    mcnemar = {row[0]: row[details_header.index("McNemar p (b / c)")] for row in details}
+    # lpes: right on 10 more questions (3 prompts each), wrong on none: 2 / 2^10 over questions
+    assert mcnemar["lpes (rope-kv)"] == "0.002 (30 / 0)" and mcnemar["pcd"] == "–" and mcnemar["baseline"] == "–"
+    assert "McNemar p (0/1 scores only, not adjusted)" in text  # the report says which test each p is
 
 
 def test_compared_runs_prefix_their_label(tmp_path) -> None:
