@@ -4,12 +4,24 @@
 
 Ms-PoE (Zhang et al., "Found in the Middle"): in layers >= 2, head h sees
 position i at i / r_h, with per-head ratios r = r_min + (r_max - r_min) · k / H
-(k = 0..H-1, r_min = 1.2, r_max = 1.8, as in the authors' code). Ratios go to
-heads by their position sensitivity, measured on each prompt at the prefill:
-the fraction of keys whose attention weight from the last prompt token exceeds
-4× the row mean (unrotated q, k; the authors' `_calculate_outlier`). The head
-with the most such outliers gets the smallest ratio. `head_order=index` is the
-simplified ordering (head h gets the h-th ratio), no statistic needed.
+(k = 0..H-1, r_min = 1.2, r_max = 1.8). Ratios go to heads by their position
+sensitivity, measured on each prompt at the prefill: the fraction of keys whose
+attention weight from the last prompt token exceeds `outlier_factor` × the row
+mean (unrotated q, k). By default every rule is the authors' code's
+(VITA-Group/Ms-PoE, `utils/modify_arch/llama.py` as of 2024-03-28):
+
+- `outlier_factor=3` (an earlier version of that file used 4);
+- `head_order=outlier`: with `order` the heads sorted by outlier fraction,
+  most first, head h gets ratio r[order[h]] (the ratio table indexed by the
+  sort permutation, as `cos[head_order]` does there); `outlier_rank` is this
+  project's earlier reading, head h gets r[rank of h] (the head with the most
+  outliers the smallest ratio); `index` gives head h the h-th ratio;
+- `gqa_keys=group_first`: on a grouped-query model each shared key head is
+  rotated with the ratio of the first query head of its group (their
+  `cos[::num_key_value_groups]`); `per_query` rotates each query head's copy
+  of the keys with that query head's own ratio.
+
+docs/methods/baselines.md gives each difference's effect on SmolLM2.
 
 Attention Buckets (Chen et al., "Fortify the Shortest Stave"): the prompt runs
 in parallel under several RoPE bases: by default (`passes=batched`) as extra
@@ -45,9 +57,10 @@ from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
 from repo_train.modeling.swapping import current_policies
 
-#: An attention weight above this multiple of its row's mean is an outlier (Ms-PoE code).
-OUTLIER_FACTOR = 4.0
-HEAD_ORDERS = ("outlier", "index")
+#: An attention weight above this multiple of its row's mean is an outlier (the authors' code at 2024-03-28).
+OUTLIER_FACTOR = 3.0
+HEAD_ORDERS = ("outlier", "outlier_rank", "index")
+GQA_KEYS = ("group_first", "per_query")
 
 
 def mspoe_ratios(num_heads: int, min_ratio: float, max_ratio: float) -> torch.Tensor:
@@ -55,8 +68,14 @@ def mspoe_ratios(num_heads: int, min_ratio: float, max_ratio: float) -> torch.Te
     return min_ratio + (max_ratio - min_ratio) * torch.arange(num_heads, dtype=torch.float64) / num_heads
 
 
-def outlier_fraction(query: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor | None, scaling: float):
-    """Per head, the share of real keys whose attention weight from `query` exceeds 4× the mean weight.
+def outlier_fraction(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    scaling: float,
+    factor: float = OUTLIER_FACTOR,
+):
+    """Per head, the share of real keys whose attention weight from `query` exceeds `factor` × the mean weight.
 
     `query [B, H, D]` (the last prompt token), `keys [B, H, S, D]` (unrotated),
     `key_mask [B, S]` (1 = real token) or None. Returns `[B, H]` (float32).
@@ -67,14 +86,32 @@ def outlier_fraction(query: torch.Tensor, keys: torch.Tensor, key_mask: torch.Te
     real = key_mask.bool()[:, None, :]
     weights = scores.masked_fill(~real, -math.inf).softmax(dim=-1)
     count = real.sum(dim=-1, keepdim=True).float()  # [B, 1, 1]
-    outliers = (weights > OUTLIER_FACTOR / count) & real
+    outliers = (weights > factor / count) & real
     return outliers.float().sum(dim=-1) / count[..., 0]
 
 
+def outlier_order(fraction: torch.Tensor) -> torch.Tensor:
+    """`[B, H]` the heads sorted by outlier fraction, most first (ties keep head order)."""
+    return torch.sort(fraction, dim=-1, descending=True, stable=True).indices
+
+
 def head_ranks(fraction: torch.Tensor) -> torch.Tensor:
-    """`[B, H]` rank of each head, 0 = the most outliers (ties keep head order)."""
-    order = torch.sort(fraction, dim=-1, descending=True, stable=True).indices
-    return torch.argsort(order, dim=-1)
+    """`[B, H]` rank of each head, 0 = the most outliers (ties keep head order): the inverse of `outlier_order`."""
+    return torch.argsort(outlier_order(fraction), dim=-1)
+
+
+def ratio_indices(fraction: torch.Tensor | None, head_order: str, batch: int, heads: int, device) -> torch.Tensor:
+    """`[B, H]` index into the ratio table of each head under `head_order` (`fraction` unused for `index`)."""
+    if head_order == "index":
+        return torch.arange(heads, device=device).expand(batch, heads)
+    return outlier_order(fraction) if head_order == "outlier" else head_ranks(fraction)
+
+
+def key_ratio_heads(heads: int, key_heads: int, gqa_keys: str) -> torch.Tensor:
+    """`[H]` which query head's ratio rotates each query head's copy of the keys: its own (`per_query`), or the
+    first head of its key group (`group_first`, one ratio per shared key head)."""
+    own = torch.arange(heads)
+    return own if gqa_keys == "per_query" else (own // (heads // key_heads)) * (heads // key_heads)
 
 
 class MsPoePolicy(PositionPolicy):
@@ -83,11 +120,22 @@ class MsPoePolicy(PositionPolicy):
     name = "ms_poe"
     per_head = True
 
-    def __init__(self, encoding: RotaryEncoding, ratios: torch.Tensor, head_order: str = "outlier"):
+    def __init__(
+        self,
+        encoding: RotaryEncoding,
+        ratios: torch.Tensor,
+        head_order: str = "outlier",
+        outlier_factor: float = OUTLIER_FACTOR,
+        key_heads: torch.Tensor | None = None,
+    ):
         self.encoding = encoding
         self.ratios = ratios
         self.head_order = head_order
-        #: `[B, H]` rank of each head for the current batch (set at the prefill, kept for its decoding steps).
+        self.outlier_factor = outlier_factor
+        #: `[H]` whose ratio rotates each query head's copy of the keys (`key_ratio_heads`); None = its own.
+        self.key_heads = key_heads
+        #: `[B, H]` index into `ratios` of each head for the current batch (set at the prefill, kept for its
+        #: decoding steps).
         self.ranks: torch.Tensor | None = None
         #: `[B, S]` prompt mask of the current batch, so padding is not counted as keys.
         self.key_mask: torch.Tensor | None = None
@@ -98,27 +146,44 @@ class MsPoePolicy(PositionPolicy):
     def _rank(self, attention, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, heads = hidden_states.shape[0], self.ratios.shape[0]
         if self.head_order == "index":
-            return torch.arange(heads, device=hidden_states.device).expand(batch, heads)
+            return ratio_indices(None, "index", batch, heads, hidden_states.device)
         query, key, _ = attention._project_qkv(hidden_states)  # an extra q/k/v projection, at the prefill only
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
         mask = self.key_mask if self.key_mask is not None and self.key_mask.shape == hidden_states.shape[:2] else None
-        return head_ranks(outlier_fraction(query[:, :, -1], key, mask, attention.scaling))
+        fraction = outlier_fraction(query[:, :, -1], key, mask, attention.scaling, self.outlier_factor)
+        return ratio_indices(fraction, self.head_order, batch, heads, hidden_states.device)
 
     def rotation(self, attention, hidden_states, position_ids, shared, record):
         if self.ranks is None or self.ranks.shape[0] != hidden_states.shape[0]:
             self.ranks = self._rank(attention, hidden_states)
         ratios = self.ratios.to(hidden_states.device)[self.ranks].float()  # [B, H]
         positions = position_ids[:, None, :].float() / ratios[..., None]
-        return Rotation.from_positions(self.encoding, positions)
+        if self.key_heads is None:
+            return Rotation.from_positions(self.encoding, positions)
+        key_positions = positions[:, self.key_heads.to(positions.device)]
+        return SplitRotation(encoding=self.encoding, positions=positions, key_positions=key_positions)
 
     def describe(self) -> str:
         return f"{self.name}({float(self.ratios[0]):g}..{float(self.ratios[-1]):g}, {self.head_order})"
 
 
+@dataclass
+class SplitRotation(Rotation):
+    """Queries rotated by `positions`, keys by `key_positions` (both `[B, H, S]`): Ms-PoE's shared key heads."""
+
+    key_positions: torch.Tensor | None = None
+
+    def apply(self, query: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rotated_query, _ = self.encoding.rotate(query, key, self.positions)
+        _, rotated_key = self.encoding.rotate(query, key, self.key_positions)
+        return rotated_query, rotated_key
+
+
 @register_method
 @dataclass
 class MsPoE(PolicyMethod):
-    """`ms_poe:min_ratio=1.2,max_ratio=1.8,start_layer=2,head_order=outlier`: per-head position scaling."""
+    """`ms_poe:min_ratio=1.2,max_ratio=1.8,start_layer=2,head_order=outlier,outlier_factor=3,gqa_keys=group_first`:
+    per-head position scaling, by default as the authors' code does it."""
 
     name: ClassVar[str] = "ms_poe"
 
@@ -129,7 +194,13 @@ class MsPoE(PolicyMethod):
     start_layer: int = 2
     """First layer with Ms-PoE (the authors' runs use layers 2..L-1; earlier layers stay as they are)."""
     head_order: str = "outlier"
-    """outlier: ratios by the outlier statistic of each prompt (paper); index: by head index (simplified)."""
+    """outlier: head h gets ratio[order[h]], order = heads by outlier share (the authors' code); outlier_rank: head
+    h gets ratio[rank of h] (this project's earlier reading); index: ratio[h] (simplified, no statistic)."""
+    outlier_factor: float = OUTLIER_FACTOR
+    """An attention weight above this multiple of its row's mean is an outlier (3 in the authors' code)."""
+    gqa_keys: str = "group_first"
+    """group_first: a shared key head takes the ratio of its group's first query head (the authors' code);
+    per_query: each query head's copy of the keys takes that head's own ratio. No effect without GQA."""
     _ms_policies: list[MsPoePolicy] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -141,18 +212,26 @@ class MsPoE(PolicyMethod):
             raise ValueError(f"ms_poe: start_layer must be >= 0, got {self.start_layer!r}")
         if self.head_order not in HEAD_ORDERS:
             raise ValueError(f"ms_poe: head_order must be one of {list(HEAD_ORDERS)}, got {self.head_order!r}")
+        if not (math.isfinite(self.outlier_factor) and self.outlier_factor > 0):
+            raise ValueError(f"ms_poe: outlier_factor must be a finite number > 0, got {self.outlier_factor!r}")
+        if self.gqa_keys not in GQA_KEYS:
+            raise ValueError(f"ms_poe: gqa_keys must be one of {list(GQA_KEYS)}, got {self.gqa_keys!r}")
 
     def layer_policies(self, model, current: list[PositionPolicy]) -> list[PositionPolicy]:
         if self.start_layer >= len(current):
             raise ValueError(f"ms_poe: start_layer={self.start_layer} but the model has {len(current)} layers")
-        ratios = mspoe_ratios(model.config.num_attention_heads, self.min_ratio, self.max_ratio)
+        heads = model.config.num_attention_heads
+        ratios = mspoe_ratios(heads, self.min_ratio, self.max_ratio)
+        key_heads = getattr(model.config, "num_key_value_heads", None) or heads
+        shared_keys = key_ratio_heads(heads, key_heads, self.gqa_keys) if key_heads < heads else None
         default_encoding = RotaryEncoding.from_config(model.config)
         policies: list[PositionPolicy] = []
         for index, policy in enumerate(current):
             if index < self.start_layer or isinstance(policy, NopePolicy):
                 policies.append(policy)
             elif type(policy) is RopePolicy:
-                policies.append(MsPoePolicy(policy.encoding or default_encoding, ratios, self.head_order))
+                encoding = policy.encoding or default_encoding
+                policies.append(MsPoePolicy(encoding, ratios, self.head_order, self.outlier_factor, shared_keys))
             else:
                 raise ValueError(
                     f"ms_poe scales RoPE positions per head, but layer {index} uses the {policy.name!r} policy; "

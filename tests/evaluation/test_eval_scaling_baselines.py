@@ -15,6 +15,7 @@ from evaluation.generation import DecodeSettings, generate_batch
 from evaluation.methods import Method, MethodStack, build_method
 from evaluation.methods.scaling_baselines import (
     MsPoePolicy,
+    SplitRotation,
     combine_buckets,
     head_ranks,
     mspoe_ratios,
@@ -23,6 +24,7 @@ from evaluation.methods.scaling_baselines import (
 from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM, layer_policies, record_positions, swapped_policies
 from repo_train.modeling.presets import tiny
+from repo_train.modeling.rope import RotaryEncoding
 
 SETTINGS = DecodeSettings(max_new_tokens=6, batch_size=3)
 
@@ -238,3 +240,84 @@ def test_models_the_methods_cannot_serve_are_refused(tiny_lm):
     for spec, target, message in cases:
         with pytest.raises(ValueError, match=message), MethodStack.parse(spec).attached(target, tokenizer):
             pass
+
+
+def _authors_head_ratios(attention, hidden, ratios, key_groups):
+    """The authors' rule, re-written here from their code's description (VITA-Group/Ms-PoE, llama.py, 2024-03-28):
+    causal softmax of unrotated q·k/√d over the whole prompt, each row's mean taken over every key column (masked
+    ones count as zero), outliers above 3× that mean in the last row, heads sorted by outlier share (most first),
+    the ratio table indexed by that permutation, and each shared key head taking its group's first query head's
+    ratio. Returns (query-head ratios [H], key ratios per query head [H])."""
+    heads, dim = attention.config.num_attention_heads, attention.head_dim
+    length = hidden.shape[1]
+    q = attention.q_proj(hidden).view(1, length, heads, dim).transpose(1, 2)
+    k = attention.k_proj(hidden).view(1, length, -1, dim).transpose(1, 2).repeat_interleave(key_groups, dim=1)
+    scores = q @ k.transpose(2, 3) / math.sqrt(dim)
+    causal = torch.full((length, length), float("-inf")).triu(1)
+    weights = (scores + causal).softmax(dim=-1)[0]  # [H, S, S]
+    average = weights.mean(-1, keepdim=True)
+    outlier = -(weights > 3 * average).float().mean(-1)[:, -1]
+    order = torch.sort(outlier, stable=True).indices
+    query_ratios = ratios[order]
+    return query_ratios, query_ratios[::key_groups].repeat_interleave(key_groups)
+
+
+def _layer_inputs(model):
+    """Hooks that keep each attention layer's input hidden states of the next forward; (inputs, remove)."""
+    inputs = {}
+
+    def keep_input(index):
+        def hook(module, args, kwargs):
+            inputs.setdefault(index, kwargs["hidden_states"])
+
+        return hook
+
+    hooks = [
+        layer.self_attn.register_forward_pre_hook(keep_input(index), with_kwargs=True)
+        for index, layer in enumerate(model.model.layers)
+    ]
+    return inputs, lambda: [hook.remove() for hook in hooks]
+
+
+def _ms_poe_ratios(model, tokenizer, ids, spec):
+    """Per Ms-PoE layer: (query-head ratios, key ratios per query head) the method used, and the layer inputs."""
+    inputs, remove = _layer_inputs(model)
+    ratios = mspoe_ratios(4, 1.2, 1.8)
+    try:
+        with MethodStack.parse(spec).attached(model, tokenizer), torch.no_grad():
+            model(ids)
+            used = {}
+            for index, policy in enumerate(layer_policies(model)):
+                if isinstance(policy, MsPoePolicy):
+                    query = ratios[policy.ranks[0]]
+                    used[index] = (query, query if policy.key_heads is None else query[policy.key_heads])
+    finally:
+        remove()
+    return used, inputs
+
+
+def test_the_default_is_the_authors_rule_on_a_gqa_model(spread):
+    tokenizer = byte_tokenizer()
+    model = spread(gqa_llama(tokenizer, num_hidden_layers=4))
+    ids = torch.tensor([tokenizer("Document [1] a b c\nDocument [2] d e f\nQuestion: which?")["input_ids"]])
+    used, inputs = _ms_poe_ratios(model, tokenizer, ids, "ms_poe")
+    assert sorted(used) == [2, 3]
+    ratios = mspoe_ratios(4, 1.2, 1.8)
+    with torch.no_grad():
+        authors = {i: _authors_head_ratios(model.model.layers[i].self_attn, inputs[i], ratios, 2) for i in used}
+    for index, (query_ratios, key_ratios) in used.items():
+        assert torch.equal(query_ratios, authors[index][0]) and torch.equal(key_ratios, authors[index][1])
+    # The project's earlier readings (ratio by rank, each query head its own key ratio) differ on this prompt.
+    readings, _ = _ms_poe_ratios(model, tokenizer, ids, "ms_poe:head_order=outlier_rank,gqa_keys=per_query")
+    assert any(not torch.equal(readings[i][1], authors[i][1]) for i in used)
+
+
+def test_shared_key_heads_are_rotated_with_their_groups_first_ratio():
+    """SplitRotation rotates queries by their own positions and keys by `key_positions`, each as RoPE would."""
+    encoding = RotaryEncoding(inv_freq=1.0 / (10_000 ** (torch.arange(0, 8, 2).float() / 8)))
+    query, key = torch.randn(1, 4, 5, 8), torch.randn(1, 4, 5, 8)
+    positions = torch.arange(5.0)[None, None, :] / torch.tensor([1.2, 1.35, 1.5, 1.65])[None, :, None]
+    key_positions = positions[:, [0, 0, 2, 2]]
+    q, k = SplitRotation(encoding=encoding, positions=positions, key_positions=key_positions).apply(query, key)
+    assert torch.equal(q, encoding.rotate(query, key, positions)[0])
+    assert torch.equal(k, encoding.rotate(query, key, key_positions)[1])
