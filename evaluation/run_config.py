@@ -147,12 +147,12 @@ class RunConfig:
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
         PromptFormat(self.chat_template, self.system_prompt)  # a system prompt without the template: refused
-        if isinstance(self.tasks, str):  # tasks first: a spec may load its method's code (torch)
+        self.methods = [_method_stack(entry) for entry in self.methods]  # a bad spec first
+        if isinstance(self.tasks, str):
             self.tasks = short_form_tasks(self)
         elif isinstance(self.tasks, Mapping):  # {name: build_task parameters}
             self.tasks = [build_task(name, **dict(params)) for name, params in self.tasks.items()]
         self.tasks = list(self.tasks)
-        self.methods = [_method_stack(entry) for entry in self.methods]
         for task in self.tasks:
             if not isinstance(task, Task):
                 raise TypeError(f"RunConfig.tasks: expected Task instances (or {{name: params}}), got {task!r}")
