@@ -123,8 +123,6 @@ class RunConfig:
     """sdpa, eager or flash_attention_2"""
     device: Device = "auto"
     """auto = cuda:LOCAL_RANK when CUDA is present (where a model the run loads goes; not a result setting)"""
-    max_records: PositiveInt | None = None
-    """stop after N new records (rerun to resume)"""
     chat_template: bool = False
     """wrap each prompt in the tokenizer's chat template (as lm-eval's --apply_chat_template)"""
     system_prompt: str | None = None
@@ -136,6 +134,8 @@ class RunConfig:
     """score a searched method (lpes) on examples its search used; the report then says so"""
     allow_other_model_scales: bool = False
     """apply an lpes scale file searched for another model (refused otherwise; the run then says so)"""
+    max_records: PositiveInt | None = None
+    """stop after N new records (rerun to resume)"""
     no_progress: bool = False
     """no progress bars"""
     no_report: bool = False
