@@ -91,13 +91,18 @@ exit codes: 0 done, 2 usage error, 3 stopped early by --max-records (rerun to re
 def add_run_options(parser: ConfigParser) -> None:
     """The options of `evaluation run`: `--import`, then every option field of `RunConfig`, typed by it, its
     docstring the help (each also a key of a config file)."""
-    # class_path may name any Task / Method subclass; a field's docstring is its option's help
-    set_parsing_settings(subclasses_enabled=[Task, Method], docstring_parse_attribute_docstrings=True)
+    set_parsing_settings(subclasses_enabled=[Task, Method])  # class_path may name any Task / Method subclass
     parser.add_import_option()
     parser.class_path_loaders.append(METHODS.load_class_named)  # `class_path: PositionInterpolation` in a config
     options = {item.name: item for item in option_fields(RunConfig)}
     python_only = {item.name for item in dataclasses.fields(RunConfig)} - set(options)
-    parser.add_class_arguments(RunConfig, as_group=False, fail_untyped=True, skip=python_only)
+    # a field's docstring is its option's help: read only here, since it makes every later parser slower
+    # (LightningCLI's by seconds); jsonargparse's default is off
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    try:
+        parser.add_class_arguments(RunConfig, as_group=False, fail_untyped=True, skip=python_only)
+    finally:
+        set_parsing_settings(docstring_parse_attribute_docstrings=False)
     for action in parser._actions:
         if action.dest not in options:
             continue

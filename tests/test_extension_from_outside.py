@@ -273,7 +273,8 @@ def test_an_evaluation_run_option_is_one_field_of_run_config(tmp_path, monkeypat
     monkeypatch.setattr(evaluation.config, "RunConfig", note_option.WithNote)
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
-    assert "--run_note RUN_NOTE, --run-note RUN_NOTE" in capsys.readouterr().out.replace("\n", " ")
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--run_note RUN_NOTE, --run-note RUN_NOTE a note kept with the run (type: str, default: none)" in shown
     out = tmp_path / "out"
     argv = ["run", "--out", str(out), "--run-note", "hello", "--tasks", "kv", "--num-keys", "2", "--num-examples", "1",
             "--gold-positions", "0", "--max-new-tokens", "1", "--no-report", "--no-progress"]  # fmt: skip
