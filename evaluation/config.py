@@ -35,13 +35,7 @@ from typing import Any
 from jsonargparse import Namespace, set_parsing_settings
 
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, register_method
-from evaluation.run_config import (
-    TINY_DEFAULTS,
-    RunConfig,
-    option_fields,
-    short_form_tasks,
-    with_data_file,
-)
+from evaluation.run_config import TINY_DEFAULTS, RunConfig, option_fields, short_form_tasks, with_data_file
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, register_task
 from repo_common import user_code
