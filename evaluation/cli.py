@@ -5,9 +5,9 @@ the command line or in `--config FILE.yaml`, `--print_config` for the
 resolved configuration. This module only declares the commands: `run`'s
 options are the fields of `evaluation.run_config.RunConfig`
 (`evaluation.config`), and what each command does lives in
-`evaluation.commands`, imported once its options are parsed (`deferred`), so
-`--help` loads none of it. User mistakes end with one line on stderr and exit
-code 2.
+`evaluation.run_command` and `evaluation.report_commands`, imported once its
+options are parsed (`deferred`), so `--help` loads none of it. User mistakes
+end with one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -35,17 +35,17 @@ COMMANDS = {
     "run": (
         "evaluate tasks × methods; write records, summary, plots and a report",
         deferred("evaluation.config", "add_run_options"),
-        deferred("evaluation.commands", "run"),
+        deferred("evaluation.run_command", "run"),
     ),
     "report": (
         "re-render plots and report.md from OUT/summary.json",
         _add_report,
-        deferred("evaluation.commands", "report"),
+        deferred("evaluation.report_commands", "report"),
     ),
     "summarize": (
         "rebuild OUT/summary.json from OUT/records.jsonl with this version's statistics",
         _add_summarize,
-        deferred("evaluation.commands", "summarize"),
+        deferred("evaluation.report_commands", "summarize"),
     ),
 }
 

@@ -1,4 +1,4 @@
-"""`evaluation run` once its options are checked (`evaluation.commands.run`): watch the launcher, join the
+"""`evaluation run` once its options are checked (`evaluation.run_command.run`): watch the launcher, join the
 process group under torchrun, run the harness, print the scores and render the report.
 """
 
