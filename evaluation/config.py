@@ -1,7 +1,8 @@
-"""The configuration of `python -m evaluation run`: typed tasks and method stacks, parsed by jsonargparse.
+"""The configuration of `python -m evaluation run`: the fields of `RunConfig`, parsed by jsonargparse.
 
-A run file names its tasks and methods as classes, the way LightningCLI names
-models (docs/configuring.md):
+Each field of `evaluation.run_config.RunConfig` is an option (its docstring is the help) and a key of a run
+file, so a new option is one field there. A run file names its tasks and methods as classes, the way
+LightningCLI names models (docs/configuring.md):
 
     model: outputs/quickstart/models/rope
     out: results/rope
@@ -17,8 +18,8 @@ models (docs/configuring.md):
 The command line keeps its short forms, which parse into the same objects:
 `--tasks mdqa,kv` with `--num-documents/--num-keys/--num-examples/
 --gold-positions/--task-param TASK:key=value`, and `--method NAME:k=v+NAME2`
-(repeatable). `resolve` turns the parsed options into the runner's
-`RunConfig` and the *resolved* configuration (every task and method as
+(repeatable). `resolve` turns the parsed options into the `RunConfig` and the
+*resolved* configuration (`RunConfig.to_config`: every task and method as
 `class_path` + `init_args`, data files found, defaults filled in), which the
 run stores as `OUT/config.yaml` and `--print_config` prints.
 """
@@ -26,38 +27,41 @@ run stores as `OUT/config.yaml` and `--print_config` prints.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from jsonargparse import Namespace, set_parsing_settings
-from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from evaluation.methods import METHODS, Method, MethodStack, configure_method, parse_value, register_method
-from evaluation.prompt_format import PromptFormat
-from evaluation.run_config import DEVICES, SCORES, RunConfig, task_params
+from evaluation.methods import METHODS, Method, MethodStack, configure_method, register_method
+from evaluation.run_config import TINY_DEFAULTS, RunConfig, option_fields, short_form_tasks, with_data_file
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid, register_task
+from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, register_task
 from repo_common import user_code
-from repo_common.config_cli import ConfigParser, Seed, class_entry
+from repo_common.config_cli import ConfigParser
 from repo_common.file_permissions import check_folder_listable
 from repo_common.model_directory import check_model_directory
 from repo_common.user_code import resolve_class
 
-#: Defaults when no --model is given: the random tiny model only needs to run the pipeline, quickly.
-TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
-#: Defaults for real models (the Lost in the Middle settings).
-MODEL_DEFAULTS = dict(num_documents=20, num_keys=75)
 #: Old repeatable flags and the list option each fills.
 REPEATED_FLAGS = {"--method": "methods", "--task-param": "task_param"}
 
+_TASK_LINES = textwrap.fill(
+    f"tasks (short form, --tasks a,b): {', '.join(sorted(TASKS))}", width=104, subsequent_indent="  "
+)
 _METHOD_LINES = "\n".join(f"  {name:18s} {METHODS.class_path(name)}" for name in sorted(METHODS))
 
 EPILOG = f"""\
 config: every option is also a key of a YAML file (--config run.yaml; underscores, e.g. batch_size);
   --print_config prints the resolved configuration, which each run also stores as OUT/config.yaml, so
   --config OUT/config.yaml replays it. Tasks and methods may be classes there (class_path + init_args);
-  see docs/configuring.md.
+  see docs/configuring.md. An option of two words also takes dashes (--batch-size); a true/false option
+  given alone means true.
+
+{_TASK_LINES}
+gold positions (short-form tasks): {" | ".join(GRID_NAMES)} or comma-separated 0-based ints
+  ({GRID_HELP})
 
 data (short-form tasks):
   mdqa   reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release). Without --data-dir it
@@ -79,109 +83,31 @@ exit codes: 0 done, 2 usage error, 3 stopped early by --max-records (rerun to re
 
 
 def add_run_options(parser: ConfigParser) -> None:
-    """The options of `evaluation run` (each also a key of a config file)."""
+    """The options of `evaluation run`: `--import`, then every option field of `RunConfig`, typed by it, its
+    docstring the help (each also a key of a config file)."""
     set_parsing_settings(subclasses_enabled=[Task, Method])  # class_path may name any Task / Method subclass
     parser.add_import_option()
     parser.class_path_loaders.append(METHODS.load_class_named)  # `class_path: PositionInterpolation` in a config
-    parser.add_argument("--model", type=str | None, help="local HF model directory (default: the tiny random model)")
-    parser.add_argument("--out", type=str, required=True, help="output directory (resumes an earlier run's)")
-    parser.add_argument(
-        "--tasks",
-        type=list[Task] | str,
-        default="mdqa",
-        help=f"task classes, or the short form: comma-separated names from {sorted(TASKS)}",
-    )
-    parser.add_argument(
-        "--methods",
-        type=list[str | Method | list[Method]],
-        default=["baseline"],
-        help="method stacks: specs (NAME[:k=v,...][+NAME2...]) or classes; --method SPEC (repeatable) "
-        "replaces the list",
-    )
-    shortcut = "short-form tasks only"
-    parser.add_argument(
-        "--num_examples", "--num-examples", type=PositiveInt | None, help=f"source examples per task ({shortcut})"
-    )
-    parser.add_argument(
-        "--example_offset",
-        "--example-offset",
-        type=NonNegativeInt | None,
-        help=f"skip this many source examples first, e.g. the questions an LPES search used ({shortcut})",
-    )
-    parser.add_argument(
-        "--num_documents", "--num-documents", type=PositiveInt | None, help=f"documents per MDQA prompt ({shortcut})"
-    )
-    parser.add_argument("--num_keys", "--num-keys", type=PositiveInt | None, help=f"KV pairs per prompt ({shortcut})")
-    parser.add_argument(
-        "--gold_positions",
-        "--gold-positions",
-        type=list[int] | str,
-        default="ends-20-50-80",
-        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({GRID_HELP}) ({shortcut})",
-    )
-    parser.add_argument(
-        "--task_param", type=list[str], default=[], help=f"TASK:key=value, also --task-param ({shortcut})"
-    )
-    parser.add_argument("--data_dir", "--data-dir", type=str | None, help="folder with the tasks' data files")
-    parser.add_argument("--seed", type=Seed, default=0, help="seed of distractors / generated keys / tiny weights")
-    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=8, help="prompts per forward")
-    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=PositiveInt | None, help="default: per task")
-    parser.add_argument(
-        "--max_length", "--max-length", type=PositiveInt | None, help="prompt + new tokens (default: model's)"
-    )
-    parser.add_argument(
-        "--truncate", type=Literal["middle", "left"] | None, help="truncate too-long prompts (default: error)"
-    )
-    parser.add_argument(
-        "--dtype",
-        type=Literal["auto", "float32", "bfloat16", "float16"],
-        default="auto",
-        help="auto = bfloat16 on a GPU, float32 on the CPU (run.json records the one used)",
-    )
-    parser.add_argument(
-        "--attn_implementation",
-        "--attn-implementation",
-        type=str,
-        default="sdpa",
-        help="sdpa, eager or flash_attention_2",
-    )
-    parser.add_argument(
-        "--device", type=Literal[tuple(DEVICES)], default="auto", help="auto = cuda:LOCAL_RANK when CUDA is present"
-    )
-    parser.add_argument(
-        "--max_records", "--max-records", type=PositiveInt | None, help="stop after N new records (rerun to resume)"
-    )
-    parser.add_argument(
-        "--chat_template",
-        "--chat-template",
-        type=bool,
-        default=False,
-        help="wrap each prompt in the tokenizer's chat template (as lm-eval's --apply_chat_template)",
-    )
-    parser.add_argument(
-        "--system_prompt", "--system-prompt", type=str | None, help="system message of the chat template"
-    )
-    parser.add_argument(
-        "--score",
-        type=Literal[SCORES],
-        default="metric",
-        help="metric: the task's metric of each greedy answer; gold_loglik: the gold answer's mean log-probability "
-        "per token, teacher-forced through each method (no generation; more power on a weak model)",
-    )
-    parser.add_argument(
-        "--allow_search_overlap",
-        "--allow-search-overlap",
-        action="store_true",
-        help="score a searched method (lpes) on examples its search used; the report then says so",
-    )
-    parser.add_argument(
-        "--allow_other_model_scales",
-        "--allow-other-model-scales",
-        action="store_true",
-        help="apply an lpes scale file searched for another model (refused otherwise; the run then says so)",
-    )
-    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--no_report", "--no-report", action="store_true", help="skip plots and report.md")
+    options = {item.name: item for item in option_fields(RunConfig)}
+    python_only = {item.name for item in dataclasses.fields(RunConfig)} - set(options)
+    # a field's docstring is its option's help: read only here, since it makes every later parser slower
+    # (LightningCLI's by seconds); jsonargparse's default is off
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    try:
+        parser.add_class_arguments(RunConfig, as_group=False, fail_untyped=True, skip=python_only)
+    finally:
+        set_parsing_settings(docstring_parse_attribute_docstrings=False)
+    for action in parser._actions:
+        if action.dest not in options:
+            continue
+        if options[action.dest].type in (bool, "bool"):  # `--no_report` alone: true
+            action.nargs, action.const = "?", True
+        dashed = "--" + action.dest.replace("_", "-")
+        if "_" in action.dest and dashed not in REPEATED_FLAGS:  # `--batch-size` too (not a repeatable flag)
+            action.option_strings.append(dashed)
+            parser._option_string_actions[dashed] = action
+    parser.epilog = EPILOG
+    parser.repeated_flags = REPEATED_FLAGS
 
 
 @dataclasses.dataclass
@@ -191,7 +117,7 @@ class ResolvedRun:
     run: RunConfig
     """The runner's input (`EvalConfig`): tasks and method stacks as configured objects."""
     config: dict[str, Any]
-    """The resolved configuration (`OUT/config.yaml`)."""
+    """The resolved configuration (`OUT/config.yaml`): the `RunConfig`, with the user's modules first."""
 
 
 def task_name_of(cls: type[Task]) -> str:
@@ -207,79 +133,22 @@ def _method_class(cls: type[Method]) -> type[Method]:
     return cls if METHODS.get(cls.name) is cls else register_method(cls)
 
 
-def _gold_positions(value: str | list[int]) -> str | list[int]:
-    refuse_renamed_grid(value)
-    if not isinstance(value, str) or value in GRID_NAMES:
-        return value
-    try:
-        return [int(x) for x in value.split(",")]
-    except ValueError:
-        raise ValueError(
-            f"argument --gold-positions: expected one of {list(GRID_NAMES)} or comma-separated 0-based ints, "
-            f"got {value!r}"
-        ) from None
-
-
-def _short_form_tasks(options: Namespace) -> dict[str, dict[str, Any]]:
-    """`--tasks a,b` with the shortcut options: each task's `build_task` parameters, data files found."""
-    names = [name.strip() for name in options.tasks.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TASKS]
-    if unknown or not names:
-        raise ValueError(f"unknown task(s) {unknown or [options.tasks]}; choose from {sorted(TASKS)}")
-    defaults = TINY_DEFAULTS if options.model is None else MODEL_DEFAULTS
-    extra: dict[str, dict[str, Any]] = {}
-    for item in options.task_param:
-        task, _, assignment = item.partition(":")
-        key, eq, value = assignment.partition("=")
-        if task not in names or not eq or not key:
-            raise ValueError(f"bad --task-param {item!r}: write TASK:key=value with TASK one of {names}")
-        extra.setdefault(task, {})[key] = parse_value(value)
-    num_examples = options.num_examples or defaults.get("num_examples")
-    common = {
-        "seed": options.seed,
-        "gold_positions": _gold_positions(options.gold_positions),
-        "num_examples": num_examples,
-        "example_offset": options.example_offset,
-        "num_documents": options.num_documents or defaults["num_documents"],
-        "num_keys": options.num_keys or defaults["num_keys"],
-    }
-    tasks: dict[str, dict[str, Any]] = {}
-    for name in names:
-        fields = set(TASKS[name].field_names())  # common options only go to tasks that take them
-        params = {k: v for k, v in common.items() if k in fields and v is not None}
-        params.update(extra.get(name, {}))  # --task-param as given: a typo fails in build_task
-        tasks[name] = _with_data_file(name, params, options.data_dir)
-        if name == "kv" and tasks[name].get("path") is None and num_examples is None:
-            raise ValueError("kv without a data file generates its examples: pass --num-examples N")
-    return tasks
-
-
-def _with_data_file(name: str, params: dict[str, Any], data_dir: str | None) -> dict[str, Any]:
-    """`params` with `path` set to the task's file in `data_dir` when the task reads one and none is given."""
-    if data_dir is None or params.get("path") is not None or TASKS[name].data_file_pattern is None:
-        return params
-    found = TASKS[name].find_data_file(data_dir, params)
-    return {**params, "path": str(found)} if found is not None else params
-
-
-def _class_tasks(
-    entries: Sequence[Namespace], data_dir: str | None, user_modules: Sequence[str] = ()
-) -> dict[str, dict[str, Any]]:
-    """Typed task entries (class_path + init_args) as `build_task` parameters, data files found."""
-    tasks: dict[str, dict[str, Any]] = {}
+def _class_tasks(entries: Sequence[Namespace], data_dir: str | None, user_modules: Sequence[str] = ()) -> list[Task]:
+    """Typed task entries (class_path + init_args) as tasks, data files found."""
+    tasks: dict[str, Task] = {}
     for entry in entries:
         name = task_name_of(resolve_class(entry.class_path, Task, user_modules, "task class_path"))
         if name in tasks:
             raise ValueError(f"task {name!r} is listed twice; give each task once")
         params = {k: v for k, v in dict(entry.init_args or {}).items() if v is not None}
-        tasks[name] = _with_data_file(name, params, data_dir)
-    return tasks
+        tasks[name] = build_task(name, **with_data_file(name, params, data_dir))  # a bad parameter fails here
+    return list(tasks.values())
 
 
-def _method_stack(entry: Any, user_modules: Sequence[str] = ()) -> MethodStack:
-    """A `methods` entry (a spec string, a class entry, or a list of class entries) as a stack, built once."""
-    if isinstance(entry, str):  # the short form, parsed here and nowhere after
-        return MethodStack.parse(entry)
+def _method_stack(entry: Any, user_modules: Sequence[str] = ()) -> MethodStack | str:
+    """A `methods` entry of class entries as a stack, built once (a spec string is `RunConfig`'s to parse)."""
+    if isinstance(entry, str):
+        return entry
     items = entry if isinstance(entry, list) else [entry]
     methods = []
     for item in items:
@@ -288,13 +157,8 @@ def _method_stack(entry: Any, user_modules: Sequence[str] = ()) -> MethodStack:
     return MethodStack(methods)
 
 
-def _method_entry(stack: MethodStack) -> Any:
-    entries = [class_entry(method, Method.params) for method in stack.methods]
-    return stack.label if not entries else entries[0] if len(entries) == 1 else entries
-
-
 def resolve(options: Namespace) -> ResolvedRun:
-    """Turn parsed options into the runner's inputs; every mistake is a ValueError/OSError naming the fix."""
+    """Turn parsed options into the `RunConfig`; every mistake is a ValueError/OSError naming the fix."""
     if options.model is not None:
         check_model_directory("--model", options.model)  # a hub id gets the download hint
     if options.data_dir is not None and not Path(options.data_dir).is_dir():
@@ -303,57 +167,16 @@ def resolve(options: Namespace) -> ResolvedRun:
         check_folder_listable(options.data_dir)  # else its files "are not there"
     imports = list(options.get(user_code.KEY) or [])
     user_modules = [user_code.module_name_of(name) for name in imports]
-    if isinstance(options.tasks, str):
-        if options.tasks.lstrip().startswith(("[", "{")):
-            raise ValueError(f"--tasks {options.tasks!r} is neither task names nor a list of task classes")
-        tasks = _short_form_tasks(options)
+    values = {item.name: options.get(item.name) for item in option_fields(RunConfig)}  # every option: one field each
+    if isinstance(options.tasks, str) and options.tasks.lstrip().startswith(("[", "{")):
+        raise ValueError(f"--tasks {options.tasks!r} is neither task names nor a list of task classes")
+    if isinstance(options.tasks, str):  # before the methods: a refusal of a task loads no method's code
+        values["tasks"] = short_form_tasks(options)
     else:
-        tasks = _class_tasks(options.tasks, options.data_dir, user_modules)
-    built = [build_task(name, **params) for name, params in tasks.items()]  # a bad parameter fails here
-    stacks = [_method_stack(entry, user_modules) for entry in options.methods]
-    max_new = options.max_new_tokens or (TINY_DEFAULTS["max_new_tokens"] if options.model is None else None)
-    config = {
-        **({user_code.KEY: imports} if imports else {}),  # the user's modules, so a replay imports them first
-        "model": options.model,
-        "out": options.out,
-        "tasks": [class_entry(task, task_params) for task in built],  # every field: a replay pins the same
-        "methods": [_method_entry(stack) for stack in stacks],
-        "data_dir": options.data_dir,
-        "seed": options.seed,
-        "batch_size": options.batch_size,
-        "max_new_tokens": max_new,
-        "max_length": options.max_length,
-        "truncate": options.truncate,
-        "dtype": options.dtype,
-        "attn_implementation": options.attn_implementation,
-        "device": options.device,
-        "chat_template": options.chat_template,
-        "system_prompt": options.system_prompt,
-        "score": options.score,
-        "allow_search_overlap": options.allow_search_overlap,
-        "allow_other_model_scales": options.allow_other_model_scales,
-        "max_records": options.max_records,
-        "no_progress": options.no_progress,
-        "no_report": options.no_report,
-    }
-    run = RunConfig(  # the objects themselves: the runner parses nothing again
-        out=options.out,
-        tasks=built,
-        methods=stacks,
-        model=options.model,
-        seed=options.seed,
-        batch_size=options.batch_size,
-        max_new_tokens=max_new,
-        max_length=options.max_length,
-        truncate=options.truncate,
-        dtype=options.dtype,
-        attn_implementation=options.attn_implementation,
-        device=options.device,
-        chat_template=options.chat_template,
-        system_prompt=options.system_prompt,
-        score=options.score,
-        allow_search_overlap=options.allow_search_overlap,
-        allow_other_model_scales=options.allow_other_model_scales,
-    )
-    PromptFormat(options.chat_template, options.system_prompt)  # a system prompt without the template fails here
+        values["tasks"] = _class_tasks(options.tasks, options.data_dir, user_modules)
+    values["methods"] = [_method_stack(entry, user_modules) for entry in options.methods]
+    if options.model is None and options.max_new_tokens is None:
+        values["max_new_tokens"] = TINY_DEFAULTS["max_new_tokens"]
+    run = RunConfig(**values)  # the objects themselves: the runner parses nothing again
+    config = {**({user_code.KEY: imports} if imports else {}), **run.to_config()}  # a replay imports them first
     return ResolvedRun(run=run, config=config)

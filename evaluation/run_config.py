@@ -1,29 +1,44 @@
-"""What one evaluation run is: `RunConfig` (tasks and method stacks as objects), its decode settings, and the
-checks of its options that need no model.
+"""What one evaluation run is: `RunConfig`, whose fields are the options of `python -m evaluation run`, its
+decode settings, and the checks of its options that need no model.
 
-Plain Python, no torch or `datasets`: `evaluation run --print_config` resolves its options into a
-`RunConfig` and prints it, and a refusal of an option comes, without loading the model code; the runner
+Plain Python, no torch or `datasets`: `evaluation run --help` reads the options from `RunConfig`, and
+`--print_config` and a refusal of an option come without loading the model code; the runner
 (`evaluation.runner`), which needs torch, imports these names from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import Field, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
 
-from evaluation.methods import Baseline, MethodStack
+from jsonargparse.typing import NonNegativeInt, PositiveInt
+
+from evaluation.methods import Method, MethodStack, parse_value
 from evaluation.prompt_format import PromptFormat
-from evaluation.tasks import Task, build_task
+from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid
+from repo_common.config_cli import Seed, class_entry
 
 #: Where a run may put a model it loads itself (`evaluation.model_loading.place_model`).
-DEVICES = ("auto", "cpu", "cuda")
+Device = Literal["auto", "cpu", "cuda"]
+DEVICES = get_args(Device)
 #: How a too-long prompt may be cut (`DecodeSettings.truncate`); None = refused.
 TRUNCATION_POLICIES = ("left", "middle")
 #: The score that teacher-forces each row's gold answer instead of generating (`RunConfig.score`).
 GOLD_LOGLIK = "gold_loglik"
 #: How a run scores a prompt of a generation task.
-SCORES = ("metric", GOLD_LOGLIK)
+Score = Literal["metric", "gold_loglik"]
+SCORES = get_args(Score)
+#: Defaults when no model is given: the random tiny model only needs to run the pipeline, quickly.
+TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
+#: Defaults for real models (the Lost in the Middle settings).
+MODEL_DEFAULTS = dict(num_documents=20, num_keys=75)
+#: Field metadata: the option only spells out short-form tasks (`tasks: kv`); the stored config leaves it out,
+#: since the tasks' init_args hold what it set.
+SHORT_FORM = {"short_form": True}
+#: Field metadata: a setting for Python callers, not an option of `evaluation run`.
+PYTHON_ONLY = {"option": False}
 
 
 def score_name(metric: str | None) -> str:
@@ -58,56 +73,84 @@ class DecodeSettings:
             raise TypeError(f"stop_strings must be a tuple of strings, got the string {self.stop_strings!r}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunConfig:
-    """One evaluation run (`EvalConfig`): where, which model, which tasks and method stacks, as typed objects.
+    """One evaluation run (`EvalConfig`). Each field is an option of `python -m evaluation run` (its docstring is
+    the option's help) and a key of its config files; the run stores it as OUT/config.yaml (`to_config`).
 
-    `python -m evaluation run` builds it once from its options or YAML (`evaluation.config.resolve`) and the
-    runner works on its objects. Python callers may write the short forms, parsed here once: `tasks` as
-    `{name: build_task parameters}` and `methods` as spec strings ('baseline', 'pi:scale=2', 'a+b:k=v').
+    The command builds it once from its options or YAML (`evaluation.config.resolve`) and the runner works on
+    its objects. The short forms are parsed here, once: `tasks` as comma-separated names (with the short-form
+    options below) or, from Python, `{name: build_task parameters}`; `methods` as spec strings ('baseline',
+    'pi:scale=2', 'a+b:k=v'), `Method` objects or lists of them (a stack), or `MethodStack` objects.
     """
 
-    out: str
-    """Output directory (records.jsonl, summary.json, run.json, plots, report.md)."""
-    tasks: list[Task]
-    """The tasks, each configured (`{name: params}` is built by `build_task`); one task per name."""
-    methods: list[MethodStack] = field(default_factory=lambda: [MethodStack([Baseline()])])
-    """Method stacks (a spec string is parsed by `MethodStack.parse`); each stack's `label` keys its records."""
     model: str | None = None
-    """Local HF model directory; None = the built-in tiny default."""
-    seed: int = 0
-    """Seed of the tiny default's random weights."""
-    batch_size: int = 8
-    max_new_tokens: int | None = None
-    """None = the task's default (`Task.generation_defaults`)."""
-    max_length: int | None = None
-    """Prompt + new tokens budget; None = the model's max_position_embeddings."""
-    truncate: str | None = None
-    """None (too long = error), 'left' or 'middle'."""
-    dtype: str = "auto"
-    """Weights' dtype of a model the run loads: auto = bfloat16 on a GPU, float32 on the CPU."""
+    """local HF model directory (default: the tiny random model)"""
+    out: str
+    """output directory (resumes an earlier run's)"""
+    tasks: list[Task] | str = "mdqa"
+    """task classes, or the short form: comma-separated task names (listed below); one task per name"""
+    methods: list[str | Method | list[Method]] = field(default_factory=lambda: ["baseline"])
+    """method stacks: specs (NAME[:k=v,...][+NAME2...]) or classes; --method SPEC (repeatable) replaces the list;
+    each stack's label keys its records"""
+    num_examples: PositiveInt | None = field(default=None, metadata=SHORT_FORM)
+    """source examples per task (short-form tasks only)"""
+    example_offset: NonNegativeInt | None = field(default=None, metadata=SHORT_FORM)
+    """skip this many source examples first, e.g. the questions an LPES search used (short-form tasks only)"""
+    num_documents: PositiveInt | None = field(default=None, metadata=SHORT_FORM)
+    """documents per MDQA prompt (short-form tasks only)"""
+    num_keys: PositiveInt | None = field(default=None, metadata=SHORT_FORM)
+    """KV pairs per prompt (short-form tasks only)"""
+    gold_positions: list[int] | str = field(default="ends-20-50-80", metadata=SHORT_FORM)
+    """a grid name (listed below) or comma-separated 0-based ints (short-form tasks only)"""
+    task_param: list[str] = field(default_factory=list, metadata=SHORT_FORM)
+    """TASK:key=value, also --task-param (short-form tasks only)"""
+    data_dir: str | None = None
+    """folder with the tasks' data files"""
+    seed: Seed = 0
+    """seed of distractors / generated keys / tiny weights"""
+    batch_size: PositiveInt = 8
+    """prompts per forward"""
+    max_new_tokens: PositiveInt | None = None
+    """default: per task"""
+    max_length: PositiveInt | None = None
+    """prompt + new tokens (default: model's)"""
+    truncate: Literal["middle", "left"] | None = None
+    """truncate too-long prompts (default: error)"""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """auto = bfloat16 on a GPU, float32 on the CPU (run.json records the one used)"""
     attn_implementation: str = "sdpa"
-    device: str = "auto"
-    """Where a model the run loads itself goes: auto (CUDA when present), cpu or cuda. Not a result setting."""
-    bootstrap_resamples: int = 1000
+    """sdpa, eager or flash_attention_2"""
+    device: Device = "auto"
+    """auto = cuda:LOCAL_RANK when CUDA is present (where a model the run loads goes; not a result setting)"""
     chat_template: bool = False
-    """Wrap each task prompt in the tokenizer's chat template (lm-eval's --apply_chat_template)."""
+    """wrap each prompt in the tokenizer's chat template (as lm-eval's --apply_chat_template)"""
     system_prompt: str | None = None
-    """System message of the chat template (needs chat_template)."""
-    allow_search_overlap: bool = False
-    """Score a searched method on examples its search used (refused otherwise: `evaluation.search_overlap`)."""
-    allow_other_model_scales: bool = False
-    """Apply a scale file searched for another model (refused otherwise: `evaluation.scale_file_model`)."""
-    score: str = "metric"
+    """system message of the chat template"""
+    score: Score = "metric"
     """metric: the task's metric of each greedy answer; gold_loglik: the gold answer's mean log-probability per
-    token, teacher-forced through each method stack (no generation: a continuous score with far more power on a
-    weak model; this project's extension, as the search's `task.score`)."""
+    token, teacher-forced through each method (no generation; more power on a weak model)"""
+    allow_search_overlap: bool = False
+    """score a searched method (lpes) on examples its search used; the report then says so"""
+    allow_other_model_scales: bool = False
+    """apply an lpes scale file searched for another model (refused otherwise; the run then says so)"""
+    max_records: PositiveInt | None = None
+    """stop after N new records (rerun to resume)"""
+    no_progress: bool = False
+    """no progress bars"""
+    no_report: bool = False
+    """skip plots and report.md"""
+    bootstrap_resamples: int = field(default=1000, metadata=PYTHON_ONLY)
+    """Resamples of the summary's paired bootstrap."""
 
     def __post_init__(self) -> None:
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
-        self.methods = [MethodStack.parse(m) if isinstance(m, str) else m for m in self.methods]  # a bad spec first
-        if isinstance(self.tasks, Mapping):  # the short form: {name: build_task parameters}
+        PromptFormat(self.chat_template, self.system_prompt)  # a system prompt without the template: refused
+        self.methods = [_method_stack(entry) for entry in self.methods]  # a bad spec first
+        if isinstance(self.tasks, str):
+            self.tasks = short_form_tasks(self)
+        elif isinstance(self.tasks, Mapping):  # {name: build_task parameters}
             self.tasks = [build_task(name, **dict(params)) for name, params in self.tasks.items()]
         self.tasks = list(self.tasks)
         for task in self.tasks:
@@ -116,9 +159,6 @@ class RunConfig:
         names = [task.name for task in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"the same task is listed twice: {names}; give each task once")
-        for stack in self.methods:
-            if not isinstance(stack, MethodStack):
-                raise TypeError(f"RunConfig.methods: expected MethodStack objects (or spec strings), got {stack!r}")
         labels = self.labels
         if len(set(labels)) != len(labels):
             raise ValueError(f"the same method stack is listed twice: {labels}")
@@ -148,6 +188,100 @@ class RunConfig:
             max_length=self.max_length,
             truncate=self.truncate,
         )
+
+    def to_config(self) -> dict[str, Any]:
+        """The run as a config file (OUT/config.yaml, `--print_config`): every option in field order, tasks and
+        method stacks as class_path + init_args (every parameter: a replay pins the same); the short-form
+        options are left out, since the tasks' init_args hold what they set."""
+        config: dict[str, Any] = {}
+        for item in option_fields(type(self)):
+            if item.metadata.get("short_form"):
+                continue
+            value = getattr(self, item.name)
+            if item.name == "tasks":
+                value = [class_entry(task, task_params) for task in value]
+            elif item.name == "methods":
+                value = [_method_entry(stack) for stack in value]
+            config[item.name] = value
+        return config
+
+
+def option_fields(cls: type[RunConfig]) -> list[Field]:
+    """The fields of `cls` (`RunConfig` or a subclass) that are options of `evaluation run`, in their order."""
+    return [item for item in fields(cls) if item.metadata.get("option", True)]
+
+
+def _method_stack(entry: Any) -> MethodStack:
+    """A `methods` entry as a stack: a spec string parsed, a method or a list of methods stacked."""
+    if isinstance(entry, str):
+        return MethodStack.parse(entry)
+    if isinstance(entry, Method):
+        return MethodStack([entry])
+    if isinstance(entry, list):
+        return MethodStack(entry)
+    if not isinstance(entry, MethodStack):
+        raise TypeError(f"RunConfig.methods: expected MethodStack objects (or spec strings), got {entry!r}")
+    return entry
+
+
+def _method_entry(stack: MethodStack) -> Any:
+    """A stack as a config's `methods` entry: its label when empty, one class entry, or a list of them."""
+    entries = [class_entry(method, Method.params) for method in stack.methods]
+    return stack.label if not entries else entries[0] if len(entries) == 1 else entries
+
+
+def _gold_positions(value: str | list[int]) -> str | list[int]:
+    refuse_renamed_grid(value)
+    if not isinstance(value, str) or value in GRID_NAMES:
+        return value
+    try:
+        return [int(x) for x in value.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"argument --gold-positions: expected one of {list(GRID_NAMES)} or comma-separated 0-based ints, "
+            f"got {value!r}"
+        ) from None
+
+
+def short_form_tasks(config: Any) -> list[Task]:
+    """`tasks: a,b` with the short-form options: each task built, its data file found in `data_dir`. `config` is
+    a `RunConfig` or the parsed options of `evaluation run` (the same names)."""
+    names = list(dict.fromkeys(name.strip() for name in config.tasks.split(",") if name.strip()))  # once each
+    unknown = [name for name in names if name not in TASKS]
+    if unknown or not names:
+        raise ValueError(f"unknown task(s) {unknown or [config.tasks]}; choose from {sorted(TASKS)}")
+    defaults = TINY_DEFAULTS if config.model is None else MODEL_DEFAULTS
+    extra: dict[str, dict[str, Any]] = {}
+    for item in config.task_param:
+        task, _, assignment = item.partition(":")
+        key, eq, value = assignment.partition("=")
+        if task not in names or not eq or not key:
+            raise ValueError(f"bad --task-param {item!r}: write TASK:key=value with TASK one of {names}")
+        extra.setdefault(task, {})[key] = parse_value(value)
+    # each short-form option (and the seed) sets the task parameter of its name, where not given: the default
+    given = {
+        item.name: getattr(config, item.name) for item in option_fields(RunConfig) if item.metadata.get("short_form")
+    }
+    common = {name: defaults.get(name) if value is None else value for name, value in given.items()}
+    common.update(seed=config.seed, gold_positions=_gold_positions(config.gold_positions))
+    tasks = []
+    for name in names:
+        accepted = set(TASKS[name].field_names())  # common options only go to tasks that take them
+        params = {k: v for k, v in common.items() if k in accepted and v is not None}
+        params.update(extra.get(name, {}))  # --task-param as given: a typo fails in build_task
+        params = with_data_file(name, params, config.data_dir)
+        if name == "kv" and params.get("path") is None and common["num_examples"] is None:
+            raise ValueError("kv without a data file generates its examples: pass --num-examples N")
+        tasks.append(build_task(name, **params))
+    return tasks
+
+
+def with_data_file(name: str, params: dict[str, Any], data_dir: str | Path | None) -> dict[str, Any]:
+    """`params` with `path` set to the task's file in `data_dir` when the task reads one and none is given."""
+    if data_dir is None or params.get("path") is not None or TASKS[name].data_file_pattern is None:
+        return params
+    found = TASKS[name].find_data_file(data_dir, params)
+    return {**params, "path": str(found)} if found is not None else params
 
 
 def task_params(task: Task) -> dict[str, Any]:

@@ -601,13 +601,14 @@ def run(
     tokenizer=None,
     max_records: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
-    progress: bool | str = True,
+    progress: bool | str | None = None,
     config_text: str | None = None,
 ) -> dict[str, Any] | None:
     """Evaluate every (task, method stack), append records, write summary.json and return the summary.
 
     `max_records` stops (raising `RunInterrupted`) after that many new records
-    (of this rank); `on_record` sees each record once it is on disk. A given
+    (of this rank; None: `config.max_records`); `on_record` sees each record
+    once it is on disk; `progress` None: bars unless `config.no_progress`. A given
     model/tokenizer is used as is (`config.model` is then only a label). The
     run owns `config.out` for its whole length (`OUT/run.lock`,
     `repo_common.run_lock`): a second run into the same directory is refused
@@ -624,6 +625,8 @@ def run(
     count as done on the next run, at any number of ranks.
     """
     check_run_directory(config.out)
+    max_records = config.max_records if max_records is None else max_records
+    progress = not config.no_progress if progress is None else progress
     rank, world = rank_and_world()
     owner = locked_directory(config.out, f"evaluation run directory {config.out}") if rank == 0 else nullcontext()
     with owner:  # rank 0 owns the directory; if it is refused, it exits and torchrun stops the other ranks

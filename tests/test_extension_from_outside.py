@@ -251,3 +251,38 @@ def test_a_users_task_runs_through_search_run_by_name_or_class_path(tmp_path, mo
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pass --import sideeffect_pkg.tasks" in err, err
     assert not marker.exists() and not (tmp_path / "other.json").exists()
+
+
+def test_an_evaluation_run_option_is_one_field_of_run_config(tmp_path, monkeypatch, capsys):
+    """A new `evaluation run` option, added from outside the package as one field of a `RunConfig` subclass (the
+    one name the command reads), is in the parser with its docstring as help, in `--print_config` and in the
+    run's stored config.yaml, which replays it."""
+    (tmp_path / "note_option.py").write_text(
+        "from dataclasses import dataclass\n\n"
+        "from evaluation.run_config import RunConfig\n\n\n"
+        "@dataclass(kw_only=True)\n"
+        "class WithNote(RunConfig):\n"
+        "    run_note: str = 'none'\n"
+        '    """a note kept with the run"""\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import note_option
+
+    import evaluation.config
+
+    monkeypatch.setattr(evaluation.config, "RunConfig", note_option.WithNote)
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--run_note RUN_NOTE, --run-note RUN_NOTE a note kept with the run (type: str, default: none)" in shown
+    out = tmp_path / "out"
+    argv = ["run", "--out", str(out), "--run-note", "hello", "--tasks", "kv", "--num-keys", "2", "--num-examples", "1",
+            "--gold-positions", "0", "--max-new-tokens", "1", "--no-report", "--no-progress"]  # fmt: skip
+    assert cli.main([*argv, "--print_config"]) == 0
+    printed = capsys.readouterr().out
+    assert yaml.safe_load(printed)["run_note"] == "hello" and not out.exists()
+    assert cli.main(argv) == 0
+    assert (out / "config.yaml").read_text() == printed  # the stored config is the dataclass, the new field in it
+    capsys.readouterr()
+    assert cli.main(["run", "--config", str(out / "config.yaml"), "--print_config"]) == 0  # and it replays
+    assert capsys.readouterr().out == printed

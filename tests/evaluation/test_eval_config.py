@@ -9,6 +9,7 @@ import yaml
 
 from evaluation.cli import main
 from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+from evaluation.run_config import RunConfig, option_fields
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, LOST_IN_THE_MIDDLE_DIR, NQ_OPEN_ORACLE
 from repo_common.config_cli import ConfigParser
 
@@ -156,3 +157,21 @@ def test_options_override_config_files_in_any_order_and_an_empty_file_sets_nothi
     after = _resolve(["--config", config, "--batch-size", "7"])
     assert before.config == after.config
     assert (before.config["batch_size"], before.config["seed"], before.config["out"]) == (7, 5, "from-file")
+
+
+def test_every_option_is_a_run_config_field_with_its_docstring_as_help():
+    parser = ConfigParser.for_command("python -m evaluation run", "")
+    add_run_options(parser)
+    helps = {action.dest: action.help for action in parser._actions}
+    fields = option_fields(RunConfig)
+    assert [item.name for item in fields] == [dest for dest in helps if dest in {item.name for item in fields}]
+    assert helps["batch_size"] == "prompts per forward" and helps["no_report"] == "skip plots and report.md"
+    assert all(helps[item.name] for item in fields) and "bootstrap_resamples" not in helps  # Python callers' only
+
+
+def test_a_true_false_option_alone_means_true_and_two_words_take_dashes():
+    alone = _resolve(["--out", "o", "--no-report", "--allow_search_overlap", "--chat-template", "--max-records", "3"])
+    given = ["--no_report", "true", "--allow-search-overlap", "true", "--chat_template", "true", "--max_records", "3"]
+    assert alone.config == _resolve(["--out", "o", *given]).config
+    assert (alone.run.no_report, alone.run.allow_search_overlap, alone.run.chat_template) == (True, True, True)
+    assert alone.run.max_records == 3 and not _resolve(["--out", "o", "--no-report", "false"]).run.no_report
