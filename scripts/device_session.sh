@@ -111,7 +111,7 @@ study() {
   local data
   data=$(ls $KIT/call-*/data/*.jsonl* 2>/dev/null | head -1)
   [ -n "$data" ] || { echo "[device] no study data in the kit (pack with --data FILE): no study"; return 0; }
-  timeout "${STUDY_SECONDS:-300}" "$PY" scripts/study_real_model.py --gpu --data "$data" --out "$KIT/study" 2>&1 \
+  timeout "${STUDY_SECONDS:-300}" "$PY" -m workflows study-real-model --gpu --data "$data" --out "$KIT/study" 2>&1 \
     | tee "$OUT/study.log"
   tar -czf "$OUT/study.tar.gz" -C "$KIT" study
 }

@@ -1,8 +1,9 @@
 """The scripts take their options as every command does (`repo_common.config_cli.parse_script`).
 
-For each script: `--print_config` prints the resolved defaults, the old dashed flags still parse, a bad
-value is one line with exit code 2, and `--config` of a printed config sets the same options. Only the
-parsers run here, never a script's work (except the REPO analysis, on a random tiny model).
+For each script, and each `python -m workflows` command that moved from scripts/: `--print_config` prints
+the resolved defaults, the old dashed flags still parse, a bad value is one line with exit code 2, and
+`--config` of a printed config sets the same options. Only the parsers run here, never a script's work
+(except the REPO analysis, on a random tiny model).
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ import torch
 import yaml
 from script_loader import load_script
 from transformers import LlamaConfig, LlamaForCausalLM
+from workflow_options import parse_options
 
 from evaluation.methods import METHODS
 from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
+from workflows.cli import main as workflows_main
+from workflows.lm_eval_crosscheck import command as crosscheck_command
+from workflows.reversal import command as reversal_command
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ CASES = [
         "--eval-positions must be in [3, --pairs]",
     ),
     Case(
-        "reproduce_reversal",
+        "reproduce-reversal",
         {"out": "outputs/reversal", "methods": ["nope", "rope", "repo"], "steps": 1500, "train_lengths": "2-20"},
         ["--methods", "rope,repo", "--examples-per-length", "7", "--test-lengths", "2-9"],
         {"methods": ["rope", "repo"], "examples_per_length": 7, "test_lengths": "2-9", "test_max": 9},
@@ -144,7 +149,7 @@ CASES = [
         "ga.racing.fractions must lie in (0, 1] and end with 1.0 (the whole set), got [0.5, 0.9]",
     ),
     Case(
-        "crosscheck_lm_eval",
+        "crosscheck-lm-eval",
         {"model": "models/smollm2-135m-instruct", "num_documents": 5, "gold_positions": "all", "repeats": 3},
         ["--num-documents", "3", "--gold-positions", "0,2", "--chat-template", "true", "--max-new-tokens", "16"],
         {"num_documents": 3, "gold_positions": [0, 2], "chat_template": True, "max_new_tokens": 16},
@@ -152,7 +157,26 @@ CASES = [
         "--system-prompt needs --chat-template true",
     ),
 ]
-MODULES = {case.script: load_script(case.script) for case in CASES}
+
+
+class WorkflowCommand:
+    """A `python -m workflows` command called as the cases call a script: `parse_args` and `PROG`."""
+
+    def __init__(self, name: str, check):
+        self.name, self.check, self.PROG = name, check, f"python -m workflows {name}"
+
+    def parse_args(self, argv: list[str]):
+        """The checked options; with `--print_config`, the command itself prints them and exits."""
+        if "--print_config" in argv:
+            raise SystemExit(workflows_main([self.name, *argv]))
+        return parse_options(self.name, argv, self.check)
+
+
+WORKFLOW_COMMANDS = {
+    "reproduce-reversal": WorkflowCommand("reproduce-reversal", reversal_command.check_options),
+    "crosscheck-lm-eval": WorkflowCommand("crosscheck-lm-eval", crosscheck_command.check_options),
+}
+MODULES = {case.script: WORKFLOW_COMMANDS.get(case.script) or load_script(case.script) for case in CASES}
 CASE = {case.script: case for case in CASES}
 
 
@@ -201,12 +225,12 @@ def test_config_of_a_printed_config_sets_the_same_options(case, tmp_path, capsys
 
 
 def test_options_beat_a_config_file_and_hidden_or_derived_values_are_not_printed(tmp_path, capsys):
-    reversal, calibrators = MODULES["reproduce_reversal"], MODULES["benchmark_calibrators"]
+    reversal, calibrators = MODULES["reproduce-reversal"], MODULES["benchmark_calibrators"]
     config = tmp_path / "reversal.yaml"
     config.write_text("methods: [repo]\nsteps: 7\n")
     options = reversal.parse_args(["--steps", "9", "--config", str(config)])
     assert options.methods == ["repo"] and options.steps == 9 and options.train_max == 20
-    printed = yaml.safe_load(_printed(CASE["reproduce_reversal"], ["--config", str(config)], capsys))
+    printed = yaml.safe_load(_printed(CASE["reproduce-reversal"], ["--config", str(config)], capsys))
     assert printed["steps"] == 7 and "train_max" not in printed  # derived by the check, not an option
     assert calibrators.parse_args(["--child", "pcd"]).child == "pcd"  # the memory run's own flag ...
     assert "child" not in yaml.safe_load(_printed(CASE["benchmark_calibrators"], ["--child", "pcd"], capsys))
