@@ -174,15 +174,22 @@ def _written_files(out: Path) -> set[str]:
     return set(listed) if isinstance(listed, dict) else set(FORMAT_1_FILES)
 
 
-def _check_out(out: Path) -> None:
-    """`--out` may be new, empty, or an earlier output of this command holding nothing else (replaced whole);
-    anything else is refused before anything is written."""
+def check_out(
+    out: str | Path,
+    option: str = "--out",
+    fix: str = "pass a new directory path",
+    what: str = "a converted model of this command",
+) -> None:
+    """`out` may be new, empty, or an earlier output of this command holding nothing else (replaced whole);
+    anything else is refused before anything is written. `option`, `fix` and `what` word the refusal for a
+    command that has this one make its model (the real-model study's `--model`)."""
     check_output_directory(
         out,
         PROVENANCE_FILE,
-        "a converted model of this command",
+        what,
+        option=option,
         is_ours=_is_ours,
-        fix="pass a new directory path",
+        fix=fix,
         replaced_whole=True,
         written=_written_files,
     )
@@ -254,7 +261,7 @@ def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
     out = Path(out)
-    _check_out(out)  # a folder that is not ours is refused first, also where the extra is not installed
+    check_out(out)  # a folder that is not ours is refused first, also where the extra is not installed
     gguf = gguf_path(model)
     expected = expected_provenance(model, gguf, dtype)
     if is_up_to_date(out, expected):

@@ -9,7 +9,7 @@ message and files (`refused_in_one_line`). A row whose setup denies reading a
 file (`Context.deny_reading`) runs in a forked child without root's file-mode
 overrides, since the tests run as root and root reads a file of mode 0. The tables live beside their package:
 tests/test_bad_inputs_{evaluation,search,training}.py (issue 13) and
-tests/test_bad_inputs_resume_and_overwrite.py (issue 24).
+tests/test_bad_inputs_resume_and_overwrite.py (issue 24), tests/test_bad_inputs_workflows.py (issue 40).
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_LOCK_PY = ROOT / "repo_common" / "run_lock.py"
 
 
-CLIS = {"evaluation": "evaluation.cli", "search": "search.cli", "repo_train": "repo_train.cli"}
+CLIS = {
+    "evaluation": "evaluation.cli",
+    "search": "search.cli",
+    "repo_train": "repo_train.cli",
+    "workflows": "workflows.cli",
+}
 
 
 VOCAB = 258  # the byte tokenizer

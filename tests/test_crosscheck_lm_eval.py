@@ -1,33 +1,41 @@
 """The cross-check against lm-evaluation-harness on the real model: the same token ids, the same continuations.
 
 Four MDQA prompts of the packaged sample (two questions, gold first and last of
-three documents), one left-padded batch of four, 16 new tokens: the script's
-whole path (options, harness prompts, lm-eval's `generate_until` on the same
-strings, the report) with no timing rounds.
+three documents), one left-padded batch of four, 16 new tokens: the whole path
+of `python -m workflows crosscheck-lm-eval` (options, harness prompts, lm-eval's
+`generate_until` on the same strings, the report) with no timing rounds.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from script_loader import load_script
+
+from workflows.cli import main
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def crosscheck(lm_eval_installed):
-    return load_script("crosscheck_lm_eval")
+    """The command's report of `argv` (it exits 0 and writes the report to --out)."""
+
+    def run(argv: list[str]) -> dict:
+        assert main(["crosscheck-lm-eval", *argv]) == 0
+        return json.loads(Path(argv[argv.index("--out") + 1]).read_text())
+
+    return run
 
 
 def test_lm_eval_reads_the_same_tokens_and_continues_the_same_text(crosscheck, real_model_dir, tmp_path):
     out = tmp_path / "crosscheck.json"
     argv = ["--model", str(real_model_dir), "--num-documents", "3", "--num-examples", "2", "--gold-positions", "0,2",
             "--max-new-tokens", "16", "--batch-size", "4", "--repeats", "0", "--out", str(out)]  # fmt: skip
-    report = crosscheck.main(argv)
+    report = crosscheck(argv)
 
-    assert json.loads(out.read_text()) == report
+    assert report["command"] == "python -m workflows crosscheck-lm-eval"
     assert report["prompts"]["count"] == 4
     assert report["prompts"]["tokens_min"] < report["prompts"]["tokens_max"]  # the batch is left-padded
     assert report["tokenization"]["identical"], report["tokenization"]["differences"]
@@ -47,9 +55,9 @@ def test_lm_eval_gives_the_gold_answers_the_same_log_likelihood(crosscheck, real
     argv = ["--model", str(real_model_dir), "--num-documents", "3", "--num-examples", "2", "--gold-positions", "0,2",
             "--batch-size", "4", "--chat-template", "true", "--score", "gold_loglik", "--repeats", "0",
             "--out", str(out)]  # fmt: skip
-    report = crosscheck.main(argv)
+    report = crosscheck(argv)
 
-    assert json.loads(out.read_text()) == report and report["settings"]["score"] == "gold_loglik"
+    assert report["settings"]["score"] == "gold_loglik"
     assert report["tokenization"]["identical"], report["tokenization"]["differences"]
     match = report["match"]
     assert match["total"] == 4 and match["rate"] == 1.0 and match["greedy_flags_equal"] == 4, match

@@ -1,4 +1,5 @@
-"""scripts/reproduce_reversal.py: aggregation over seeds (made-up summaries), the command runner, a smoke run."""
+"""`python -m workflows reproduce-reversal`: aggregation over seeds (made-up summaries), the command runner, a smoke
+run."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from script_loader import load_script
+from workflow_commands import parse_args as parse_command_args
 
 from workflows.commands import CommandRunner
+from workflows.reversal.report import FORMAT_VERSION, write_results
+from workflows.reversal.results import aggregate, failure_modes, per_length_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "reproduce_reversal.py"
 
 
-rr = load_script("reproduce_reversal")
+def parse_args(argv: list[str]):
+    return parse_command_args("reproduce-reversal", argv)
 
 
 def _summary(accuracies: dict[int, float], min_length: int = 2) -> dict:
@@ -29,9 +32,9 @@ def _summary(accuracies: dict[int, float], min_length: int = 2) -> dict:
 
 
 def test_per_length_accuracy_maps_positions_back_to_lengths():
-    curve = rr.per_length_accuracy(_summary({2: 1.0, 3: 0.5, 4: 0.25}), min_length=2)
+    curve = per_length_accuracy(_summary({2: 1.0, 3: 0.5, 4: 0.25}), min_length=2)
     assert curve == {2: 1.0, 3: 0.5, 4: 0.25}
-    assert rr.per_length_accuracy(_summary({5: 0.1}, min_length=5), min_length=5) == {5: 0.1}
+    assert per_length_accuracy(_summary({5: 0.1}, min_length=5), min_length=5) == {5: 0.1}
 
 
 def test_aggregate_mean_std_and_ranges():
@@ -44,7 +47,7 @@ def test_aggregate_mean_std_and_ranges():
         },
         "repo": {0: {2: 1.0, 3: 1.0, 4: 1.0, 5: 0.6}},
     }
-    result = rr.aggregate(per_seed, train_max=3)
+    result = aggregate(per_seed, train_max=3)
     rope = result["rope"]
     assert rope["seeds"] == [0, 1, 2]
     assert rope["per_length"][3]["mean"] == pytest.approx(0.9)
@@ -62,29 +65,29 @@ def test_aggregate_mean_std_and_ranges():
     repo = result["repo"]
     assert repo["extrapolation"] == {"mean": pytest.approx(0.8), "std": 0.0, "lengths": [4, 5]}  # one seed: std 0
     # nothing tested past train_max: no extrapolation number
-    assert rr.aggregate({"nope": {0: {2: 1.0, 3: 0.0}}}, train_max=3)["nope"]["extrapolation"] is None
+    assert aggregate({"nope": {0: {2: 1.0, 3: 0.0}}}, train_max=3)["nope"]["extrapolation"] is None
 
 
 def test_aggregate_refuses_mismatched_lengths_and_empty_methods():
     with pytest.raises(ValueError, match="covers lengths"):
-        rr.aggregate({"rope": {0: {2: 1.0, 3: 1.0}, 1: {2: 1.0}}}, train_max=3)
+        aggregate({"rope": {0: {2: 1.0, 3: 1.0}, 1: {2: 1.0}}}, train_max=3)
     with pytest.raises(ValueError, match="no seeds"):
-        rr.aggregate({"rope": {}}, train_max=3)
+        aggregate({"rope": {}}, train_max=3)
 
 
 def test_results_markdown_has_the_table(tmp_path):
     per_seed = {"rope": {0: {n: 1.0 for n in range(2, 31)}, 1: {n: 0.5 for n in range(2, 31)}}}
-    args = rr.parse_args(["--seeds", "2", "--methods", "rope", "--out", str(tmp_path)])
+    args = parse_args(["--seeds", "2", "--methods", "rope", "--out", str(tmp_path)])
     failures = {"rope": {"n": 20, "mean_predicted_words": 20.0, "mean_gold_words": 25.5, "stops_at_train_max": 1.0,
                          "correct_prefix": 0.8, "correct_suffix": 0.0}}  # fmt: skip
-    results = rr.write_results(tmp_path, args, per_seed, runs={}, failures=failures)
+    results = write_results(tmp_path, args, per_seed, runs={}, failures=failures)
     text = (tmp_path / "results.md").read_text()
     assert "| rope | 20 | 20.0 (25.5) | 1.00 | 0.80 | 0.00 |" in text
     assert "| method | seed 0 | seed 1 |" in text and "| rope | 1.000 / 1.000 | 0.500 / 0.500 |" in text
     assert "| method | in distribution | extrapolation | L=2 | L=5 | L=10 | L=15 | L=20 | L=22 | L=25 | L=30 |" in text
     assert "| rope | 0.750 ± 0.354 | 0.750 ± 0.354 |" in text
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["format_version"] == rr.FORMAT_VERSION and saved["settings"]["train_max"] == 20
+    assert saved["format_version"] == FORMAT_VERSION and saved["settings"]["train_max"] == 20
     assert saved["methods"]["rope"]["per_length"]["30"]["mean"] == results["methods"]["rope"]["per_length"][30]["mean"]
     assert (tmp_path / "reversal.png").stat().st_size > 0
     assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob(".*.png"))
@@ -92,10 +95,10 @@ def test_results_markdown_has_the_table(tmp_path):
 
 def test_parse_args_errors():
     with pytest.raises(SystemExit):
-        rr.parse_args(["--methods", "alibi"])
+        parse_args(["--methods", "alibi"])
     with pytest.raises(SystemExit):
-        rr.parse_args(["--train-lengths", "20-2"])
-    args = rr.parse_args(["--methods", "rope, repo", "--test-lengths", "3-9"])
+        parse_args(["--train-lengths", "20-2"])
+    args = parse_args(["--methods", "rope, repo", "--test-lengths", "3-9"])
     assert args.methods == ["rope", "repo"] and (args.test_min, args.test_max) == (3, 9)
 
 
@@ -116,14 +119,14 @@ def test_command_runner_logs_appends_and_reports_failure(tmp_path, capsys):
     assert "json.tool" not in (tmp_path / "commands.sh").read_text()
 
 
-@pytest.mark.slow  # the whole script in a subprocess: trains, exports, evaluates, reruns
+@pytest.mark.slow  # the whole command in a subprocess: trains, exports, evaluates, reruns
 def test_smoke_run_trains_exports_evaluates_and_resumes(tmp_path):
-    """The whole script at the smallest settings: 1 seed, 1 method, 3 steps, lengths 2-3 (train) / 2-4 (test)."""
+    """The whole command at the smallest settings: 1 seed, 1 method, 3 steps, lengths 2-3 (train) / 2-4 (test)."""
     out = tmp_path / "rev"
-    command = [sys.executable, str(SCRIPT), "--out", str(out), "--seeds", "1", "--methods", "repo", "--steps", "3",
+    command = [sys.executable, "-m", "workflows", "reproduce-reversal", "--out", str(out), "--seeds", "1", "--methods", "repo", "--steps", "3",
                "--hidden", "32", "--batch-size", "4", "--train-examples", "16", "--examples-per-length", "1",
                "--train-lengths", "2-3", "--test-lengths", "2-4"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[1/1] repo-seed0: train" in result.stdout
     saved = json.loads((out / "results.json").read_text())
@@ -135,7 +138,7 @@ def test_smoke_run_trains_exports_evaluates_and_resumes(tmp_path):
     assert "repo_train.data.PromptCompletionData" in config and "num_hidden_layers: 4" in config
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m evaluation run" in commands
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert rerun.returncode == 0 and "evaluation exists, skipped" in rerun.stdout, rerun.stderr[-3000:]
 
 
@@ -148,10 +151,10 @@ def test_failure_modes_beyond_training_lengths():
         record(4, "d c b", "d c b a"),  # stopped one short: 3/4 correct prefix
         record(5, "e d x b a", "e d c b a"),  # wrong third word: 2/5
     ]
-    stats = rr.failure_modes(records, min_length=2, train_max=3)
+    stats = failure_modes(records, min_length=2, train_max=3)
     assert stats["n"] == 2
     assert stats["mean_predicted_words"] == pytest.approx(4.0) and stats["mean_gold_words"] == pytest.approx(4.5)
     assert stats["stops_at_train_max"] == pytest.approx(0.5)
     assert stats["correct_prefix"] == pytest.approx((3 / 4 + 2 / 5) / 2)
     assert stats["correct_suffix"] == pytest.approx((0 / 4 + 2 / 5) / 2)  # "d c b" vs "d c b a": last words differ
-    assert rr.failure_modes(records[:1], min_length=2, train_max=3) is None
+    assert failure_modes(records[:1], min_length=2, train_max=3) is None

@@ -53,7 +53,7 @@ CASES = [
         "--eval-positions must be in [3, --pairs]",
     ),
     Case(
-        "reproduce_reversal",
+        "reproduce-reversal",
         {"out": "outputs/reversal", "methods": ["nope", "rope", "repo"], "steps": 1500, "train_lengths": "2-20"},
         ["--methods", "rope,repo", "--examples-per-length", "7", "--test-lengths", "2-9"],
         {"methods": ["rope", "repo"], "examples_per_length": 7, "test_lengths": "2-9", "test_max": 9},
@@ -150,7 +150,7 @@ CASES = [
         "ga.racing.fractions must lie in (0, 1] and end with 1.0 (the whole set), got [0.5, 0.9]",
     ),
     Case(
-        "crosscheck_lm_eval",
+        "crosscheck-lm-eval",
         {"model": "models/smollm2-135m-instruct", "num_documents": 5, "gold_positions": "all", "repeats": 3},
         ["--num-documents", "3", "--gold-positions", "0,2", "--chat-template", "true", "--max-new-tokens", "16"],
         {"num_documents": 3, "gold_positions": [0, 2], "chat_template": True, "max_new_tokens": 16},
@@ -214,12 +214,11 @@ def test_config_of_a_printed_config_sets_the_same_options(case, tmp_path, capsys
 
 
 def test_options_beat_a_config_file_and_hidden_or_derived_values_are_not_printed(tmp_path, capsys):
-    reversal = MODULES["reproduce_reversal"]
     config = tmp_path / "reversal.yaml"
     config.write_text("methods: [repo]\nsteps: 7\n")
-    options = reversal.parse_args(["--steps", "9", "--config", str(config)])
+    options = parse_args("reproduce-reversal", ["--steps", "9", "--config", str(config)])
     assert options.methods == ["repo"] and options.steps == 9 and options.train_max == 20
-    printed = yaml.safe_load(_printed(CASE["reproduce_reversal"], ["--config", str(config)], capsys))
+    printed = yaml.safe_load(_printed(CASE["reproduce-reversal"], ["--config", str(config)], capsys))
     assert printed["steps"] == 7 and "train_max" not in printed  # derived by the check, not an option
     assert parse_args("benchmark-calibrators", ["--child", "pcd"]).child == "pcd"  # the memory run's own flag ...
     assert "child" not in yaml.safe_load(_printed(CASE["benchmark-calibrators"], ["--child", "pcd"], capsys))

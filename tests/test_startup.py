@@ -51,6 +51,9 @@ COMMANDS = {
     "python -m workflows benchmark-repo-overhead": (["--clock", "sun"], "--clock"),
     "python -m workflows benchmark-search": (["--population", "3"], "leaves no mutation children"),
     "python -m workflows benchmark-training": (["--steps", "0"], "--steps"),
+    "python -m workflows study-real-model": (["--questions", "0"], "--questions must be >= 1"),
+    "python -m workflows crosscheck-lm-eval": (["--gold-positions", "nowhere"], "--gold-positions expects"),
+    "python -m workflows reproduce-reversal": (["--methods", "alibi"], "--methods: unknown ['alibi']"),
     "scripts/quickstart.py": (["--steps", "none"], "--steps"),
     "scripts/reproduce_position_bias.py": (["--eval-examples", "0"], "--eval-examples must be"),
     "scripts/make_tiny_dip_base.py": (["--seed", "x"], "--seed"),
@@ -62,9 +65,7 @@ COMMANDS = {
         ["--model", "m", "--task", "mdqa", "--task_params", '{"max_new_tokens": 24}', "--out", "c"],
         "unknown parameter(s) ['max_new_tokens']",
     ),
-    "scripts/crosscheck_lm_eval.py": (["--gold-positions", "nowhere"], "--gold-positions expects"),
     "scripts/pretrain_tiny_base.py": (["--keys", "20"], "at most 16 distinct keys"),
-    "scripts/reproduce_reversal.py": (["--methods", "alibi"], "--methods: unknown ['alibi']"),
 }
 
 

@@ -1,16 +1,32 @@
-"""scripts/study_real_model.py: its data split, verdict rules and options (fast), and the --quick study (slow)."""
+"""`python -m workflows study-real-model`: its data split, verdict rules and options (fast), and the --quick study
+(slow)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
-from script_loader import load_script
+from workflow_commands import parse_args as parse_command_args
 
 from evaluation.sample_data import NQ_OPEN_ORACLE
+from workflows.cli import main
+from workflows.real_model_study.command import DESCRIPTIONS, SIZES
+from workflows.real_model_study.data import DATA_NAME, split_data
+from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command
+from workflows.real_model_study.speed import projected_seconds
+from workflows.real_model_study.verdicts import claim_verdict, dip_verdict, shape_verdict
 
-study = load_script("study_real_model")
+COMMAND = "study-real-model"
+
+
+def parse_args(argv: list[str]):
+    return parse_command_args(COMMAND, argv)
+
+
+def study_main(argv: list[str]) -> int:
+    return main([COMMAND, *argv])
 
 
 def _questions(path):
@@ -19,23 +35,23 @@ def _questions(path):
 
 
 def test_search_and_evaluation_questions_are_disjoint(tmp_path):
-    size = dict(study.SIZES["quick"], search_questions=2, held_out=3, questions=5, documents=3)
-    folders = study.split_data(NQ_OPEN_ORACLE, tmp_path, size)
-    search = _questions(folders["search"] / study.DATA_NAME)
-    evaluation = _questions(folders["eval"] / study.DATA_NAME)
+    size = dict(SIZES["quick"], search_questions=2, held_out=3, questions=5, documents=3)
+    folders = split_data(NQ_OPEN_ORACLE, tmp_path, size)
+    search = _questions(folders["search"] / DATA_NAME)
+    evaluation = _questions(folders["eval"] / DATA_NAME)
     source = _questions(NQ_OPEN_ORACLE)
     assert not set(search) & set(evaluation)
     assert search == source[: len(search)] and evaluation == source[len(search) : len(search) + len(evaluation)]
     assert len(search) >= size["search_questions"] + size["held_out"] and len(evaluation) >= size["questions"]
-    before = (folders["eval"] / study.DATA_NAME).stat().st_mtime_ns
-    study.split_data(NQ_OPEN_ORACLE, tmp_path, size)  # a rerun keeps the files
-    assert (folders["eval"] / study.DATA_NAME).stat().st_mtime_ns == before
+    before = (folders["eval"] / DATA_NAME).stat().st_mtime_ns
+    split_data(NQ_OPEN_ORACLE, tmp_path, size)  # a rerun keeps the files
+    assert (folders["eval"] / DATA_NAME).stat().st_mtime_ns == before
 
 
 def test_a_file_too_small_for_the_sizes_is_refused(tmp_path):
-    size = dict(study.SIZES["full"], questions=500)
+    size = dict(SIZES["full"], questions=500)
     with pytest.raises(ValueError, match="lower the sizes or pass a larger file"):
-        study.split_data(NQ_OPEN_ORACLE, tmp_path, size)
+        split_data(NQ_OPEN_ORACLE, tmp_path, size)
 
 
 @pytest.mark.parametrize(
@@ -53,85 +69,89 @@ def test_a_file_too_small_for_the_sizes_is_refused(tmp_path):
     ],
 )  # fmt: skip
 def test_claim_verdicts(vs, questions, verdict):
-    assert study.claim_verdict(vs, questions) == verdict
+    assert claim_verdict(vs, questions) == verdict
 
 
 def test_a_log_likelihood_claim_is_not_reproduced_only_when_every_gain_is_ruled_out():
     """Accuracy: a CI below +5 points rules the claim out; the gold log-likelihood has no such size, so only a CI
     below 0 does."""
     small = {"mean_diff": -0.01, "low": -0.05, "high": 0.02, "p_holm": 0.6}
-    assert study.claim_verdict(small, 20) == "not reproduced"
-    assert study.claim_verdict(small, 20, "gold_loglik") == "cannot tell at this power"
+    assert claim_verdict(small, 20) == "not reproduced"
+    assert claim_verdict(small, 20, "gold_loglik") == "cannot tell at this power"
     below = {"mean_diff": -0.1, "low": -0.2, "high": -0.01, "p_holm": 0.2}
-    assert study.claim_verdict(below, 20, "gold_loglik") == "not reproduced"
+    assert claim_verdict(below, 20, "gold_loglik") == "not reproduced"
 
 
 def test_gold_loglik_study_scores_every_step_by_it_and_projects_no_pcd():
-    args = study.parse_args(["--quick", "--score", "gold_loglik"])
-    command = study.eval_command(study.Path("m"), study.Path("d"), study.Path("o"), ["baseline"], 3, args.size, args)
+    args = parse_args(["--quick", "--score", "gold_loglik"])
+    command = eval_command(Path("m"), Path("d"), Path("o"), ["baseline"], 3, args.size, args)
     assert command[command.index("--score") + 1] == "gold_loglik"
     speed = {"prompts_per_second": 1.0}
-    metric = study.projected_seconds(args.size, speed)["evaluation"]
-    assert study.projected_seconds(args.size, {**speed, "score": "gold_loglik"})["evaluation"] == metric * 5 / 7
+    metric = projected_seconds(args.size, speed)["evaluation"]
+    assert projected_seconds(args.size, {**speed, "score": "gold_loglik"})["evaluation"] == metric * 5 / 7
 
 
-def test_a_study_directory_of_the_other_score_is_refused(tmp_path, capsys):
+def test_a_study_directory_of_the_other_score_is_refused_before_anything_is_written(tmp_path, capsys):
     out = tmp_path / "study"
     out.mkdir()
+    (out / "commands.sh").write_text(f"#!/usr/bin/env bash\n# {DESCRIPTIONS[0]}\n")
     (out / "speed.json").write_text(json.dumps({"prompts_per_second": 1.0, "mean_prompt_tokens": 400}))
-    with pytest.raises(SystemExit, match="holds a study scored by metric, not --score gold_loglik: pass another --out"):
-        study.main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry-run"])
+    (out / "config.yaml").write_text("score: metric\n")
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    with pytest.raises(SystemExit) as stop:
+        study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry-run"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "holds a study scored by metric, not --score gold_loglik: pass another --out" in err
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
 
 def test_dip_verdicts_read_the_paired_middle_minus_edges():
     def result(value, low, high):
         return {"middle_minus_edges": value, "middle_minus_edges_ci": [low, high]}
 
-    assert study.dip_verdict(result(-0.17, -0.25, -0.10), 40).startswith("reproduced (the middle below the edges")
-    assert study.dip_verdict(result(-0.05, -0.15, 0.04), 40) == "reproduced in direction (not significant)"
-    assert study.dip_verdict(result(0.10, 0.02, 0.20), 40).startswith("not reproduced")
-    assert study.dip_verdict(result(0.01, -0.05, 0.08), 40) == "cannot tell at this power"
-    assert study.dip_verdict(result(-0.17, -0.25, -0.10), 3) == "cannot tell at this power"
-    assert study.dip_verdict({"middle_minus_edges": None, "middle_minus_edges_ci": None}, 40) == (
-        "cannot tell at this power"
-    )
+    assert dip_verdict(result(-0.17, -0.25, -0.10), 40).startswith("reproduced (the middle below the edges")
+    assert dip_verdict(result(-0.05, -0.15, 0.04), 40) == "reproduced in direction (not significant)"
+    assert dip_verdict(result(0.10, 0.02, 0.20), 40).startswith("not reproduced")
+    assert dip_verdict(result(0.01, -0.05, 0.08), 40) == "cannot tell at this power"
+    assert dip_verdict(result(-0.17, -0.25, -0.10), 3) == "cannot tell at this power"
+    assert dip_verdict({"middle_minus_edges": None, "middle_minus_edges_ci": None}, 40) == ("cannot tell at this power")
 
 
 def test_shape_verdicts():
     u = ([0.6, 0.3, 0.6], [0.5, 0.2, 0.5], [0.7, 0.4, 0.7])
-    assert study.shape_verdict(*u, 20) == "reproduced"
-    assert study.shape_verdict(*u, 3) == "cannot tell at this power"
+    assert shape_verdict(*u, 20) == "reproduced"
+    assert shape_verdict(*u, 3) == "cannot tell at this power"
     loose = ([0.6, 0.5, 0.6], [0.4, 0.3, 0.4], [0.8, 0.7, 0.8])
-    assert study.shape_verdict(*loose, 20) == "reproduced in direction (not significant)"
+    assert shape_verdict(*loose, 20) == "reproduced in direction (not significant)"
     rising = ([0.2, 0.6, 0.7], [0.1, 0.5, 0.6], [0.3, 0.7, 0.8])
-    assert study.shape_verdict(*rising, 20) == "not reproduced"
+    assert shape_verdict(*rising, 20) == "not reproduced"
 
 
 def test_caliope_keeps_the_published_gaps_inside_the_trained_context():
     speed = {"max_position_embeddings": 8192, "mean_prompt_tokens": 750}
-    spec, why = study.caliope_method({"documents": 5, "max_new_tokens": 24}, speed)
+    spec, why = caliope_method({"documents": 5, "max_new_tokens": 24}, speed)
     assert spec == "caliope:calibrator=hourglass,delta_min=5,delta_max=1000" and "published" in why
     short = {"max_position_embeddings": 2048, "mean_prompt_tokens": 750}
-    spec, why = study.caliope_method({"documents": 20, "max_new_tokens": 24}, short)
+    spec, why = caliope_method({"documents": 20, "max_new_tokens": 24}, short)
     assert "delta_max=" in spec and "×" in why
     factor = float(why.split("×")[1].split(",")[0])
     assert 0 < factor < 1
 
 
 def test_bucket_bases_keep_the_default_ratios():
-    assert study.bucket_bases(1e5) == "100000|175000|180000|190000|200000|225000"
+    assert bucket_bases(1e5) == "100000|175000|180000|190000|200000|225000"
 
 
 def test_options_are_checked_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
-        study.parse_args(["--quick", "--data", "no/such/file.jsonl.gz"])
+        parse_args(["--quick", "--data", "no/such/file.jsonl.gz"])
     assert stop.value.code == 2
     assert "--data no/such/file.jsonl.gz not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        study.parse_args(["--quick", "--costly_questions", "9"])
+        parse_args(["--quick", "--costly_questions", "9"])
     assert "take the first of --questions" in capsys.readouterr().err
-    args = study.parse_args(["--quick", "--questions", "4"])
-    assert args.size == dict(study.SIZES["quick"], questions=4) and args.data == str(NQ_OPEN_ORACLE)
+    args = parse_args(["--quick", "--questions", "4"])
+    assert args.size == dict(SIZES["quick"], questions=4) and args.data == str(NQ_OPEN_ORACLE)
 
 
 def test_gpu_without_cuda_is_refused_in_one_line_before_any_work(tmp_path, capsys):
@@ -139,10 +159,9 @@ def test_gpu_without_cuda_is_refused_in_one_line_before_any_work(tmp_path, capsy
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is here: --gpu is accepted")
-    with pytest.raises(SystemExit) as stop:
-        study.main(["--gpu", "--data", str(NQ_OPEN_ORACLE), "--out", str(tmp_path / "out")])
+    code = study_main(["--gpu", "--data", str(NQ_OPEN_ORACLE), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--gpu needs a CUDA GPU, and torch" in err and "drop --gpu for the CPU study" in err
     assert not (tmp_path / "out").exists()
 
@@ -150,7 +169,7 @@ def test_gpu_without_cuda_is_refused_in_one_line_before_any_work(tmp_path, capsy
 @pytest.mark.slow
 def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, capsys):
     out = tmp_path / "study"
-    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir)])
+    study_main(["--quick", "--out", str(out), "--model", str(real_model_dir)])
     result = json.loads((out / "study.json").read_text())
     assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes", "pcd"]
     assert [row["key"] for row in result["costly_rows"]] == ["baseline", "fim", "attention_buckets"]
@@ -166,7 +185,7 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
     assert "--chat-template true" in commands and "search run" in commands
     before = (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns
     capsys.readouterr()
-    study.main(["--quick", "--out", str(out), "--model", str(real_model_dir)])  # resumes: no rerun
+    study_main(["--quick", "--out", str(out), "--model", str(real_model_dir)])  # resumes: no rerun
     assert (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns == before
     assert "=== LPES search" not in capsys.readouterr().out
 
@@ -174,7 +193,7 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
 @pytest.mark.slow
 def test_the_quick_gold_loglik_study_leaves_pcd_out(real_model_dir, tmp_path):
     out = tmp_path / "study"
-    study.main(["--quick", "--score", "gold_loglik", "--out", str(out), "--model", str(real_model_dir)])
+    study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--model", str(real_model_dir)])
     result = json.loads((out / "study.json").read_text())
     assert result["score"] == "gold_loglik"
     assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes"]

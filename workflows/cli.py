@@ -1,8 +1,8 @@
 """`python -m workflows`: the commands that sit on top of every package.
 
 `check-gpu` (every GPU path, one table; `workflows.gpu_check`), the benchmarks (`benchmark-*`, one cost side
-by side in one run each; `workflows.benchmarks`) and `device-kit` (what an offline GPU node lacks, packed;
-`workflows.device_kit`), configured the project's one way (`repo_common.config_cli`: `--config`,
+by side in one run each; `workflows.benchmarks`), `device-kit` (what an offline GPU node lacks, packed;
+`workflows.device_kit`), the real-model study, the lm-eval cross-check and the reversal reproduction, configured the project's one way (`repo_common.config_cli`: `--config`,
 `--print_config`, one-line errors). A command's module is imported only when it runs (`deferred`).
 """
 
@@ -64,10 +64,30 @@ COMMANDS = {
         deferred("workflows.device_kit.command", "add_arguments"),
         deferred("workflows.device_kit.command", "run"),
     ),
+    "study-real-model": (
+        "lost in the middle on SmolLM2: every method on real NQ MDQA, the attention bias, an LPES search",
+        deferred("workflows.real_model_study.command", "add_arguments"),
+        deferred("workflows.real_model_study.command", "run"),
+    ),
+    "crosscheck-lm-eval": (
+        "the project's harness against lm-evaluation-harness on the same MDQA prompts: outputs and speed",
+        deferred("workflows.lm_eval_crosscheck.command", "add_arguments"),
+        deferred("workflows.lm_eval_crosscheck.command", "run"),
+    ),
+    "reproduce-reversal": (
+        "REPO paper, appendix C: text reversal with NoPE, RoPE and REPO on tiny models trained on the CPU",
+        deferred("workflows.reversal.command", "add_arguments"),
+        deferred("workflows.reversal.command", "run"),
+    ),
 }
-#: Commands that take their options as a script does (`script_options`): checked, and `--print_config` printed
-#: by the command itself (hidden options and derived values left out).
-SCRIPT_LIKE = [name for name in COMMANDS if name.startswith("benchmark-") or name == "device-kit"]
+#: Commands whose `--print_config` runs their action, which prints the options as checked and resolved
+#: (hidden options and derived values left out).
+RESOLVES_CONFIG = [
+    *(name for name in COMMANDS if name.startswith("benchmark-") or name == "device-kit"),
+    "study-real-model",
+    "crosscheck-lm-eval",
+    "reproduce-reversal",
+]
 #: User mistakes: one clear line, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)
 
@@ -80,5 +100,5 @@ def main(argv: list[str] | None = None) -> int:
         COMMANDS,
         argv,
         USER_ERRORS,
-        resolves_config=SCRIPT_LIKE,
+        resolves_config=RESOLVES_CONFIG,
     )

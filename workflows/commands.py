@@ -20,13 +20,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
+from repo_common.output_guard import check_output_directory
 from repo_train.checkpoints import newest_last_checkpoint
 from repo_train.training.launcher_watch import prctl_function, set_parent_death_signal
 
 #: Lines of a command's output shown when it fails with its output sent to a log file.
 FAILURE_TAIL_LINES = 40
+#: The replayable shell file a runner writes into its output directory.
+COMMANDS_FILE = "commands.sh"
 
 
 def _shown_interpreter(cwd: Path | None) -> str:
@@ -63,7 +67,7 @@ class CommandRunner:
     ):
         self.out = Path(out)
         self.cwd = cwd
-        self.script = Path(script) if script is not None else self.out / "commands.sh"
+        self.script = Path(script) if script is not None else self.out / COMMANDS_FILE
         self.script.parent.mkdir(parents=True, exist_ok=True)
         if fresh or not self.script.is_file():
             where = f"cd {shlex.quote(str(Path(cwd).resolve()))}\n" if cwd is not None else ""
@@ -268,3 +272,23 @@ def logged_train_losses(run_dir: Path) -> dict[int, float]:
             if "train/loss" in accumulator.Tags()["scalars"]:
                 losses.update({event.step: float(event.value) for event in accumulator.Scalars("train/loss")})
     return losses
+
+
+def begun_by(script: Path, descriptions: Iterable[str]) -> bool:
+    """Whether `script` (an OUT/commands.sh) was begun by a `CommandRunner` with one of `descriptions`: its second
+    line names the command that wrote it, so a run directory is recognised by that, not by the file's presence."""
+    try:
+        with open(script, encoding="utf-8") as handle:
+            first, second = handle.readline(4096), handle.readline(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith("#!") and second.rstrip("\n") in {f"# {description}" for description in descriptions}
+
+
+def check_run_directory(out: str | Path | None, what: str, descriptions: Iterable[str]) -> Path:
+    """`--out` of a script whose steps resume from their outputs: new, empty, or a directory whose commands.sh
+    one of `descriptions` began (`begun_by`); a user's folder is refused in one line (`OutputRefused`). Reads only."""
+    names = tuple(descriptions)
+    return check_output_directory(
+        out, COMMANDS_FILE, what, is_ours=lambda folder: begun_by(folder / COMMANDS_FILE, names)
+    )

@@ -20,7 +20,7 @@ the word sequence (whitespace-split, case-sensitive, nothing else allowed).
 `reversal_training_words` draws training word lists from a separate seed
 stream, and `reversal_training_sequences` makes their prompts as token
 sequences with loss labels on the answer only, for training a reproduction
-(`scripts/reproduce_reversal.py`, with the word-level tokenizer of
+(`python -m workflows reproduce-reversal`, with the word-level tokenizer of
 `evaluation.tasks.reversal_tokenizer`).
 """
 

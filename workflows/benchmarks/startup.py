@@ -48,7 +48,7 @@ CASES = [
     ("help", "scripts/reproduce_position_bias.py --help"),
     ("help", "-m workflows benchmark-calibrators --help"),
     ("help", "-m workflows benchmark-training --help"),
-    ("help", "scripts/crosscheck_lm_eval.py --help"),
+    ("help", "-m workflows crosscheck-lm-eval --help"),
     ("refusal", "-m repo_train demo --steps 0"),
     ("refusal", "-m repo_train export --out x"),
     ("refusal", "-m evaluation report"),

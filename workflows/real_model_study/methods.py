@@ -1,0 +1,63 @@
+"""The study's methods and commands: CALIOPE's gaps and Attention Buckets' bases for this model, the LPES
+search's config, and the harness command of each evaluation step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+from evaluation.methods.caliope import gap_schedule
+from repo_common.atomic import write_text_atomic
+
+#: Attention Buckets' default bases are for Llama-2 (θ = 10,000); here they keep those ratios to this model's θ.
+BUCKET_RATIOS = (1.0, 1.75, 1.8, 1.9, 2.0, 2.25)
+
+
+def caliope_method(size: Mapping[str, int], speed: Mapping[str, float]) -> tuple[str, str]:
+    """CALIOPE hourglass with the published gaps when the calibrated positions stay inside the model's trained
+    context, else gaps scaled down until they do (docs/methods/caliope.md#gaps-for-short-contexts)."""
+    added = gap_schedule("hourglass", size["documents"], delta_min=5.0, delta_max=1000.0)[-1]
+    room = speed["max_position_embeddings"] - 1.5 * speed["mean_prompt_tokens"] - size["max_new_tokens"]
+    if added <= room:
+        why = f"published gaps: they add {added:.0f} positions, inside the {speed['max_position_embeddings']} trained"
+        return "caliope:calibrator=hourglass,delta_min=5,delta_max=1000", why
+    factor = room / added
+    spec = f"caliope:calibrator=hourglass,delta_min={5 * factor:.3g},delta_max={1000 * factor:.3g}"
+    return spec, f"published gaps × {factor:.3g}, to stay inside the trained context"
+
+
+def bucket_bases(theta: float) -> str:
+    return "|".join(f"{theta * ratio:g}" for ratio in BUCKET_RATIOS)
+
+
+def search_config(out: Path, folders: Mapping[str, Path], size: Mapping[str, int], args) -> Path:
+    """The paper's GA proportions (Table 9: 12 parents, 4 crossover, 16 mutation of 32) at this population."""
+    population = size["population"]
+    parents = max(2, round(population * 12 / 32))
+    crossover = max(1, round(population * 4 / 32))
+    config = {
+        "task": {"name": "mdqa", "num_items": size["documents"], "num_examples": size["search_questions"],
+                 "data_dir": str(folders["search"]), "max_new_tokens": size["max_new_tokens"],
+                 "batch_size": args.batch_size, "chat_template": True, "score": args.score},
+        "model": {"dtype": args.dtype, "device": args.device},
+        "space": {"num_points": 4},
+        "ga": {"population": population, "parents": parents, "crossover_offspring": crossover,
+               "mutation_offspring": population - parents - crossover, "generations": size["generations"]},
+        "held_out": {"num_examples": size["held_out"], "offset": size["search_questions"]},
+    }  # fmt: skip
+    path = out / "configs" / "search.yaml"
+    write_text_atomic(path, yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def eval_command(model: Path, data_dir: Path, out: Path, methods: Sequence[str], questions: int, size, args):
+    return [
+        "evaluation", "run", "--model", str(model), "--tasks", "mdqa", "--data-dir", str(data_dir),
+        "--num-documents", str(size["documents"]), "--num-examples", str(questions), "--gold-positions", "all",
+        "--chat-template", "true", "--max-new-tokens", str(size["max_new_tokens"]),
+        "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--no-progress",
+        "--score", args.score,
+        *(flag for method in methods for flag in ("--method", method)), "--out", str(out),
+    ]  # fmt: skip

@@ -1,0 +1,148 @@
+"""The real-model study's steps in order (`python -m workflows study-real-model`, options checked first by
+`workflows.real_model_study.command`): each skipped when its output exists, so rerunning resumes."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from evaluation.results import load_summary
+from repo_common.atomic import write_json_atomic, write_text_atomic
+from repo_common.config_cli import dump_config, script_config
+from workflows.commands import CommandRunner
+from workflows.real_model_study.bias import measure_bias
+from workflows.real_model_study.command import DESCRIPTIONS, ROOT
+from workflows.real_model_study.data import split_data
+from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command, search_config
+from workflows.real_model_study.report import fmt_minutes, method_rows, plot, report
+from workflows.real_model_study.speed import BUDGET_SECONDS, measure_speed, projected_seconds
+from workflows.real_model_study.verdicts import claims
+
+FORMAT_VERSION = 1
+
+
+def run_study(args, parser) -> None:
+    """Run (or resume) the study of the checked options `args` into `args.out`."""
+    if args.gpu and not args.dry_run and not torch.cuda.is_available():  # else a traceback after the model step
+        raise ValueError(
+            f"--gpu needs a CUDA GPU, and torch {torch.__version__} sees none: drop --gpu for the CPU study"
+        )
+    size = args.size
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # commands.sh first: its header names this command, so an interrupted study is still recognised as its own
+    run = CommandRunner(
+        out, description=DESCRIPTIONS[0], cwd=ROOT, fresh=False, env={"OMP_NUM_THREADS": str(args.threads)},
+        dry_run=args.dry_run,
+    )  # fmt: skip
+    write_text_atomic(out / "config.yaml", dump_config(script_config(parser, args)))
+    timings_file = out / "timings.json"
+    timings: dict[str, float] = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
+    start = time.perf_counter()
+    model_dir = Path(args.model).resolve()
+    run("the model", "repo_train", "real-model", "--out", str(model_dir), log=out / "logs" / "model.log")
+    timings.setdefault("model", time.perf_counter() - start)  # a resumed study keeps the first run's times
+    folders = split_data(Path(args.data), out, size)
+    speed_file = out / "speed.json"
+    if not speed_file.is_file():
+        start = time.perf_counter()
+        write_json_atomic(speed_file, measure_speed(model_dir, folders["eval"], size, args))
+        timings["speed"] = time.perf_counter() - start
+        write_json_atomic(timings_file, timings)  # each step's time as it ends: a resumed study keeps them
+    speed = json.loads(speed_file.read_text())
+    projection = projected_seconds(size, speed)
+    print(f"speed: {speed['prompts_per_second']:.2f} prompts/s ({speed['mean_prompt_tokens']:.0f} tokens); projected: "
+          + ", ".join(f"{k} {fmt_minutes(v)}" for k, v in projection.items())
+          + f"; total {fmt_minutes(sum(projection.values()))}", flush=True)  # fmt: skip
+    if sum(projection.values()) > BUDGET_SECONDS:
+        print(f"warning: the projected time passes {fmt_minutes(BUDGET_SECONDS)}; lower --questions / "
+              "--costly_questions (or run on a GPU)", flush=True)  # fmt: skip
+
+    scale_file = out / "scales" / "smollm2-mdqa.json"
+    if not scale_file.is_file():
+        timings["LPES search"] = run(
+            "LPES search", "search", "run", "--model", str(model_dir), "--config",
+            str(search_config(out, folders, size, args)), "--out", str(scale_file), "--resume",
+            log=out / "logs" / "search.log",
+        )  # fmt: skip
+        write_json_atomic(timings_file, timings)
+    if args.dry_run:
+        return
+    search = json.loads(scale_file.read_text())
+    scales = [float(s) for s in search["scales"]]
+    mean_scale = statistics.fmean(scales)
+
+    bias_file = out / "attention_bias.json"
+    if not bias_file.is_file():
+        measure_bias(model_dir, folders["eval"], size, args, bias_file)
+    bias = json.loads(bias_file.read_text())
+    timings["attention bias"] = bias["seconds"]
+    write_json_atomic(timings_file, timings)
+
+    caliope, caliope_why = caliope_method(size, speed)
+    main_methods = {
+        "baseline": "baseline",
+        caliope.split(",")[0]: caliope,
+        "pi": f"pi:scale={mean_scale:.4g}",
+        "ms_poe": "ms_poe",
+        "lpes": f"lpes:scale_file={scale_file}",
+    }
+    if args.score == "metric":  # PCD's contrast has no comparable log-likelihood (`forced_scoring_problem`)
+        main_methods["pcd"] = "pcd"
+    costly_methods = {
+        "baseline": "baseline",
+        "fim": "fim",
+        "attention_buckets": f"attention_buckets:bases={bucket_bases(speed['rope_theta'])}",
+    }
+    for step, folder, methods, questions in (
+        ("evaluation", out / "eval" / "main", main_methods, size["questions"]),
+        ("costly methods", out / "eval" / "costly", costly_methods, size["costly_questions"]),
+    ):
+        if not _complete(folder, len(methods)):
+            timings[step] = run(
+                step, *eval_command(model_dir, folders["eval"], folder, list(methods.values()), questions, size, args),
+                log=out / "logs" / f"{folder.name}.log",
+            )  # fmt: skip
+            write_json_atomic(timings_file, timings)
+    names = {
+        "baseline": "baseline",
+        "caliope": f"CALIOPE hourglass ({caliope_why})",
+        "pi": f"PI at the LPES mean ({mean_scale:.3f})",
+        "ms_poe": "Ms-PoE",
+        "lpes": "LPES",
+        "pcd": "PCD",
+        "fim": "Found in the Middle",
+        "attention_buckets": "Attention Buckets (6 bases, θ × 1–2.25)",
+    }
+    main_rows = method_rows(load_summary(out / "eval" / "main" / "summary.json"), names)
+    costly_rows = method_rows(load_summary(out / "eval" / "costly" / "summary.json"), names)
+    study = {
+        "format_version": FORMAT_VERSION,
+        "score": args.score,
+        "size": size,
+        "speed": speed,
+        "projection": projection,
+        "search": {"scales": scales, "mean_scale": mean_scale, "held_out": search.get("held_out")
+                   or search.get("search", {}).get("held_out")},
+        "bias": {key: bias[key] for key in ("layers", "questions", "mean", "mass")},
+        "main_rows": main_rows,
+        "costly_rows": costly_rows,
+        "claims": claims(main_rows, costly_rows, bias, args.score),
+        "timings": timings,
+    }  # fmt: skip
+    write_json_atomic(out / "study.json", study)
+    plot(bias, main_rows[0]["result"], out / "study.png", args.score)
+    report(out, study)
+    total = sum(v for v in timings.values() if math.isfinite(v))
+    print(f"\nwrote {out / 'README.md'} (study time {fmt_minutes(total)})")
+
+
+def _complete(folder: Path, methods: int) -> bool:
+    if not (folder / "summary.json").is_file():
+        return False
+    return len(load_summary(folder / "summary.json")["results"].get("mdqa", {})) >= methods
