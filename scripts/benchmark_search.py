@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The racing search against the plain GA, side by side: prompts and time each needs to reach the plain GA's result.
 
-On the tiny dip base (`assets/tiny-kv-dip`, the quickstart's search task of
+On the tiny dip base (`workflows/assets/tiny-kv-dip`, the quickstart's search task of
 configs/search/quick.yaml with more questions) both searches run with the same
 seed and budget, one generation of each in turn so both see the same machine
 state (the order alternating between generations, after a warm-up forward).
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,9 +43,7 @@ from typing import TYPE_CHECKING
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-# The checkout's packages, also when an older editable install does not list them yet.
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from evaluation.statistics import bootstrap_ci
 from repo_common.atomic import write_json_atomic
@@ -56,6 +53,7 @@ from search.config import load_config
 from search.fitness import Score
 from search.ga import GAConfig, SearchState, run
 from search.racing import RacingConfig
+from workflows.assets import TINY_KV_DIP
 
 if TYPE_CHECKING:  # an annotation's name only: --help answers without torch
     from search.harness_fitness import HarnessFitness
@@ -67,7 +65,7 @@ VARIANTS = ("plain", "racing")
 
 def build_parser() -> ConfigParser:
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--model", type=str, default=str(REPO / "assets" / "tiny-kv-dip"), help="model directory")
+    parser.add_argument("--model", type=str, default=str(TINY_KV_DIP), help="model directory")
     parser.add_argument(
         "--search_config",
         "--search-config",
@@ -134,7 +132,9 @@ def check_options(args: argparse.Namespace) -> None:
     if not args.seeds:
         raise ValueError("--seeds is empty: give at least one GA seed, e.g. --seeds '[0]'")
     if not Path(args.model).is_dir():
-        raise ValueError(f"--model {args.model} is not a directory: pass a local HF model (e.g. assets/tiny-kv-dip)")
+        raise ValueError(
+            f"--model {args.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)"
+        )
     racing_config(args)  # its one-line checks
 
 

@@ -8,7 +8,7 @@ prompts are built, templated and tokenised as `python -m evaluation run` builds 
 template hash matches the run's prompts; use examples the evaluation does not score (another `--seed`
 for synthetic tasks, `--example_offset` past the evaluated ones for MDQA).
 
-    python scripts/calibrate_fim_bias.py --model assets/tiny-kv-dip --task kv \\
+    python scripts/calibrate_fim_bias.py --model workflows/assets/tiny-kv-dip --task kv \\
         --task_params '{"template": "pairs", "key_chars": 1, "distinct_keys": 8, "num_keys": 64}' \\
         --num_examples 16 --seed 5000 --method fim:dummy=blank --out results/dip-fim/fim-bias.json
 """
@@ -22,9 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jsonargparse.typing import PositiveInt
-
-# The checkout's packages, also when an older editable install does not list `evaluation` yet.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.methods import build_method, parse_method_spec
 from evaluation.prompt_format import PromptFormat
