@@ -8,7 +8,7 @@ prompts are built, templated and tokenised as `python -m evaluation run` builds 
 template hash matches the run's prompts; use examples the evaluation does not score (another `--seed`
 for synthetic tasks, `--example_offset` past the evaluated ones for MDQA).
 
-    python -m evaluation calibrate-fim --model assets/tiny-kv-dip --task kv \\
+    python -m evaluation calibrate-fim --model workflows/assets/tiny-kv-dip --task kv \\
         --task_params '{"template": "pairs", "key_chars": 1, "distinct_keys": 8, "num_keys": 64}' \\
         --num_examples 16 --seed 5000 --method fim:dummy=blank --out results/dip-fim/fim-bias.json
 """

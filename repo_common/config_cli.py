@@ -1,7 +1,7 @@
 """The one way every command line of the project is configured: jsonargparse, as LightningCLI does for training.
 
 Each command (`python -m evaluation run`, `python -m search run`,
-`scripts/quickstart.py`, the other scripts through `parse_script`) declares
+`python -m workflows quickstart`, the scripts through `parse_script`) declares
 typed options on a `ConfigParser`, so it accepts the same three things:
 
 - `--config FILE.yaml` (keys are the option names with underscores; later

@@ -11,7 +11,7 @@
 
 Writes OUT/records.jsonl (every record with its method) and OUT/comparison.json, prints one table.
 
-    python scripts/compare_fim_calibrations.py --model assets/tiny-kv-dip --task kv \\
+    python scripts/compare_fim_calibrations.py --model workflows/assets/tiny-kv-dip --task kv \\
         --task_params '{"template": "pairs", "key_chars": 1, "distinct_keys": 8, "num_keys": 64}' \\
         --eval_examples 10 --calibration_examples 8 --method fim:dummy=blank --out results/fim-amortised
 """

@@ -1,18 +1,19 @@
 #!/usr/bin/env python
-"""Make assets/tiny-kv-dip-continued: the dip base continued with RoPE and with REPO, same data, same steps.
+"""Make workflows/assets/tiny-kv-dip-continued: the dip base continued with RoPE and with REPO, same data and steps.
 
-    python scripts/make_tiny_repo_pair.py [--out assets/tiny-kv-dip-continued] [--work outputs/tiny-pair-work]
+    python scripts/make_tiny_repo_pair.py [--out workflows/assets/tiny-kv-dip-continued] \
+        [--work outputs/tiny-pair-work]
 
 REPO's predictors start as the paper's do (normal, std 0.02, cut at 3), so its
 positions start near 0 and take hundreds of steps to spread (docs/training.md,
 "Why REPO's positions start near 0"): more than the quickstart's 5-minute
 budget on a CPU. So the pair is trained once, here, and shipped, as
-assets/tiny-kv-dip is: the quickstart continues both models for its own few
-steps and shows REPO's learned positions next to RoPE continued on the same
+workflows/assets/tiny-kv-dip is: the quickstart continues both models for its
+own few steps and shows REPO's learned positions next to RoPE continued on the same
 data for the same steps, both against the base they came from.
 
-Recipe: the quickstart's (`scripts/quickstart.py`, `training_config`): the
-edge-gold KV streams of scripts/reproduce_position_bias.py (data seed 0),
+Recipe: the quickstart's (workflows/quickstart/tiny_loop.py, `training_config`):
+the edge-gold KV streams of workflows/position_bias.py (data seed 0),
 batch 32, lr 1e-3 with warm-up and linear decay, `python -m repo_train fit`
 then `export`; REPO with the curriculum z <- (1 - p) z + p i, p from 1 to 0
 over the first `--curriculum_steps`. Measured and written to OUT/README.md and
@@ -30,25 +31,23 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere
-sys.path.insert(0, str(ROOT / "scripts"))  # the recipe lives in the quickstart beside this one
-
-import quickstart
-
 from evaluation.results import load_summary
 from repo_common.atomic import atomic_directory, write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
 from repo_train.export import EXPORT_MANIFEST
+from workflows import position_bias as recipe
+from workflows.assets import TINY_KV_DIP, TINY_KV_DIP_CONTINUED
 from workflows.commands import CommandRunner, last_checkpoint, logged_train_losses
+from workflows.quickstart.resume import training_resume
+from workflows.quickstart.tiny_loop import plot_repo_positions, training_config
 
-OUT = ROOT / "assets" / "tiny-kv-dip-continued"
+ROOT = Path(__file__).resolve().parents[1]
+OUT = TINY_KV_DIP_CONTINUED
 PROG = "scripts/make_tiny_repo_pair.py"
 METHODS = ("rope", "repo")
 #: The training data's seed; the quickstart continues the pair on another seed's streams.
@@ -61,7 +60,7 @@ def build_parser() -> ConfigParser:
     parser.add_argument(
         "--work", type=str, default="outputs/tiny-pair-work", help="training and evaluation outputs (resumes)"
     )
-    parser.add_argument("--base", type=str, default=str(quickstart.BASE), help="RoPE HF model both continue")
+    parser.add_argument("--base", type=str, default=str(TINY_KV_DIP), help="RoPE HF model both continue")
     parser.add_argument("--steps", type=int, default=600, help="training steps of each model")
     parser.add_argument(
         "--curriculum_steps",
@@ -93,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def settings_for(args: argparse.Namespace) -> argparse.Namespace:
     """The quickstart's tiny-loop settings at this script's steps and evaluation size."""
-    return quickstart.recipe.parse_args(
+    return recipe.parse_args(
         ["--base", args.base, "--seeds", "1", "--steps", str(args.steps), "--eval-examples", str(args.eval_examples)]
     )
 
@@ -103,7 +102,7 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
     model = work / "models" / method
     if (model / "config.json").is_file():
         return model
-    config_path = quickstart.training_config(work, method, data, settings)
+    config_path = training_config(work, method, data, settings)
     config = yaml.safe_load(config_path.read_text())
     config["trainer"]["log_every_n_steps"] = max(1, min(10, args.steps // 3))  # a loss to report in short runs too
     if method == "repo":
@@ -114,7 +113,7 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
         }
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = work / "runs" / method
-    resume = quickstart.training_resume(run_dir) or []
+    resume = training_resume(run_dir) or []
     run(f"train {method}", "repo_train", "fit", "--config", str(config_path), *resume,
         log=work / "logs" / f"train-{method}.log")  # fmt: skip
     run(f"export {method}", "repo_train", "export", "--checkpoint", str(last_checkpoint(run_dir)), "--out",
@@ -125,7 +124,7 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
 def accuracy_by_position(model: Path, eval_dir: Path, settings, run: CommandRunner, name: str) -> dict[str, float]:
     """Baseline accuracy per gold position on the quickstart's held-out prompts (skipped once summarized)."""
     if not (eval_dir / "summary.json").is_file():
-        command = quickstart.recipe.eval_command(model, eval_dir, ["baseline"], settings)
+        command = recipe.eval_command(model, eval_dir, ["baseline"], settings)
         run(f"evaluate {name}", *command, log=eval_dir.parent / "logs" / f"eval-{name}.log")
     result = next(iter(load_summary(eval_dir / "summary.json")["results"]["kv"].values()))
     return {position: cell["accuracy"] for position, cell in result["by_position"].items()}
@@ -147,8 +146,8 @@ def readme(args, measured: dict) -> str:
         "# tiny-kv-dip-continued",
         "",
         (
-            f"`assets/tiny-kv-dip` continued for {args.steps} steps with RoPE (`rope/`) and with REPO (`repo/`) on the "
-            "same data: the quickstart's edge-gold KV streams (batch 32, lr 1e-3). REPO's predictors start as the "
+            f"`workflows/assets/tiny-kv-dip` continued for {args.steps} steps with RoPE (`rope/`) and with REPO "
+            "(`repo/`) on the same data: the quickstart's edge-gold KV streams (batch 32, lr 1e-3). REPO's predictors start as the "
             f"paper's (normal, std 0.02, cut at 3) with the curriculum z ← (1 − p) z + p·i, p from 1 to 0 over the "
             f"first {args.curriculum_steps} steps. Made by this project (same licence as the code); no external data. "
             "The quickstart continues both for its own steps (docs/training.md)."
@@ -197,9 +196,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     run = CommandRunner(work, cwd=ROOT, env={"OMP_NUM_THREADS": str(args.threads)}, fresh=False)
     data = work / "data" / "kv-train.jsonl"
     if not data.is_file():
-        quickstart.recipe.write_training_data(data, DATA_SEED, settings)
+        recipe.write_training_data(data, DATA_SEED, settings)
     models = {method: train(method, work, data, args, settings, run) for method in METHODS}
-    _, positions = quickstart.plot_repo_positions(work, models["repo"], settings)
+    _, positions = plot_repo_positions(work, models["repo"], settings)
     measured = {
         "steps": args.steps,
         "curriculum_steps": args.curriculum_steps,

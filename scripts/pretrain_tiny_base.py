@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Pre-train the tiny RoPE OLMo-2 base that the quickstart continues from (assets/tiny-kv-base).
+"""Pre-train the tiny RoPE OLMo-2 base that the quickstart continues from (workflows/assets/tiny-kv-base).
 
-    python scripts/pretrain_tiny_base.py --out assets/tiny-kv-base      # ~2,500 steps, ~10 min on 2 cores
+    python scripts/pretrain_tiny_base.py --out workflows/assets/tiny-kv-base   # ~2,500 steps, ~10 min on 2 cores
 
 The REPO paper continues OLMo-2 checkpoints, which already read their context.
 A tiny model has to learn that first, and on a CPU that is the slow part: its
@@ -54,7 +54,7 @@ PROG = "scripts/pretrain_tiny_base.py"
 def build_parser() -> ConfigParser:
     """The pre-training options (each also a key of a `--config` file; the old dashed spellings work too)."""
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--out", type=str, default="assets/tiny-kv-base", help="HF model directory to write")
+    parser.add_argument("--out", type=str, default="workflows/assets/tiny-kv-base", help="HF model directory to write")
     parser.add_argument("--steps", type=PositiveInt, default=2500, help="optimizer steps")
     parser.add_argument("--batch", type=PositiveInt, default=32, help="sequences per step")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (linear decay to 0)")

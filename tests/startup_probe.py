@@ -1,7 +1,7 @@
 """Run one command as `python -m PACKAGE ...` or `python SCRIPT ...` would, then report what it loaded.
 
     python tests/startup_probe.py torch,transformers -m evaluation report --help
-    python tests/startup_probe.py torch scripts/quickstart.py --help
+    python tests/startup_probe.py torch scripts/make_tiny_dip_base.py --help
 
 The last line of stdout is JSON: the command's exit code and which of the named top-level packages are in
 `sys.modules` once it has answered (tests/test_startup.py).

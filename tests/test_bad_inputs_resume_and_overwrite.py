@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +44,8 @@ from repo_common.cli_errors import EXIT_USAGE
 from repo_common.run_lock import LOCK_FILE
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
+from workflows.cli import main as workflows_main
+from workflows.quickstart.command import check_out
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -728,26 +729,22 @@ def test_an_export_replaces_its_own_earlier_export(tmp_path):
     assert (tmp_path / "hf" / "model.safetensors").read_bytes() != b"stale"
 
 
-def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkeypatch):
+def test_the_quickstart_writes_only_into_its_own_output(tmp_path):
     """A folder of other files, a file, or `--out ''` is refused before anything is written; an earlier
     quickstart's (steps.json, or only the commands.sh of a run killed before its first step) is taken."""
-    from script_loader import load_script
-
-    qs = load_script("quickstart")
     folder = _user_folder(Context(tmp_path))
     before = tree_bytes(tmp_path)
     for given in (str(folder), str(folder / "report.md"), ""):
-        monkeypatch.setattr(sys, "argv", ["quickstart.py", "--config", FULL_SCALE, "--dry-run", "--out", given])
         with pytest.raises(SystemExit) as stop:
-            qs.main()
-        assert str(stop.value).startswith("scripts/quickstart.py: --out"), stop.value
+            workflows_main(["quickstart", "--config", FULL_SCALE, "--dry-run", "--out", given])
+        assert str(stop.value).startswith("python -m workflows quickstart: --out"), stop.value
     assert tree_bytes(tmp_path) == before
     for manifest in ("steps.json", "commands.sh"):
         earlier = tmp_path / manifest.replace(".", "-")
         earlier.mkdir()
         (earlier / manifest).write_text("{}\n")
         (earlier / "report.md").write_text("# the quickstart's report\n")
-        qs.check_out(str(earlier), earlier)  # taken: no exception
+        check_out(str(earlier), earlier)  # taken: no exception
 
 
 @pytest.mark.parametrize(
@@ -761,19 +758,15 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys, monkey
         ("args: [--task, mdqa,", "args: [--task, mdqa, --ga.populaton, '8',", "--ga.populaton"),
     ],
 )
-def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, monkeypatch, before, after, phrase):
+def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, before, after, phrase):
     """A typo in a method, its parameters or the harness options fails the dry run, not the GPU run hours later."""
-    from script_loader import load_script
-
     loop = Path(FULL_SCALE).read_text()
     assert before in loop
     (tmp_path / "loop.yaml").write_text(loop.replace(before, after))
-    qs = load_script("quickstart")
-    argv = ["quickstart.py", "--config", str(tmp_path / "loop.yaml"), "--dry-run", "--out", str(tmp_path / "qs")]
-    monkeypatch.setattr(sys, "argv", argv)
+    argv = ["quickstart", "--config", str(tmp_path / "loop.yaml"), "--dry-run", "--out", str(tmp_path / "qs")]
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
-        qs.main()
+        workflows_main(argv)
     lines = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == EXIT_USAGE and len(lines) == 1 and phrase in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.yaml"]  # nothing written

@@ -1,4 +1,4 @@
-"""The three command-line entry points answer --help, and the main job's demo runs."""
+"""The four command-line entry points answer --help, and the main job's demo runs."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ from repo_train import cli
 
 
 @pytest.mark.slow  # a fresh interpreter per package (~20 s each on 2 cores)
-@pytest.mark.parametrize("package", ["repo_train", "search", "evaluation"])
+@pytest.mark.parametrize("package", ["repo_train", "search", "evaluation", "workflows"])
 def test_help(package):
     result = subprocess.run(
         [sys.executable, "-m", package, "--help"], capture_output=True, text=True, timeout=120, check=False

@@ -1,7 +1,8 @@
 """A wheel of the checkout, installed (not editable) into a fresh venv and run from another directory.
 
-This is what catches package code that reads the repository checkout (`tests/fixtures`, `configs/`) instead
-of package data: inside the checkout such reads succeed, from an installed copy they fail.
+This is what catches package code that reads the repository checkout (`tests/fixtures`, `configs/`,
+the tiny models of the quickstart) instead of package data: inside the checkout such reads succeed, from an
+installed copy they fail.
 
 The fresh venv reuses the dependencies of the test interpreter through a `.pth` line naming its
 site-packages. A plain path line adds the folder without running the `.pth` files inside it, so the editable
@@ -20,8 +21,10 @@ import sys
 import sysconfig
 import venv
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What the build reads: setup.cfg finds the packages; README.md is the long description.
@@ -75,8 +78,20 @@ def _build_wheel(tmp_path: Path, env: dict[str, str]) -> Path:
     return wheel
 
 
-@pytest.mark.slow  # wheel build, venv, four fresh interpreters: ~2 min on a loaded 2-core machine
-def test_wheel_install_runs_the_clis_outside_the_checkout(tmp_path):
+class Installed(NamedTuple):
+    """The fresh venv's interpreter, its site-packages (the wheel's copy), an empty directory outside the
+    checkout to run from, and the environment to run with."""
+
+    python: str
+    site: Path
+    work: Path
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    """The wheel built and installed once for the tests of this module."""
+    tmp_path = tmp_path_factory.mktemp("installed")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     env["PYTHONNOUSERSITE"] = "1"
     wheel = _build_wheel(tmp_path, env)
@@ -91,9 +106,14 @@ def test_wheel_install_runs_the_clis_outside_the_checkout(tmp_path):
     pip_install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site)]
     _run([*pip_install, str(wheel)], cwd=tmp_path, env=env)
     (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-
     work = tmp_path / "elsewhere"
     work.mkdir()
+    return Installed(python, site, work, env)
+
+
+@pytest.mark.slow  # wheel build, venv, four fresh interpreters: ~2 min on a loaded 2-core machine
+def test_wheel_install_runs_the_clis_outside_the_checkout(installed):
+    python, site, work, env = installed
     check = json.loads(_run([python, "-c", CHECK_INSTALL], cwd=work, env=env).stdout.splitlines()[-1])
     for module_file in check["files"]:
         assert Path(module_file).is_relative_to(site), f"{module_file} is not the wheel's copy in {site}"
@@ -121,3 +141,27 @@ def test_wheel_install_runs_the_clis_outside_the_checkout(tmp_path):
     scale_file = json.loads((work / "scales" / "tiny.json").read_text())
     assert len(scale_file["scales"]) == scale_file["num_layers"] == 4  # the tiny model's layers
     assert (work / "scales" / "tiny.log.jsonl").is_file()
+
+
+#: The quickstart's smallest run that still runs every step: 1 training step per model, one question per position.
+SMALLEST = ["--steps", "1", "--eval-examples", "1", "--fim-examples", "1", "--generations", "0", "--population", "4"]
+
+
+@pytest.mark.slow  # the whole loop at its smallest: ~2 min on 2 cores, ~6 min on busy ones
+def test_wheel_install_runs_the_quickstart_on_its_built_in_default(installed):
+    """`python -m workflows quickstart` from the wheel, outside the checkout: the tiny models are package data,
+    the steps run in the current directory, and every step's command in commands.sh is one the wheel has."""
+    python, site, work, env = installed
+    _run([python, "-m", "workflows", "quickstart", "--out", "qs", *SMALLEST], cwd=work, env=env, timeout=1200)
+    out = work / "qs"
+    report = (out / "README.md").read_text()
+    for row in ("| base | baseline | kv | 1 (8) |", "| base | lpes (base-kv) |", "| rope | baseline |",
+                "| repo | baseline |", "| base-fim | fim (dummy=blank) |"):  # fmt: skip
+        assert row in report, row
+    assert "the shipped pair `tiny-kv-dip-continued`" in report and (out / "repo_positions_last_layer.png").is_file()
+    train = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
+    assert train["model"]["init_from"] == str(site / "workflows" / "assets" / "tiny-kv-dip-continued" / "repo")
+    commands = (out / "commands.sh").read_text()
+    assert f"cd {work}\n" in commands and "-m repo_train fit --config" in commands and "-m search run" in commands
+    (entry_points,) = site.glob("repo_train-*.dist-info/entry_points.txt")
+    assert "repo-workflows = workflows.cli:main" in entry_points.read_text()

@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 from interrupt import sigint_as_in_a_terminal
-from script_loader import load_script
+
+from workflows.assets import TINY_KV_BASE
+from workflows.quickstart import command, options, tiny_loop
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The quickstart as a user types it.
+QUICKSTART = [sys.executable, "-m", "workflows", "quickstart"]
 
 
 #: The smallest quickstart that still shows the base's lost middle.
@@ -22,14 +26,14 @@ def small_run(tmp_path_factory):
     """One uninterrupted quickstart at SMALL settings: its output directory."""
     out = tmp_path_factory.mktemp("quickstart") / "qs"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(out), *SMALL],
+        [*QUICKSTART, "--out", str(out), *SMALL],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     return out
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+@pytest.mark.slow  # the quickstart in a subprocess
 def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run):
     out = small_run
     report = (out / "README.md").read_text()
@@ -64,7 +68,7 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
-    assert config["model"]["init_from"].endswith("assets/tiny-kv-dip-continued/repo")
+    assert config["model"]["init_from"].endswith("workflows/assets/tiny-kv-dip-continued/repo")
     assert config["model"]["position"] == "repo"  # learned predictors: no curriculum handing over from RoPE again
     assert config["data"]["train"]["class_path"] == "repo_train.data.PromptCompletionData"
 
@@ -83,11 +87,10 @@ def _without_times(report: str) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+@pytest.mark.slow  # the quickstart in a subprocess
 def test_quickstart_refuses_a_missing_base(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "quickstart.py"), "--out", str(tmp_path / "qs"), "--base",
-         str(tmp_path / "nowhere")],
+        [*QUICKSTART, "--out", str(tmp_path / "qs"), "--base", str(tmp_path / "nowhere")],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode != 0 and "is not an HF model directory" in result.stderr
@@ -95,14 +98,13 @@ def test_quickstart_refuses_a_missing_base(tmp_path):
 
 # --- config mode: `--config FILE` runs the same loop with launchers, checkpoints and evaluation from a file
 
-SCRIPT = ROOT / "scripts" / "quickstart.py"
 FULL_SCALE = "configs/quickstart/olmo2-1b.yaml"
 
 
 def quickstart(*args, cwd=ROOT, timeout=120):
-    """Run the script; return the finished process."""
+    """Run the quickstart; return the finished process."""
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)],
+        [*QUICKSTART, *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -111,7 +113,7 @@ def quickstart(*args, cwd=ROOT, timeout=120):
     )
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+@pytest.mark.slow  # the quickstart in a subprocess
 def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_path):
     out = tmp_path / "dry"
     result = quickstart("--config", FULL_SCALE, "--dry-run", "--out", out)
@@ -150,7 +152,7 @@ def write_tiny_loop_config(tmp_path, **changes) -> Path:
     from evaluation.tasks import build_task
     from workflows.commands import cpu_trainer_section
 
-    base = ROOT / "assets" / "tiny-kv-base"
+    base = TINY_KV_BASE
     kv = dict(num_keys=8, key_chars=1, template="pairs")
     data = tmp_path / "kv-train.jsonl"
     rows = build_task("kv", **kv, num_examples=16, gold_positions="all", seed=1000).rows()
@@ -220,7 +222,7 @@ def config_loop_run(tmp_path_factory):
     return loop_file, where / "qs"
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+@pytest.mark.slow  # the quickstart in a subprocess
 def test_config_mode_runs_the_loop_on_cpu(config_loop_run):
     out = config_loop_run[1]
     report = (out / "README.md").read_text()
@@ -249,7 +251,7 @@ def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_
     import time
 
     loop_file, reference_out = config_loop_run
-    command = [sys.executable, str(SCRIPT), "--config", str(loop_file), "--out", str(tmp_path / "qs")]
+    argv = [*QUICKSTART, "--config", str(loop_file), "--out", str(tmp_path / "qs")]
     out = tmp_path / "qs"
     first_done: dict[str, str] = {}  # step key -> the run id it finished with (a rerun would change it)
 
@@ -260,7 +262,7 @@ def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_
 
     for number, key in enumerate(LOOP_STEPS):
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
             preexec_fn=sigint_as_in_a_terminal,  # noqa: PLW1509 (one signal call)
         )  # fmt: skip
         deadline = time.monotonic() + 600
@@ -282,7 +284,7 @@ def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_
         if number:  # the step killed last time went on with its own mechanism, or afresh when it had none
             killed_before = records[LOOP_STEPS[number - 1]]["title"]
             assert f"--- {killed_before}: resume" in printed or f"--- {killed_before}: rerun" in printed
-    final = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT)
+    final = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, cwd=ROOT)
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
     records = _steps(out)
     assert {r["status"] for r in records.values()} == {"done"} and list(records) == LOOP_STEPS
@@ -296,7 +298,7 @@ def test_killed_in_each_step_the_rerun_finishes_with_the_same_report_and_redoes_
         )
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+@pytest.mark.slow  # the quickstart in a subprocess
 def test_config_errors_name_the_key_or_file(tmp_path):
     cases = {
         "unknown key 'train.lancher'": dict(train__lancher=["x"]),
@@ -314,7 +316,7 @@ def test_config_errors_name_the_key_or_file(tmp_path):
     assert "Traceback" not in no_file.stderr
 
 
-@pytest.mark.slow  # scripts/quickstart.py in a subprocess
+@pytest.mark.slow  # the quickstart in a subprocess
 def test_config_refuses_tiny_options(tmp_path):
     result = quickstart("--config", FULL_SCALE, "--steps", "10", "--dry-run", "--out", tmp_path / "x")
     assert result.returncode == 2 and "--steps: built-in tiny loop only" in result.stderr
@@ -324,10 +326,9 @@ def test_config_refuses_tiny_options(tmp_path):
 def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
     """The dry run's plan: torchrun on every GPU for training, the search and every evaluation, bf16, the
     evaluation's questions after the search's, an estimate per step; nothing written but commands.sh."""
-    qs = load_script("quickstart")
     out = tmp_path / "dry"
-    args = qs.parse_args(["--config", FULL_SCALE, "--dry-run", "--out", str(out), "--data_dir", str(tmp_path)])
-    qs.run_config(args, out)
+    args = options.parse_args(["--config", FULL_SCALE, "--dry-run", "--out", str(out), "--data_dir", str(tmp_path)])
+    command.run_config(args, out)
     printed = capsys.readouterr().out
     plan = printed[printed.index("plan (") :].splitlines()[2:10]
     assert [line.split("  ")[1] for line in plan] == [
@@ -354,15 +355,14 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
 
 def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
     """evaluate.at_once: 2 on 8 GPUs: each evaluation on its own 4 GPUs, in the plan and in commands.sh."""
-    qs = load_script("quickstart")
     config = yaml.safe_load((ROOT / FULL_SCALE).read_text())
     config["evaluate"]["at_once"] = 2
     path = tmp_path / "shared.yaml"
     path.write_text(yaml.safe_dump(config))
-    args = qs.parse_args(
+    args = options.parse_args(
         ["--config", str(path), "--dry-run", "--out", str(tmp_path / "o"), "--data_dir", str(tmp_path)]
     )
-    qs.run_config(args, tmp_path / "o")
+    command.run_config(args, tmp_path / "o")
     printed = capsys.readouterr().out
     plan = [line for line in printed[printed.index("plan (") :].splitlines() if "evaluate the" in line]
     assert "4 processes on GPUs 0-3 (2 evaluations at once), bfloat16" in plan[0]
@@ -378,21 +378,20 @@ def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
 
 
 def test_options_parse_in_process(capsys, tmp_path):
-    """The quickstart's check in the fast suite (the tests above run the script in subprocesses: slow suite)."""
-    qs = load_script("quickstart")
-    assert qs.parse_args([]).out == "outputs/quickstart"
-    assert qs.parse_args([]).pair == str(qs.PAIR)  # the built-in base continues the shipped pair ...
-    assert qs.parse_args(["--base", str(ROOT / "assets" / "tiny-kv-base")]).pair == "none"  # ... another starts fresh
-    assert qs.pair_history(qs.PAIR)["steps"] >= 100
+    """The quickstart's check in the fast suite (the tests above run the command in subprocesses: slow suite)."""
+    assert options.parse_args([]).out == "outputs/quickstart"
+    assert options.parse_args([]).pair == str(options.PAIR)  # the built-in base continues the shipped pair ...
+    assert options.parse_args(["--base", str(TINY_KV_BASE)]).pair == "none"  # ... another starts fresh
+    assert tiny_loop.pair_history(options.PAIR)["steps"] >= 100
     with pytest.raises(SystemExit):
-        qs.parse_args(["--pair", str(tmp_path)])
+        options.parse_args(["--pair", str(tmp_path)])
     assert "needs rope/ and repo/ HF directories" in capsys.readouterr().err
-    assert qs.parse_args(["--config", FULL_SCALE]).out == "outputs/quickstart-olmo2-1b"
+    assert options.parse_args(["--config", FULL_SCALE]).out == "outputs/quickstart-olmo2-1b"
     with pytest.raises(SystemExit):
-        qs.parse_args(["--config", FULL_SCALE, "--steps", "10"])
+        options.parse_args(["--config", FULL_SCALE, "--steps", "10"])
     assert "--steps: built-in tiny loop only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        qs.parse_args(["--gpus", "8"])
+        options.parse_args(["--gpus", "8"])
     assert "--gpus: loop file only (--config FILE)" in capsys.readouterr().err
 
 
@@ -425,9 +424,8 @@ def test_options_parse_in_process(capsys, tmp_path):
 )
 def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):
     """The loop file's sections are checked when parsed: one line naming the key, exit code 2, nothing run."""
-    qs = load_script("quickstart")
     with pytest.raises(SystemExit) as stop:
-        qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path, **change)), "--out", str(tmp_path / "o")])
+        options.parse_args(["--config", str(write_tiny_loop_config(tmp_path, **change)), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
@@ -435,13 +433,12 @@ def test_loop_file_mistakes_in_process(tmp_path, capsys, change, message):
 
 def test_a_train_config_typo_is_refused_before_the_first_run_trains(tmp_path, capsys):
     """The second run's LightningCLI config is parsed as `fit` would parse it before the first run starts."""
-    qs = load_script("quickstart")
     path = write_tiny_loop_config(tmp_path)
     train = yaml.safe_load((tmp_path / "train-repo.yaml").read_text())
     train["trainer"]["max_stepz"] = train["trainer"].pop("max_steps")
     (tmp_path / "train-repo.yaml").write_text(yaml.safe_dump(train))
     with pytest.raises(SystemExit) as stop:
-        qs.parse_args(["--config", str(path), "--dry-run", "--out", str(tmp_path / "o")])
+        options.parse_args(["--config", str(path), "--dry-run", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "train.methods.repo (" in err and "does not accept option 'trainer.max_stepz'" in err
@@ -449,12 +446,11 @@ def test_a_train_config_typo_is_refused_before_the_first_run_trains(tmp_path, ca
 
 
 def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, capsys):
-    qs = load_script("quickstart")
-    args = qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path)), "--out", str(tmp_path / "o")])
+    args = options.parse_args(["--config", str(write_tiny_loop_config(tmp_path)), "--out", str(tmp_path / "o")])
     assert args.loop.search.model == "rope" and args.loop.train.launcher[0] == "{python}"
     assert args.loop.evaluate.args[3] == "8"  # a YAML number in an argument list is passed on as text
     with pytest.raises(SystemExit) as stop:
-        qs.parse_args(["--config", str(write_tiny_loop_config(tmp_path)), "--print_config"])
+        options.parse_args(["--config", str(write_tiny_loop_config(tmp_path)), "--print_config"])
     printed = yaml.safe_load(capsys.readouterr().out)
     assert stop.value.code == 0 and printed["search"]["config"] == str(tmp_path / "search.yaml")
     assert printed["evaluate"]["methods"]["base"] == ["baseline"]
@@ -464,16 +460,15 @@ def test_data_a_loop_reads_is_checked_before_training(tmp_path, capsys):
     """Missing shard lists and --data-dir folders are machine problems: fatal for a real run, listed by a dry run."""
     from workflows import loop_config
 
-    qs = load_script("quickstart")
     path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])
     train = yaml.safe_load((tmp_path / "train-rope.yaml").read_text())
     train["data"]["train"] = {"class_path": "OlmoNumpyData", "init_args": {"mix_file": "data/nowhere/mix.txt"}}
     (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
-    args = qs.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
+    args = options.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
     train["data"]["val"] = {"source": "synthetic", "seq_len": 32}  # the old form, which training refuses ...
     (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
     with pytest.raises(SystemExit) as stop:  # ... as the loop file is read (fit's own parser)
-        qs.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
+        options.parse_args(["--config", str(path), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "data.val: the 'source:' form was replaced" in err and err.count("\n") == 1, err
     values = {"out": "o", "base": args.loop.base, "python": sys.executable}

@@ -1,20 +1,21 @@
-"""scripts/reproduce_position_bias.py: positions, training data, label matching, aggregation, a smoke run."""
+"""The position-bias recipe and `python -m workflows reproduce-position-bias`: positions, training data, label
+matching, aggregation over seeds, the command line, a smoke run."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from script_loader import load_script
+import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "reproduce_position_bias.py"
+from workflows import position_bias as pb
+from workflows import position_bias_results as over_seeds
+from workflows.cli import main as workflows_main
 
-
-pb = load_script("reproduce_position_bias")
+#: The reproduction as a user types it.
+COMMAND = [sys.executable, "-m", "workflows", "reproduce-position-bias"]
 
 
 def test_edge_and_evaluated_positions():
@@ -66,18 +67,18 @@ def _result(by_position: dict[int, float], rho: float | None = 10.0, delta: floa
 
 def test_position_stats_and_aggregate_over_seeds():
     edges = [0, 3]
-    first = pb.position_stats(_result({0: 1.0, 1: 0.5, 2: 0.0, 3: 1.0}), edges)
+    first = over_seeds.position_stats(_result({0: 1.0, 1: 0.5, 2: 0.0, 3: 1.0}), edges)
     assert first["middle"] == 0.25 and first["edges"] == 1.0 and first["accuracy"] == 0.625
-    second = pb.position_stats(_result({0: 1.0, 1: 1.0, 2: 0.5, 3: 0.5}, rho=None, delta=0.25), edges)
+    second = over_seeds.position_stats(_result({0: 1.0, 1: 1.0, 2: 0.5, 3: 0.5}, rho=None, delta=0.25), edges)
     assert first["delta"] is None and second["delta"] == 0.25 and second["delta_p"] == 0.01
-    table = pb.aggregate({0: {"baseline": first}, 1: {"baseline": second}})["baseline"]
+    table = over_seeds.aggregate({0: {"baseline": first}, 1: {"baseline": second}})["baseline"]
     assert table["middle"]["mean"] == pytest.approx(0.5)
     assert table["middle"]["std"] == pytest.approx(((0.25 - 0.5) ** 2 + (0.75 - 0.5) ** 2) ** 0.5)
     assert table["rho"] == {"mean": 10.0, "std": None}  # one seed has no rho: no spread to report
     assert table["delta"] == {"mean": 0.25, "std": None} and table["delta_p_by_seed"] == {0: None, 1: 0.01}
     assert table["by_position"][1]["mean"] == pytest.approx(0.75) and table["by_seed"] == {0: 0.625, 1: 0.75}
-    one = pb.aggregate({0: {"baseline": first}})["baseline"]
-    assert one["accuracy"]["std"] is None and pb._cell(one["accuracy"]) == "0.625"
+    one = over_seeds.aggregate({0: {"baseline": first}})["baseline"]
+    assert one["accuracy"]["std"] is None and over_seeds._cell(one["accuracy"]) == "0.625"
 
 
 def test_method_results_refuses_a_missing_method():
@@ -98,10 +99,23 @@ def test_parse_args_errors(capsys):
         assert message in capsys.readouterr().err
 
 
-@pytest.mark.slow  # the whole script in a subprocess: trains, searches, evaluates, reruns
+def test_the_command_takes_its_options_as_every_command_does(tmp_path, capsys):
+    """--print_config prints the defaults, the dashed spellings parse, a bad value is one line with exit code 2."""
+    assert workflows_main(["reproduce-position-bias", "--edge-width", "2", "--seeds=1", "--print_config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["out"] == "outputs/position-bias" and printed["steps"] == 400 and printed["lr"] == 0.001
+    assert printed["edge_width"] == 2 and printed["seeds"] == 1 and printed["base"] == str(pb.BASE)
+    with pytest.raises(SystemExit) as stop:
+        workflows_main(["reproduce-position-bias", "--out", str(tmp_path / "pb"), "--eval-positions", "99"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and not (tmp_path / "pb").exists()
+    assert err.startswith(f"{pb.PROG}: error: --eval-positions must be in [3, --pairs]"), err
+
+
+@pytest.mark.slow  # the whole command in a subprocess: trains, searches, evaluates, reruns
 def test_smoke_run_writes_results_and_resumes(tmp_path):
     out = tmp_path / "pb"
-    command = [sys.executable, str(SCRIPT), "--out", str(out), "--seeds", "1", "--steps", "2", "--pairs", "16",
+    command = [*COMMAND, "--out", str(out), "--seeds", "1", "--steps", "2", "--pairs", "16",
                "--eval-examples", "1", "--search-examples", "1", "--generations", "0", "--population", "4"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

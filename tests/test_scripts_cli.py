@@ -45,7 +45,7 @@ class Case:
 
 CASES = [
     Case(
-        "reproduce_position_bias",
+        "reproduce-position-bias",
         {"out": "outputs/position-bias", "seeds": 3, "steps": 400, "lr": 0.001, "distinct_keys": 8, "edge_share": 1.0},
         ["--edge-width", "2", "--eval-examples=7", "--seeds", "1"],
         {"edge_width": 2, "eval_examples": 7, "seeds": 1},
@@ -78,7 +78,14 @@ CASES = [
     ),
     Case(
         "pretrain_tiny_base",
-        {"out": "assets/tiny-kv-base", "steps": 2500, "keys": 8, "pairs": 24, "eval_every": 250, "threads": 0},
+        {
+            "out": "workflows/assets/tiny-kv-base",
+            "steps": 2500,
+            "keys": 8,
+            "pairs": 24,
+            "eval_every": 250,
+            "threads": 0,
+        },
         ["--eval-every", "5", "--keys", "4"],
         {"eval_every": 5, "keys": 4},
         ["--batch", "0"],

@@ -1,8 +1,10 @@
-"""`python -m workflows`: the commands that sit on top of every package.
+"""`python -m workflows` (also `repo-workflows`): the commands that sit on top of every package.
 
-`check-gpu` (every GPU path, one table; `workflows.gpu_check`), the benchmarks (`benchmark-*`, one cost side
-by side in one run each; `workflows.benchmarks`), `device-kit` (what an offline GPU node lacks, packed;
-`workflows.device_kit`), the real-model study, the lm-eval cross-check and the reversal reproduction, configured the project's one way (`repo_common.config_cli`: `--config`,
+`quickstart` (the whole loop: train, search, calibrate, evaluate, report; `workflows.quickstart`), the
+reproductions (`reproduce-position-bias`, `reproduce-reversal`), the real-model study and the lm-eval
+cross-check, `check-gpu` (every GPU path, one table; `workflows.gpu_check`), the benchmarks (`benchmark-*`, one
+cost side by side in one run each; `workflows.benchmarks`) and `device-kit` (what an offline GPU node lacks,
+packed; `workflows.device_kit`), configured the project's one way (`repo_common.config_cli`: `--config`,
 `--print_config`, one-line errors). A command's module is imported only when it runs (`deferred`).
 """
 
@@ -13,7 +15,18 @@ import sys
 from repo_common.config_cli import deferred, dispatch
 from workflows.gpu_check import command as check_gpu
 
+#: The run commands' modules are imported only when that command runs (`deferred`): `--help` stays fast.
 COMMANDS = {
+    "quickstart": (
+        "the whole loop on the built-in tiny default, or at full scale from a loop file (--config): one report",
+        deferred("workflows.quickstart.options", "add_arguments"),
+        deferred("workflows.quickstart.command", "run"),
+    ),
+    "reproduce-position-bias": (
+        "LPES and the calibrators on a tiny RoPE model trained to lose the middle, over seeds (CPU)",
+        deferred("workflows.reproduce_position_bias", "add_arguments"),
+        deferred("workflows.reproduce_position_bias", "run"),
+    ),
     "check-gpu": (
         "prove the GPU paths (bf16, flash-attn 2, NCCL + DeepSpeed, harness, MFU): one table",
         check_gpu.add_arguments,
@@ -80,10 +93,11 @@ COMMANDS = {
         deferred("workflows.reversal.command", "run"),
     ),
 }
-#: Commands whose `--print_config` runs their action, which prints the options as checked and resolved
-#: (hidden options and derived values left out).
+#: Commands whose `--print_config` runs their action, which prints the options as checked and resolved (hidden
+#: options and derived values left out; the quickstart: a loop file's sections).
 RESOLVES_CONFIG = [
     *(name for name in COMMANDS if name.startswith("benchmark-") or name == "device-kit"),
+    "quickstart",
     "study-real-model",
     "crosscheck-lm-eval",
     "reproduce-reversal",
@@ -96,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     return dispatch(
         "python -m workflows",
-        "repo-train workflows: checks, benchmarks and tools that span every package.",
+        "repo-train workflows: the whole loop, reproductions, studies, benchmarks and checks on every package.",
         COMMANDS,
         argv,
         USER_ERRORS,

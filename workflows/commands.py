@@ -44,6 +44,14 @@ def _shown_interpreter(cwd: Path | None) -> str:
     return str(executable)
 
 
+def project_root() -> Path:
+    """Where the run commands (the quickstart, the position-bias reproduction) run their steps and take relative
+    paths from: the checkout that holds these packages (a development install, with configs/ and scripts/ there),
+    else the current directory (an installed wheel has no checkout)."""
+    checkout = Path(__file__).resolve().parents[1]
+    return checkout if (checkout / "setup.cfg").is_file() else Path.cwd()
+
+
 class CommandRunner:
     """Runs commands one after the other, logging each to `script` (default OUT/commands.sh).
 

@@ -1,6 +1,6 @@
 """The full-scale quickstart loop's sections: typed dataclasses, read by jsonargparse; their own checks.
 
-`python scripts/quickstart.py --config FILE` runs the built-in loop (train with
+`python -m workflows quickstart --config FILE` runs the built-in loop (train with
 RoPE and REPO, export, LPES search, evaluate, report) on a real checkpoint with
 the project's launchers. FILE is the quickstart's config file like any other
 (docs/configuring.md): `base` plus the three sections below, whose keys and

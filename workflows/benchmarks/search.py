@@ -1,6 +1,6 @@
 """The racing search against the plain GA, side by side: prompts and time each needs to reach the plain GA's result.
 
-On the tiny dip base (`assets/tiny-kv-dip`, the quickstart's search task of
+On the tiny dip base (`workflows/assets/tiny-kv-dip`, the quickstart's search task of
 configs/search/quick.yaml with more questions) both searches run with the same
 seed and budget, one generation of each in turn so both see the same machine
 state (the order alternating between generations, after a warm-up forward).
@@ -40,6 +40,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from repo_common.config_cli import ConfigParser, deferred, script_options
 from search.fitness import Score
 from search.racing import RacingConfig
+from workflows.assets import TINY_KV_DIP
 from workflows.benchmarks.search_report import combine, finish, kept_seeds, print_seed, read_reports
 
 PROG = "python -m workflows benchmark-search"
@@ -50,7 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 def add_arguments(parser: ConfigParser) -> None:
     """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
     parser.description = __doc__
-    parser.add_argument("--model", type=str, default=str(REPO / "assets" / "tiny-kv-dip"), help="model directory")
+    parser.add_argument("--model", type=str, default=str(TINY_KV_DIP), help="model directory")
     parser.add_argument(
         "--search_config",
         "--search-config",
@@ -116,7 +117,7 @@ def check_options(args: argparse.Namespace) -> None:
     if not args.seeds:
         raise ValueError("--seeds is empty: give at least one GA seed, e.g. --seeds '[0]'")
     if not Path(args.model).is_dir():
-        raise ValueError(f"--model {args.model} is not a directory: pass a local HF model (e.g. assets/tiny-kv-dip)")
+        raise ValueError(f"--model {args.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)")
     racing_config(args)  # its one-line checks
 
 

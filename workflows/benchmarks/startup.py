@@ -44,8 +44,8 @@ CASES = [
     ("help", "-m search show --help"),
     ("help", "-m search diagnose --help"),
     ("help", "-m workflows check-gpu --help"),
-    ("help", "scripts/quickstart.py --help"),
-    ("help", "scripts/reproduce_position_bias.py --help"),
+    ("help", "-m workflows quickstart --help"),
+    ("help", "-m workflows reproduce-position-bias --help"),
     ("help", "-m workflows benchmark-calibrators --help"),
     ("help", "-m workflows benchmark-training --help"),
     ("help", "-m workflows crosscheck-lm-eval --help"),
@@ -55,7 +55,7 @@ CASES = [
     ("refusal", "-m evaluation run --out x --tasks nope"),
     ("refusal", "-m search run --ga.population many"),
     ("refusal", "-m workflows check-gpu --train_processes 0"),
-    ("refusal", "scripts/quickstart.py --steps none"),
+    ("refusal", "-m workflows quickstart --steps none"),
     ("refusal", "-m evaluation calibrate-fim --model m --method pi --out b.json"),
     ("refusal", "-m repo_train fit --trainer.max_steps abc"),
     ("refusal", "-m repo_train fit --checkpoint.every_n_train_steps 0"),
@@ -64,7 +64,7 @@ CASES = [
     ("print_config", "-m repo_train fit --print_config"),
     ("print_config", "-m evaluation run --print_config"),
     ("print_config", "-m search run --print_config"),
-    ("print_config", "scripts/quickstart.py --print_config"),
+    ("print_config", "-m workflows quickstart --print_config"),
     ("print_config", "-m workflows benchmark-calibrators --print_config"),
 ]
 
