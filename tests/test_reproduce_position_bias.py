@@ -101,7 +101,9 @@ def test_parse_args_errors(capsys):
 
 def test_the_command_takes_its_options_as_every_command_does(tmp_path, capsys):
     """--print_config prints the defaults, the dashed spellings parse, a bad value is one line with exit code 2."""
-    assert workflows_main(["reproduce-position-bias", "--edge-width", "2", "--seeds=1", "--print_config"]) == 0
+    with pytest.raises(SystemExit) as stop:  # the options checked, then printed, as every command prints them
+        workflows_main(["reproduce-position-bias", "--edge-width", "2", "--seeds=1", "--print_config"])
+    assert stop.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["out"] == "outputs/position-bias" and printed["steps"] == 400 and printed["lr"] == 0.001
     assert printed["edge_width"] == 2 and printed["seeds"] == 1 and printed["base"] == str(pb.BASE)

@@ -98,6 +98,7 @@ COMMANDS = {
 RESOLVES_CONFIG = [
     *(name for name in COMMANDS if name.startswith("benchmark-") or name == "device-kit"),
     "quickstart",
+    "reproduce-position-bias",
     "study-real-model",
     "crosscheck-lm-eval",
     "reproduce-reversal",

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from evaluation.results import load_summary, write_json_atomic
 from repo_common.atomic import write_text_atomic
-from repo_common.config_cli import ConfigParser, dump_config, printable_options
+from repo_common.config_cli import ConfigParser, dump_config, script_options
 from workflows import position_bias as recipe
 from workflows.commands import CommandRunner, project_root
 from workflows.position_bias_results import PAPER_CLAIMS, aggregate, plot, position_stats, results_markdown
@@ -52,14 +52,14 @@ def add_arguments(parser: ConfigParser) -> None:
     recipe.add_arguments(parser)
 
 
+#: The recipe's checks of the options (what a mistake is refused for, in one line).
+check_options = recipe.check_options
+
+
 def run(options, parser: ConfigParser) -> int:
-    """The checked options (a mistake: one line, exit code 2), then every seed and the aggregate."""
-    args = argparse.Namespace(**printable_options(options))
-    try:
-        recipe.check_options(args)
-    except ValueError as err:
-        parser.fail(str(err))
-    reproduce(args)
+    """The checked options (a mistake: one line, exit code 2; `--print_config` prints them), then every seed and
+    the aggregate."""
+    reproduce(script_options(parser, options, check_options))
     return 0
 
 
