@@ -188,7 +188,7 @@ def run_search(
         rank_and_world,
     )
     from repo_common.run_lock import run_lock  # lazy: keeps --help fast
-    from repo_train.training.launcher_watch import watch_launcher  # lazy: keeps --help fast
+    from repo_common.launcher_watch import watch_launcher  # lazy: keeps --help fast
     from search.harness_fitness import HarnessFitness  # lazy: keeps --help fast
 
     watch_launcher()  # a torchrun worker ends when its launcher is gone

@@ -70,7 +70,7 @@ from repo_train.training.checks import (
     moved_option_error,
 )
 from repo_train.training.datamodule import RePoDataModule
-from repo_train.training.launcher_watch import watch_launcher
+from repo_common.launcher_watch import watch_launcher
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
 from repo_train.training.parse_errors import parse_error_line as plain_parse_error_line
 from repo_train.training.settings_checks import (
