@@ -6,7 +6,7 @@ The shared floor (`repo_common`) imports no other project package; nothing below
 `importlib.import_module` / `__import__` calls with a literal name.
 
 No import cycle among the project's modules, counting every import: at module level, inside
-functions, under `if TYPE_CHECKING:` and `import_module` with a literal name; every import inside a function of a project module or a third-party package says
+functions, under `if TYPE_CHECKING:`, `import_module` and `deferred` with a literal name; every import inside a function of a project module or a third-party package says
 why in a comment on its line; the project imports inside functions are capped (docs/architecture.md,
 rule 2).
 """
@@ -69,12 +69,13 @@ def imported_names(path: Path, root: Path) -> list[tuple[int, str]]:
 
 
 def dynamic_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
-    """(line, name) of every `import_module("a.b")` / `__import__("a.b")` call with a literal name."""
+    """(line, name) of every `import_module("a.b")` / `__import__("a.b")` call with a literal name, and of every
+    `deferred("a.b", "f")` (`repo_common.config_cli`: a command table's module, imported when the command runs)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+            if called in ("import_module", "__import__", "deferred") and isinstance(node.args[0].value, str):
                 yield node.lineno, node.args[0].value
 
 
@@ -123,6 +124,10 @@ def test_shared_infrastructure_imports_no_project_package():
         ("def late():\n    import evaluation.runner\n", "evaluation.runner"),
         ("from search import genome\n", "search.genome"),
         ("import importlib\nimportlib.import_module('evaluation.tasks')\n", "evaluation.tasks"),
+        (
+            "from repo_common.config_cli import deferred\nrun = deferred('evaluation.runner', 'run')\n",
+            "evaluation.runner",
+        ),
     ],
 )
 def test_the_scan_sees_relative_late_and_dynamic_imports(tmp_path, source, caught):
@@ -186,8 +191,8 @@ def import_targets(node: ast.Import | ast.ImportFrom, importer: str, is_package:
 
 def module_graph(root: Path = ROOT, packages: tuple[str, ...] = ALL_PROJECT) -> dict[str, set[str]]:
     """module -> the project modules it imports: every import, at module level, inside a function, under `if
-    TYPE_CHECKING:` or `import_module` with a literal name (a loop through a late import still ties the two
-    modules together: neither can move or be read without the other).
+    TYPE_CHECKING:`, or `import_module` / `deferred` with a literal name (a loop through a late import still ties
+    the two modules together: neither can move or be read without the other).
 
     Importing `a.b.c` also runs the `__init__` of `a` and `a.b` first, unless the importer lies inside that
     package (its `__init__` then ran before the importer): so `a.x` importing `a.b.c` is an edge to `a.b` too.
@@ -385,6 +390,14 @@ CYCLE_CASES = {
             "pkg/b.py": "import importlib\ndef late():\n    return importlib.import_module('pkg.a')\n",
         },
         ["pkg.a", "pkg.b"],
+    ),
+    "a command's module, deferred, imports its table back": (
+        {
+            "pkg/__init__.py": "",
+            "pkg/cli.py": "from repo_common.config_cli import deferred\nCOMMANDS = {'run': deferred('pkg.work', 'run')}\n",
+            "pkg/work.py": "from pkg.cli import COMMANDS\n",
+        },
+        ["pkg.cli", "pkg.work"],
     ),
     "not a cycle: late and type-checking imports that point one way": (
         {

@@ -24,8 +24,7 @@ import torch
 
 from repo_common.config_cli import deferred
 from workflows.gpu_check.method_cases import CASE_NAMES
-from workflows.gpu_check.options import chosen
-from workflows.gpu_check.rows import exit_code, render_table
+from workflows.gpu_check.rows import chosen, exit_code, render_table
 
 NO_CUDA = "no CUDA: nothing checked"
 _run_checks = deferred("workflows.gpu_check.groups", "run_checks")

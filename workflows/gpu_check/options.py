@@ -10,6 +10,7 @@ from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from repo_common.config_cli import deferred
 from repo_train.real_model import DEFAULT_OUT
+from workflows.gpu_check.rows import chosen
 
 CHECKS = ("positions", "real_model", "harness", "training", "throughput")
 _run_on_device = deferred("workflows.gpu_check.command", "run")
@@ -31,16 +32,6 @@ def add_arguments(parser) -> None:
                         help="peak dense bf16 TFLOP/s of one GPU for MFU (default: from the device name)")  # fmt: skip
     parser.add_argument("--workdir", type=str | None, default=None,
                         help="where runs and logs go (default: a temporary directory, kept if a check fails)")  # fmt: skip
-
-
-def chosen(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
-    """The names of a comma-separated option, in order, each checked against `allowed` (a ValueError names the bad)."""
-    names = list(dict.fromkeys(name.strip() for name in str(text).split(",") if name.strip()))
-    unknown = [name for name in names if name not in allowed]
-    if unknown or not names:
-        raise ValueError(f"{option} {text!r}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
-                         f"choose comma-separated names from {list(allowed)}")  # fmt: skip
-    return names
 
 
 def run(options, _parser=None) -> int:
