@@ -32,11 +32,10 @@ SHARED = ("repo_common",)
 PROJECT_PACKAGES = ("repo_train", "evaluation", "search", "workflows")
 BELOW_WORKFLOWS = ("repo_common", "repo_train", "evaluation", "search")
 ALL_PROJECT = ("repo_common", *PROJECT_PACKAGES)
-#: Project imports inside functions (2026-11-26: 62; 2026-11-26: 63, the terminal check of fit's snapshot help; most of them in the command modules, which import the
-#: harness, the search and the model core only after the options are checked: --help in < 1 s; 50 once
-#: `evaluation`'s commands reach their work through `deferred`), each with its reason. A new one needs a
-#: reason, or goes to the top of its module (docs/architecture.md, rule 2).
-IN_FUNCTION_PROJECT_IMPORTS_CAP = 50
+#: Project imports inside functions, each with its reason (2026-11-26: 63; 2026-11-28: 50, then 5 once every
+#: command's work moved to modules that its command table reaches through `deferred` after parsing and that
+#: import at the top). A new one needs a reason, or goes to the top of its module (docs/architecture.md, rule 2).
+IN_FUNCTION_PROJECT_IMPORTS_CAP = 5
 
 
 def module_name(path: Path, root: Path) -> str:
