@@ -12,7 +12,7 @@ from repo_common.output_guard import check_output_directory
 EXPORT_MANIFEST = "export.json"
 
 
-def is_export(directory: Path) -> bool:
+def _is_export(directory: Path) -> bool:
     try:
         manifest = json.loads((directory / EXPORT_MANIFEST).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -27,7 +27,7 @@ def check_out(out: str | Path) -> Path:
         out,
         EXPORT_MANIFEST,
         "an earlier export",
-        is_ours=is_export,
+        is_ours=_is_export,
         fix="pass a new directory path (or an earlier export's, which is replaced)",
         replaced_whole=True,
     )
