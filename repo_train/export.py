@@ -34,10 +34,17 @@ import re
 import shutil
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer
+
 from repo_common.atomic import atomic_directory
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_tokenizer_files
-from repo_common.output_guard import check_output_directory
+from repo_train.checkpoints import load_lightning_checkpoint
+from repo_train.data import saved_source_options
+from repo_train.data.text import tokenizer_vocab_size
+from repo_train.export_directory import EXPORT_MANIFEST, check_out
+from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -51,52 +58,8 @@ TOKENIZER_FILES = (
 )
 
 
-def add_arguments(parser) -> None:
-    """The options of `python -m repo_train export` (also keys of a `--config` file)."""
-    from typing import Literal
-
-    parser.add_import_option()  # a model whose position policy is the user's own
-    parser.add_argument("--checkpoint", type=str, required=True, help="Lightning .ckpt file or DeepSpeed directory")
-    parser.add_argument("--out", type=str, required=True, help="output HF directory (replaced if an earlier export)")
-    parser.add_argument(
-        "--tokenizer",
-        type=str | None,
-        help="directory whose tokenizer files are copied alongside (default: the tokenizer the run used)",
-    )
-    parser.add_argument(
-        "--no_tokenizer", "--no-tokenizer", action="store_true", help="export the weights without a tokenizer"
-    )
-    parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
-
-
-#: The manifest an export writes beside the weights: what `--out` must hold to be replaced by another export.
-EXPORT_MANIFEST = "export.json"
-
-
-def _is_export(directory: Path) -> bool:
-    try:
-        manifest = json.loads((directory / EXPORT_MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("written_by") == "python -m repo_train export"
-
-
-def check_out(out: str | Path) -> Path:
-    """`--out` may be new, empty, or an earlier export (its export.json; replaced whole); anything else (another
-    model's HF directory, a user's folder, a file, a link) is refused untouched (`repo_common.output_guard`)."""
-    return check_output_directory(
-        out,
-        EXPORT_MANIFEST,
-        "an earlier export",
-        is_ours=_is_export,
-        fix="pass a new directory path (or an earlier export's, which is replaced)",
-        replaced_whole=True,
-    )
-
-
 def run_tokenizer(state: dict) -> tuple[str, str] | None:
     """(location, where it was found) of the tokenizer the checkpoint's run used, or None (synthetic ids)."""
-    from repo_train.data import saved_source_options  # heavy: datasets + olmo_core, not at start-up
 
     data = state.get("datamodule_hyper_parameters") or {}
     train = saved_source_options(data.get("train") if isinstance(data, dict) else None)
@@ -113,9 +76,6 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
     """(files to copy, or a tokenizer object to save): refuses a tokenizer that is not there, does not load, or
     does not fit the model. A local directory's files are copied as they are; a hub name (a run whose data named
     one) is loaded from the Hugging Face cache and saved with save_pretrained."""
-    from transformers import AutoTokenizer  # heavy: keeps --help fast
-
-    from repo_train.data.text import tokenizer_vocab_size  # heavy: datasets + olmo_core, not at start-up
 
     directory = Path(location).expanduser()
     local = directory.exists()
@@ -164,10 +124,6 @@ def export_checkpoint(
 
     `tokenizer` None takes the run's own (see the module doc); `with_tokenizer=False` writes the weights alone.
     """
-    import torch  # heavy: keeps --help fast
-
-    from repo_train.checkpoints import load_lightning_checkpoint  # heavy: keeps --help fast (torch)
-    from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM  # heavy: keeps --help fast
 
     checkpoint = Path(checkpoint)
     out = check_out(out)
@@ -216,8 +172,7 @@ def export_checkpoint(
 
 
 def run(args, _parser=None) -> int:
-    if args.no_tokenizer and args.tokenizer is not None:
-        raise ValueError("--tokenizer and --no-tokenizer contradict each other: pass one of them")
+    """The `export` command, once `repo_train.cli` has parsed and checked its options."""
     model = export_checkpoint(
         args.checkpoint, args.out, args.tokenizer, args.dtype, with_tokenizer=not args.no_tokenizer
     )

@@ -35,7 +35,7 @@ from pathlib import Path
 from evaluation.results import RECORDS_FILE, load_summary, read_records
 from repo_common.atomic import atomic_directory
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.export import EXPORT_MANIFEST
+from repo_train.export_directory import EXPORT_MANIFEST
 from workflows import position_bias as recipe
 from workflows.assets import TINY_KV_DIP
 from workflows.commands import CommandRunner

@@ -39,7 +39,7 @@ import yaml
 from evaluation.results import load_summary
 from repo_common.atomic import atomic_directory, write_json_atomic
 from repo_common.config_cli import ConfigParser, parse_script
-from repo_train.export import EXPORT_MANIFEST
+from repo_train.export_directory import EXPORT_MANIFEST
 from workflows import position_bias as recipe
 from workflows.assets import TINY_KV_DIP, TINY_KV_DIP_CONTINUED
 from workflows.commands import CommandRunner, last_checkpoint, logged_train_losses

@@ -36,6 +36,7 @@ from repo_common.config_cli import SEED_LIMIT, ConfigParser
 from search.fitness import Score, SubsetWeights
 from search.ga import GAConfig
 from search.genome import SearchSpace
+from search.search_task import SET_BY_THE_SEARCH, item_parameter
 from search.typed_config import ConfigError, add_typed, instantiate, parse_typed
 
 __all__ = ["ConfigError", "SearchConfig", "load_config", "parse_search_args", "search_parser"]
@@ -113,8 +114,6 @@ class TaskConfig:
             )
         if self.name in BUILT_IN_TASKS and not self.params:
             return
-        from search.search_task import SET_BY_THE_SEARCH, item_parameter  # heavy: the task registry loads datasets
-
         key = item_parameter(self.name)  # a task the fitness can use, by a name or class_path that resolves
         set_here = [k for k in self.params if k in (*SET_BY_THE_SEARCH, key)]
         if set_here:

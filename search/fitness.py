@@ -86,6 +86,12 @@ class FitnessResult:
         return cls(float(data["overall"]), {k: float(v) for k, v in data.get("per_subset", {}).items()})
 
 
+def describe_result(result: dict[str, Any]) -> str:
+    """A `FitnessResult.to_json` in one line, as the search's summary and `search show` print it."""
+    parts = ", ".join(f"{k} {v:.3f}" for k, v in result["per_subset"].items())
+    return f"{result['overall']:.4f} ({parts})"
+
+
 @runtime_checkable
 class Fitness(Protocol):
     """Scores candidate scale vectors; higher is better.

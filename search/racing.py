@@ -57,7 +57,7 @@ from evaluation.statistics import bootstrap_ci
 from search.fitness import FitnessResult
 
 if TYPE_CHECKING:
-    from search.ga import FitnessCache
+    from search.fitness_cache import FitnessCache
     from search.genome import Genome, SearchSpace
 
 

@@ -704,7 +704,7 @@ def test_a_scale_file_of_another_model_applies_when_asked(tmp_path, capsys, one_
 
 def test_a_search_killed_before_its_first_generation_may_continue(tmp_path):
     """Only its own NAME.config.yaml (whose `out` is this scale file) may be there without a state file."""
-    from search.cli import check_search_outputs
+    from search.outputs import check_search_outputs
 
     scales = tmp_path / "scales"
     scales.mkdir()

@@ -18,7 +18,7 @@ import torch
 
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from workflows import cli
-from workflows.gpu_check import command, harness_tokens, positions, throughput
+from workflows.gpu_check import groups, harness_tokens, positions, throughput
 from workflows.gpu_check.method_cases import CASE_NAMES, CASES, MethodCase
 from workflows.gpu_check.rows import (
     FAIL,
@@ -128,7 +128,7 @@ def test_bad_options_are_one_line_errors(monkeypatch, capsys):
 def test_the_groups_run_on_the_cpu_standing_in_for_the_gpu(tmp_path, capsys):
     """What `run` does after its CUDA check, with device "cpu": the rows of two groups, every one passing."""
     options = SimpleNamespace(train_processes=1, seq_len=8, pairs=1, peak_tflops=None)
-    rows = command.run_checks("cpu", ["positions", "harness"], ["pi"], tmp_path, options)
+    rows = groups.run_checks("cpu", ["positions", "harness"], ["pi"], tmp_path, options)
     assert [row.name for row in rows] == [
         "pi: bf16 cpu vs fp32 cpu", "pi: kv-cache vs recompute", "pi: flash_attention_2 vs sdpa",
         "harness: greedy tokens cpu vs cpu", "harness: runner records cpu vs cpu",

@@ -458,7 +458,7 @@ def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, caps
 
 def test_data_a_loop_reads_is_checked_before_training(tmp_path, capsys):
     """Missing shard lists and --data-dir folders are machine problems: fatal for a real run, listed by a dry run."""
-    from workflows import loop_config
+    from workflows import loop_checks
 
     path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])
     train = yaml.safe_load((tmp_path / "train-rope.yaml").read_text())
@@ -472,7 +472,7 @@ def test_data_a_loop_reads_is_checked_before_training(tmp_path, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "data.val: the 'source:' form was replaced" in err and err.count("\n") == 1, err
     values = {"out": "o", "base": args.loop.base, "python": sys.executable}
-    problems = loop_config.machine_problems(args.loop, ROOT, values)
+    problems = loop_checks.machine_problems(args.loop, ROOT, values)
     missing = "data.train.init_args.mix_file: data/nowhere/mix.txt does not exist here"
     assert any(missing in p for p in problems), problems
     assert any(f"search.args: --data-dir {tmp_path / 'no-such-dir'} is not a directory" in p for p in problems)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 
 from repo_common.config_cli import deferred, dispatch
-from workflows.gpu_check import command as check_gpu
 
 #: The run commands' modules are imported only when that command runs (`deferred`): `--help` stays fast.
 COMMANDS = {
@@ -29,8 +28,8 @@ COMMANDS = {
     ),
     "check-gpu": (
         "prove the GPU paths (bf16, flash-attn 2, NCCL + DeepSpeed, harness, MFU): one table",
-        check_gpu.add_arguments,
-        check_gpu.run,
+        deferred("workflows.gpu_check.options", "add_arguments"),
+        deferred("workflows.gpu_check.options", "run"),
     ),
     "benchmark-calibrators": (
         "each training-free method's decode, total and memory cost against the baseline: one table",

@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from repo_common.launcher_watch import prctl_function, set_parent_death_signal
 from repo_common.output_guard import check_output_directory
 from repo_train.checkpoints import newest_last_checkpoint
-from repo_train.training.launcher_watch import prctl_function, set_parent_death_signal
 
 #: Lines of a command's output shown when it fails with its output sent to a log file.
 FAILURE_TAIL_LINES = 40

@@ -22,6 +22,10 @@ from pathlib import Path
 
 import yaml
 
+from repo_train.modeling.accounting import training_flops_per_token
+from repo_train.modeling.methods import resolve_position
+from repo_train.modeling.presets import preset
+
 #: H100 SXM dense bf16 peak, TFLOP/s (the train configs' throughput.peak_tflops_per_device).
 PEAK_TFLOPS = 989.0
 TRAIN_MFU = 0.40
@@ -38,13 +42,11 @@ GRID_POSITIONS = {"ends-20-50-80": 5, "quartiles": 5}
 
 
 def _preset(train_config: dict):
-    from repo_train.modeling import methods, presets  # heavy: the model core (torch); keeps quickstart --help fast
-
     model = train_config.get("model") or {}
     name = model.get("preset_name")
     if name is None:
         return None
-    return presets.preset(name, **methods.resolve_position(model.get("position", "repo")).model_config_fields())
+    return preset(name, **resolve_position(model.get("position", "repo")).model_config_fields())
 
 
 def option(args: Sequence[str], flag: str, value):
@@ -67,8 +69,6 @@ def training_hours(path: str | Path, args: Sequence[str], gpus: int) -> tuple[fl
     batch = data.get("global_batch_size")
     if model is None or not (steps and batch and seq_len):
         return None
-    from repo_train.modeling.accounting import training_flops_per_token  # heavy: torch; keeps quickstart --help fast
-
     peak = float((config.get("throughput") or {}).get("peak_tflops_per_device") or PEAK_TFLOPS)
     tokens = steps * batch * seq_len
     seconds = tokens * training_flops_per_token(model, seq_len) / (TRAIN_MFU * peak * 1e12 * gpus)

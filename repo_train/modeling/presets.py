@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 _DOLMA2_TOKENS = dict(vocab_size=100352, eos_token_id=100257, pad_token_id=100277, bos_token_id=None)
 
 
+def _config(fields: dict, overrides: dict) -> RePoOlmo2Config:
+    """The config of a preset's fields with `overrides`: transformers loads here, when a preset is built, not when
+    a parser lists PRESETS' names (`python -m repo_train demo --help`)."""
+    from repo_train.modeling.configuration import RePoOlmo2Config  # heavy: transformers; PRESETS' names without it
+
+    return RePoOlmo2Config(**{**fields, **overrides})
+
+
 def tiny(**overrides) -> RePoOlmo2Config:
     """A 4-layer, 64-wide OLMo-2 (about 0.1M parameters): seconds per step on a CPU."""
     fields = dict(
@@ -33,10 +41,7 @@ def tiny(**overrides) -> RePoOlmo2Config:
         eos_token_id=2,
         tie_word_embeddings=False,
     )
-    fields.update(overrides)
-    from repo_train.modeling.configuration import RePoOlmo2Config  # heavy: keeps --help fast (transformers)
-
-    return RePoOlmo2Config(**fields)
+    return _config(fields, overrides)
 
 
 def _olmo2(hidden: int, ffn: int, layers: int, heads: int, overrides: dict) -> RePoOlmo2Config:
@@ -53,10 +58,7 @@ def _olmo2(hidden: int, ffn: int, layers: int, heads: int, overrides: dict) -> R
         tie_word_embeddings=False,
         **_DOLMA2_TOKENS,
     )
-    fields.update(overrides)
-    from repo_train.modeling.configuration import RePoOlmo2Config  # heavy: keeps --help fast (transformers)
-
-    return RePoOlmo2Config(**fields)
+    return _config(fields, overrides)
 
 
 def olmo2_1b(**overrides) -> RePoOlmo2Config:

@@ -50,6 +50,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_common import user_code
 from repo_common.config_cli import take_flag
+from repo_common.launcher_watch import watch_launcher
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
@@ -70,7 +71,6 @@ from repo_train.training.checks import (
     moved_option_error,
 )
 from repo_train.training.datamodule import RePoDataModule
-from repo_train.training.launcher_watch import watch_launcher
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
 from repo_train.training.parse_errors import parse_error_line as plain_parse_error_line
 from repo_train.training.settings_checks import (

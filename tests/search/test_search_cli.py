@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from search.cli import main, output_paths, run_search
+from search.cli import main
 from search.config import ConfigError, SearchConfig, load_config
 from search.harness_fitness import HarnessFitness
+from search.outputs import output_paths
 from search.scale_file_writer import load_scale_file
+from search.search_run import run_search
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "search"

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from search.cli import check_search_outputs, main
+from search.cli import main
 from search.config import ConfigError, SearchConfig, load_config, parse_search_args
 from search.ga import SearchState
+from search.outputs import check_search_outputs
 from search.racing import RacingConfig
 
 ROOT = Path(__file__).resolve().parents[2]

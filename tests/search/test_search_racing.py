@@ -8,7 +8,8 @@ import pytest
 
 from search.config import ConfigError, SearchConfig
 from search.fitness import FitnessResult, SyntheticFitness, SyntheticQuestionFitness
-from search.ga import FitnessCache, GAConfig, SearchState, run
+from search.fitness_cache import FitnessCache
+from search.ga import GAConfig, SearchState, run
 from search.genome import CurveGenome, SearchSpace
 from search.racing import RacingConfig, cannot_beat, race
 from search.scale_file_writer import ScaleFile, load_scale_file, search_section, write_scale_file

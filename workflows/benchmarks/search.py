@@ -39,9 +39,8 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from repo_common.config_cli import ConfigParser, deferred, script_options
 from search.fitness import Score
-from search.racing import RacingConfig
 from workflows.assets import TINY_KV_DIP
-from workflows.benchmarks.search_report import combine, finish, kept_seeds, print_seed, read_reports
+from workflows.benchmarks.search_report import combine, finish, kept_seeds, print_seed, racing_config, read_reports
 
 PROG = "python -m workflows benchmark-search"
 #: The checkout, where the default model and search config are.
@@ -119,12 +118,6 @@ def check_options(args: argparse.Namespace) -> None:
     if not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)")
     racing_config(args)  # its one-line checks
-
-
-def racing_config(args: argparse.Namespace) -> RacingConfig:
-    return RacingConfig(
-        tuple(args.fractions), args.confidence, min_questions=args.min_questions, exact_bound=args.exact_bound
-    )
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:

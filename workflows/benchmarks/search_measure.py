@@ -15,8 +15,7 @@ from search.config import load_config
 from search.ga import GAConfig, SearchState, run
 from search.harness_fitness import HarnessFitness
 from search.prepare import decode_settings, load_search_model, task_parameters
-from workflows.benchmarks.search import racing_config
-from workflows.benchmarks.search_report import VARIANTS, print_seed, write_report
+from workflows.benchmarks.search_report import VARIANTS, print_seed, racing_config, write_report
 
 
 class HeldOut:

@@ -1,4 +1,5 @@
-"""`python -m workflows benchmark-search`'s reports: printed per seed and over seeds, written as JSON, combined."""
+"""`python -m workflows benchmark-search`'s reports (printed per seed and over seeds, written as JSON, combined) and
+the settings they record (the racing variant's included)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from repo_common.atomic import write_json_atomic
 from repo_common.json_files import read_json_object
+from search.racing import RacingConfig
 
 PROG = "python -m workflows benchmark-search"
 
@@ -133,6 +135,13 @@ def read_reports(paths: list[str], option: str = "--combine") -> dict:
     first = {k: v for k, v in first.items() if k not in PER_ROUND_SETTINGS}
     settings = {**first, "seeds": seeds, "combined_from": [str(Path(path)) for path in paths]}
     return {"settings": settings, "seeds": results, "summary": overall_summary(results)}
+
+
+def racing_config(args: argparse.Namespace) -> RacingConfig:
+    """The racing variant's settings, from the options (checked by the options' check, used by the measuring)."""
+    return RacingConfig(
+        tuple(args.fractions), args.confidence, min_questions=args.min_questions, exact_bound=args.exact_bound
+    )
 
 
 def run_settings(args: argparse.Namespace) -> dict:

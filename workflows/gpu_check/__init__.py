@@ -3,6 +3,7 @@
 Each check is a function of a `device` that returns table rows
 (`gpu_check.rows`): the position methods (`positions`), the harness's
 decoding (`harness_tokens`), Lightning + DeepSpeed training (`training_run`)
-and the throughput of a 1B-shaped step (`throughput`). `command` runs them on
-CUDA and prints the table; the tests run the cheap ones with device="cpu".
+and the throughput of a 1B-shaped step (`throughput`). `options` declares the
+command's options, `command` checks for CUDA and prints the table, `groups`
+runs the checks; the tests run the cheap ones with device="cpu".
 """

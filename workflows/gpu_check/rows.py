@@ -5,6 +5,7 @@ threshold (`within`), a row that could not run for a stated reason (flash-attn
 not installed) is a skip, and a check that raised is a failed row carrying the
 error's one-line message (`guarded`), so one broken path never hides the others.
 The exit code is 0 only when no row failed: skips are stated, not failures.
+`chosen` reads the options that name checks and methods (`--checks`, `--methods`).
 """
 
 from __future__ import annotations
@@ -110,3 +111,13 @@ def render_table(rows: Sequence[Row]) -> str:
     verdict = "all checks passed" if exit_code(rows) == 0 else "SOME CHECKS FAILED"
     lines.append(f"\n{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped: {verdict}")
     return "\n".join(lines)
+
+
+def chosen(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
+    """The names of a comma-separated option, in order, each checked against `allowed` (a ValueError names the bad)."""
+    names = list(dict.fromkeys(name.strip() for name in str(text).split(",") if name.strip()))
+    unknown = [name for name in names if name not in allowed]
+    if unknown or not names:
+        raise ValueError(f"{option} {text!r}: {'unknown ' + str(unknown) if unknown else 'empty'}; "
+                         f"choose comma-separated names from {list(allowed)}")  # fmt: skip
+    return names

@@ -20,7 +20,9 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM
 
+from repo_train.data.synthetic import SyntheticDataset
 from repo_train.export import export_checkpoint
+from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG
 from workflows.commands import CommandRunner, last_checkpoint, logged_train_losses
 from workflows.gpu_check.rows import FAIL, PASS, Row, at_least, relative_difference, within
 
@@ -36,8 +38,6 @@ GLOBAL_BATCH = 8
 
 def train_config(device: str, root: Path, processes: int) -> dict:
     """The `fit` config of run A (run B adds `--ckpt_path` and another root)."""
-    from repo_train.training.strategies import DEFAULT_ZERO2_CONFIG  # heavy: Lightning, only for the training group
-
     cuda = device.startswith("cuda")
     strategy = "pytorch_lightning.strategies.DeepSpeedStrategy" if cuda else \
         "repo_train.training.strategies.CPUDeepSpeedStrategy"  # fmt: skip
@@ -124,8 +124,6 @@ def export_row(checkpoint: Path, out: Path, losses: list[float]) -> Row:
     Its loss on the synthetic corpus must be nearer the last training losses
     than the first (below their midpoint).
     """
-    from repo_train.data.synthetic import SyntheticDataset  # heavy: datasets + olmo_core, only for the training group
-
     export_checkpoint(checkpoint, out)
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     batch = torch.stack([SyntheticDataset(num_samples=GLOBAL_BATCH, seed=7)[i]["input_ids"]

@@ -14,9 +14,9 @@ import torch
 
 from evaluation.model_loading import load_model, place_model
 from repo_common.atomic import write_json_atomic
-from workflows.lm_eval_crosscheck.command import COMMAND
 from workflows.lm_eval_crosscheck.generations import crosscheck
 from workflows.lm_eval_crosscheck.loglik import crosscheck_loglik
+from workflows.lm_eval_crosscheck.names import COMMAND
 from workflows.lm_eval_crosscheck.ours import TASK, length_budget, prepare, task_params
 
 

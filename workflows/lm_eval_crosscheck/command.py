@@ -56,8 +56,8 @@ from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid
 from repo_common.config_cli import deferred, script_options
 from repo_common.output_guard import check_output_file
 from repo_train.real_model import DEFAULT_OUT
+from workflows.lm_eval_crosscheck.names import COMMAND
 
-COMMAND = "python -m workflows crosscheck-lm-eval"
 DEFAULT_MODEL = DEFAULT_OUT  # where python -m repo_train real-model writes
 #: A report larger than this is not one of ours (it is not read to find out).
 MAX_REPORT_BYTES = 256 * 2**20

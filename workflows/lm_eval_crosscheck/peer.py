@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from evaluation.methods.decoding import DecodeSettings
-from workflows.lm_eval_crosscheck.command import COMMAND
+from workflows.lm_eval_crosscheck.names import COMMAND
 
 LM_EVAL_HINT = "lm-eval is not installed: scripts/setup.sh --real (or pip install -e '.[crosscheck]')"
 

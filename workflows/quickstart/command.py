@@ -13,7 +13,7 @@ from jsonargparse import Namespace
 from repo_common.config_cli import ConfigParser
 from repo_common.output_guard import check_output_directory, require_path
 from repo_common.run_lock import RunLockedError, run_lock
-from workflows import loop_config
+from workflows.loop_checks import machine_problems
 from workflows.quickstart.loop_file import loop_steps
 from workflows.quickstart.options import PROG, ROOT, resolve
 from workflows.quickstart.tiny_loop import tiny_loop
@@ -59,7 +59,7 @@ def run_config(args: Namespace, out: Path) -> None:
         "out": str(out), "base": config.base, "python": sys.executable, "data_dir": config.data_dir or "",
         "gpus": str(config.gpus),
     }  # fmt: skip
-    problems = loop_config.machine_problems(config, ROOT, values)
+    problems = machine_problems(config, ROOT, values)
     if problems and not args.dry_run:
         raise SystemExit("\n".join(problems))
     out.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ from pathlib import Path
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_common.config_cli import ConfigParser, dump_config, take_flag
+from repo_common.config_cli import ConfigParser, deferred, dump_config, take_flag
 from search.cli import COMMANDS as SEARCH_COMMANDS
 from search.config import config_from_options
 from workflows import loop_config
@@ -61,6 +61,10 @@ BASE = TINY_KV_DIP
 PAIR = TINY_KV_DIP_CONTINUED
 #: Options of the built-in tiny loop; a loop file (train/search/evaluate sections) sets the run, so they are refused.
 TINY_OPTIONS = ("steps", "lr", "eval_examples", "fim_examples", "generations", "population", "pair")
+#: A loop file's checks that load fit's parser and the harness (workflows/loop_checks.py): imported only once a
+#: loop file is given, so `--help` stays fast.
+_check_training = deferred("workflows.loop_checks", "check_training")
+_check_evaluations = deferred("workflows.loop_checks", "check_evaluations")
 
 
 def add_arguments(parser: ConfigParser) -> None:
@@ -168,8 +172,8 @@ def resolve(args: Namespace, parser: ConfigParser) -> Namespace:
                 data_dir=args.data_dir,
             )  # fmt: skip
             loop_config.check_files(args.loop, ROOT)
-            loop_config.check_training(args.loop, ROOT)  # each train config as `fit` parses it, before any training
-            loop_config.check_evaluations(args.loop)  # every method, task and option the evaluations will pass
+            _check_training(args.loop, ROOT)  # each train config as `fit` parses it, before any training
+            _check_evaluations(args.loop)  # every method, task and option the evaluations will pass
             check_search(args.loop)
         except ValueError as err:
             parser.fail(f"{name}: {err}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from repo_train.checkpoints import newest_last_checkpoint
-from search.cli import output_paths
+from search.outputs import output_paths
 
 
 def training_resume(run_dir: Path) -> list[str] | None:

@@ -50,11 +50,8 @@ from repo_train.real_model import COMMAND as REAL_MODEL_COMMAND
 from repo_train.real_model import DEFAULT_OUT
 from repo_train.real_model import check_out as check_model_out
 from workflows.commands import check_run_directory
+from workflows.real_model_study.names import DESCRIPTIONS, ROOT
 
-COMMAND = "python -m workflows study-real-model"
-#: The header of OUT/commands.sh (names this command), and that of the studies of scripts/study_real_model.py.
-DESCRIPTIONS = (f"Commands of {COMMAND}, in order.", "Commands of scripts/study_real_model.py, in order.")
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lost_in_the_middle" / "nq-open-oracle.first2000.jsonl.gz"
 
 #: Sizes: documents, eval questions, FiM/Attention-Buckets questions, attention-bias questions, search questions,

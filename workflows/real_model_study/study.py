@@ -16,9 +16,9 @@ from repo_common.atomic import write_json_atomic, write_text_atomic
 from repo_common.config_cli import dump_config, script_config
 from workflows.commands import CommandRunner
 from workflows.real_model_study.bias import measure_bias
-from workflows.real_model_study.command import DESCRIPTIONS, ROOT
 from workflows.real_model_study.data import split_data
 from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command, search_config
+from workflows.real_model_study.names import DESCRIPTIONS, ROOT
 from workflows.real_model_study.report import fmt_minutes, method_rows, plot, report
 from workflows.real_model_study.speed import BUDGET_SECONDS, measure_speed, projected_seconds
 from workflows.real_model_study.verdicts import claims

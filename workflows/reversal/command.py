@@ -22,15 +22,10 @@ run's output goes to OUT/logs/. Docs: docs/reproductions.md.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from repo_common.config_cli import deferred, script_options
 from workflows.commands import check_run_directory
-
-COMMAND = "python -m workflows reproduce-reversal"
-#: The header of OUT/commands.sh (names this command), and that of the runs of scripts/reproduce_reversal.py.
-DESCRIPTIONS = (f"The commands {COMMAND} ran, in order.", "The commands scripts/reproduce_reversal.py ran, in order.")
-ROOT = Path(__file__).resolve().parents[2]
+from workflows.reversal.names import DESCRIPTIONS
 
 ALL_METHODS = ("nope", "rope", "repo")
 

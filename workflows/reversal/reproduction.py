@@ -15,7 +15,7 @@ from evaluation.tasks.reversal_tokenizer import reversal_tokenizer
 from repo_common.atomic import write_text_atomic
 from repo_common.config_cli import dump_config, script_config
 from workflows.commands import CommandRunner
-from workflows.reversal.command import DESCRIPTIONS, ROOT
+from workflows.reversal.names import DESCRIPTIONS, ROOT
 from workflows.reversal.report import results_markdown, write_results
 from workflows.reversal.results import failure_modes, per_length_accuracy
 from workflows.reversal.training import held_out_sequences, run_one, write_training_data

@@ -1,7 +1,7 @@
 """A killed launcher takes its training workers with it (issue 13: torchrun killed with SIGKILL).
 
 Before, `kill -9 <torchrun>` left both workers training and writing
-checkpoints. `repo_train.training.launcher_watch` makes each launched worker
+checkpoints. `repo_common.launcher_watch` makes each launched worker
 end with its launcher: prctl(PR_SET_PDEATHSIG, SIGKILL) on Linux, a thread
 that watches the parent pid elsewhere. The fast tests load the module alone
 (stdlib only) in small processes; the slow one kills a real 2-process
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-WATCH_PY = ROOT / "repo_train" / "training" / "launcher_watch.py"
+from repo_common import launcher_watch
+
+WATCH_PY = Path(launcher_watch.__file__)
 
 #: A stand-in launcher: starts one worker that calls watch_launcher() and then sleeps; prints the worker's pid.
 LAUNCHER = textwrap.dedent(
@@ -79,13 +80,9 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_plain_process_is_not_watched():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("launcher_watch", WATCH_PY)  # without Lightning's import time
-    watch = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(watch)
-    assert watch.watch_launcher(environ={}) is None
-    assert watch.launched_worker({"TORCHELASTIC_RUN_ID": "x"}) and watch.launched_worker({"LOCAL_RANK": "1"})
+    assert launcher_watch.watch_launcher(environ={}) is None
+    assert launcher_watch.launched_worker({"TORCHELASTIC_RUN_ID": "x"})
+    assert launcher_watch.launched_worker({"LOCAL_RANK": "1"})
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl")
