@@ -56,6 +56,9 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["lm-eval"]:  # lm-eval's own CLI parses the rest, unchanged (evaluation.lm_eval_command)
+        return deferred("evaluation.lm_eval_command", "main")(args[1:])
     return dispatch(
         "python -m evaluation",
         "Evaluate a model, with training-free position methods, on long-context tasks with the relevant item "
