@@ -181,3 +181,12 @@ def test_a_repo_checkpoint_evaluates_through_it(lm_eval_api, tmp_path, folders):
     with pytest.raises(module.MethodRefused, match="'repo' policy") as refusal:
         module.RepoTrainLM(pretrained=str(checkpoint), method="pi:scale=2", dtype="float32", device="cpu")
     assert "\n" not in str(refusal.value)
+
+
+def test_sampling_is_refused_where_the_greedy_loop_decodes(lm_eval_api, folders):
+    _, _, module = lm_eval_api
+    lm = module.RepoTrainLM(pretrained=str(folders["plain"]), method="ms_poe", dtype="float32", device="cpu")
+    context = torch.tensor([[40, 41, 42]])
+    with pytest.raises(module.MethodRefused, match="decodes greedily") as refusal:
+        lm._model_generate(context, 6, ["\n"], attention_mask=torch.ones_like(context), do_sample=True, temperature=0.7)
+    assert "\n" not in str(refusal.value)
