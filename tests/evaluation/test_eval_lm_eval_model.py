@@ -95,15 +95,30 @@ def test_baseline_is_lm_evals_hf_bit_for_bit_and_the_results_name_stack_and_vers
     assert ours["config"]["repo_train_version"] == repo_train.__version__
 
 
-def test_pi_equals_transformers_linear_rope_scaling(lm_eval_api, folders, hf_plain):
-    theirs = evaluate(lm_eval_api, folders, "hf", f"pretrained={folders['linear']},dtype=float32")
+@pytest.fixture(scope="module")
+def hf_linear(lm_eval_api, folders):
+    return evaluate(lm_eval_api, folders, "hf", f"pretrained={folders['linear']},dtype=float32")
+
+
+def test_pi_equals_transformers_linear_rope_scaling(lm_eval_api, folders, hf_plain, hf_linear):
     ours = evaluate(
         lm_eval_api, folders, "repo-train", f"pretrained={folders['plain']},dtype=float32,method=pi:scale=2"
     )
-    assert relative_gap(loglikelihoods(theirs), loglikelihoods(hf_plain)) > 1e-3  # the twin really is scaled
-    assert relative_gap(loglikelihoods(ours), loglikelihoods(theirs)) <= 1e-6
-    assert generations(ours) == generations(theirs)
+    assert relative_gap(loglikelihoods(hf_linear), loglikelihoods(hf_plain)) > 1e-3  # the twin really is scaled
+    assert relative_gap(loglikelihoods(ours), loglikelihoods(hf_linear)) <= 1e-6
+    assert generations(ours) == generations(hf_linear)
     assert ours["config"]["repo_train_method"] == "pi:scale=2"
+
+
+def test_a_uniform_lpes_scale_file_equals_linear_rope_scaling(lm_eval_api, folders, hf_linear, tmp_path):
+    scale_file = tmp_path / "uniform.json"
+    scale_file.write_text(json.dumps({"format_version": 1, "num_layers": 4, "scales": [2.0] * 4}))
+    args = f"pretrained={folders['plain']},dtype=float32,method=lpes:scale_file={scale_file}"
+    ours = evaluate(lm_eval_api, folders, "repo-train", args, tasks=["tiny_gen", "tiny_mc"])
+    assert generations(ours) == generations(hf_linear)
+    theirs = loglikelihoods(hf_linear)[:15]  # tiny_mc's, in the same order
+    assert relative_gap(loglikelihoods(ours), theirs) <= 1e-6
+    assert ours["config"]["repo_train_method"] == f"lpes:scale_file={scale_file}"
 
 
 def test_the_decode_loop_path_equals_hf(lm_eval_api, folders, hf_plain):
