@@ -44,6 +44,10 @@ NEEDS_DOCUMENT_SPANS = {
 PER_BATCH_HOOKS = ("start", "finish", "prefill_position_ids", "process_logits", "row_groups")
 
 
+#: Generation keywords the project's greedy loop honours (sampling ones only when they ask for no sampling).
+GREEDY_KWARGS = frozenset({"do_sample", "temperature", "top_p", "top_k"})
+
+
 class MethodRefused(ValueError):
     """A method stack (or a request to it) this model cannot run faithfully; one line saying why."""
 
@@ -105,10 +109,12 @@ class RepoTrainLM(HFLM):
         if not self.needs_loop:
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
         mask = generation_kwargs.pop("attention_mask", None)
-        if generation_kwargs.get("do_sample") or generation_kwargs.get("temperature", 0.0) > 0:
+        sampling = generation_kwargs.get("do_sample") or (generation_kwargs.get("temperature") or 0.0) > 0
+        other = sorted(set(generation_kwargs) - GREEDY_KWARGS)
+        if sampling or other:
             raise MethodRefused(
-                f"method {self.method_stack.label!r} decodes greedily in the project's loop; drop do_sample / "
-                "temperature from the task's generation_kwargs (or --gen_kwargs)"
+                f"method {self.method_stack.label!r} decodes greedily in the project's loop, which takes no "
+                f"{other or 'do_sample / temperature'}; drop them from the task's generation_kwargs (or --gen_kwargs)"
             )
         if mask is None:
             mask = torch.ones_like(context)

@@ -202,6 +202,29 @@ def test_sampling_is_refused_where_the_greedy_loop_decodes(lm_eval_api, folders)
     _, _, module = lm_eval_api
     lm = module.RepoTrainLM(pretrained=str(folders["plain"]), method="ms_poe", dtype="float32", device="cpu")
     context = torch.tensor([[40, 41, 42]])
-    with pytest.raises(module.MethodRefused, match="decodes greedily") as refusal:
+    with pytest.raises(module.MethodRefused, match="decodes greedily in the project.s loop") as refusal:
         lm._model_generate(context, 6, ["\n"], attention_mask=torch.ones_like(context), do_sample=True, temperature=0.7)
     assert "\n" not in str(refusal.value)
+
+
+def test_the_published_repo_layout_keeps_its_repo_weights(lm_eval_api, tmp_path):
+    """`olmo2` + `pe_config` (the published RePo directories): the plain Auto class would drop the predictors."""
+    _, _, module = lm_eval_api
+    checkpoint = repo_model(tmp_path)
+    published = tmp_path / "published"
+    shutil.copytree(checkpoint, published)
+    config = json.loads((published / "config.json").read_text())
+    start = config.pop("repo_start_layer")
+    for key in ("position_method", "repo_hidden_size"):
+        config.pop(key, None)
+    config.update(
+        model_type="olmo2", pe_config={"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": start}
+    )
+    (published / "config.json").write_text(json.dumps(config))
+    ours, saved = (
+        module.RepoTrainLM(pretrained=str(path), dtype="float32", device="cpu") for path in (published, checkpoint)
+    )
+    assert type(ours.model).__name__ == "RePoOlmo2ForCausalLM"
+    ids = torch.tensor([[40, 41, 42, 43, 44]])
+    with torch.no_grad():
+        assert torch.equal(ours.model(ids).logits, saved.model(ids).logits)
