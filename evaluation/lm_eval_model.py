@@ -29,7 +29,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 import repo_train
-from evaluation.methods.base import Method, MethodStack, parse_method_spec, split_stack_spec
+from evaluation.methods.base import Method, MethodStack, parse_method_spec, spec_fields, split_stack_spec
 from evaluation.methods.decoding import TokenizedPrompt, collate, generate_batch, score_continuations
 from evaluation.run_config import DecodeSettings
 from repo_train.modeling import RePoOlmo2ForCausalLM
@@ -74,6 +74,18 @@ def checked_stack(spec: str) -> MethodStack:
         raise MethodRefused(f"method={spec!r}: {err}") from err
 
 
+def _check_unquoted_parameters(stack: MethodStack, model_args: dict[str, Any]) -> None:
+    """lm-eval splits `--model_args` at commas: `method=ms_poe:min_ratio=1.2,max_ratio=1.8` reaches us as
+    method `ms_poe:min_ratio=1.2` plus a model argument `max_ratio`. Refused, naming the quoting that works."""
+    names = {f.name for method in stack.methods for f in spec_fields(type(method))}
+    stray = sorted(names & set(model_args))
+    if stray:
+        raise MethodRefused(
+            f"model argument(s) {stray} are parameters of method {stack.label!r}: lm-eval splits --model_args at "
+            'commas, so quote a spec with several parameters: method="ms_poe:min_ratio=1.2,max_ratio=1.8"'
+        )
+
+
 def _is_published_repo(config) -> bool:
     """A published RePo directory: `olmo2` with a `pe_config`, whose REPO weights only our class keeps."""
     return getattr(config, "model_type", None) == "olmo2" and getattr(config, "pe_config", None) is not None
@@ -85,6 +97,7 @@ class RepoTrainLM(HFLM):
 
     def __init__(self, pretrained: Any, method: str = "baseline", **kwargs: Any) -> None:
         stack = checked_stack(str(method))  # before any weights load: a refusal comes in a second
+        _check_unquoted_parameters(stack, kwargs)
         super().__init__(pretrained=pretrained, **kwargs)
         self.method_stack = stack
         self.needs_loop = any(acts_per_batch(m) for m in stack.methods)

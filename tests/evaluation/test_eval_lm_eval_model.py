@@ -132,12 +132,14 @@ def test_the_decode_loop_path_equals_hf(lm_eval_api, folders, hf_plain):
     assert relative_gap(loglikelihoods(ours), loglikelihoods(hf_plain)) <= 1e-6
 
 
-def test_ms_poe_runs_in_all_three_request_types(lm_eval_api, folders, hf_plain):
-    ours = evaluate(lm_eval_api, folders, "repo-train", f"pretrained={folders['plain']},dtype=float32,method=ms_poe")
+@pytest.mark.parametrize("spec", ["ms_poe", "attention_buckets:bases=10000|20000"])
+def test_per_batch_methods_run_in_all_three_request_types(lm_eval_api, folders, hf_plain, spec):
+    args = f"pretrained={folders['plain']},dtype=float32,method={spec}"
+    ours = evaluate(lm_eval_api, folders, "repo-train", args)
     values = loglikelihoods(ours)
     assert all(math.isfinite(v) and v < 0 for v in values) and len(generations(ours)) == 5
-    assert relative_gap(values, loglikelihoods(hf_plain)) > 1e-4  # its per-head scaling acted
-    assert ours["config"]["repo_train_method"].startswith("ms_poe:")
+    assert relative_gap(values, loglikelihoods(hf_plain)) > 1e-4  # the method acted
+    assert ours["config"]["repo_train_method"].startswith(spec.partition(":")[0] + ":")
 
 
 def test_pcd_generates_but_refuses_loglikelihood_in_one_line(lm_eval_api, folders):
@@ -154,6 +156,14 @@ def test_document_span_methods_are_refused_before_any_load(lm_eval_api, spec):
     _, _, module = lm_eval_api
     with pytest.raises(module.MethodRefused, match="no document spans") as refusal:
         module.RepoTrainLM(pretrained="/nonexistent/model", method=spec)  # no such directory: nothing loaded
+    assert "\n" not in str(refusal.value)
+
+
+def test_an_unquoted_multi_parameter_spec_is_refused_naming_the_quoting(lm_eval_api):
+    """lm-eval splits --model_args at commas outside quotes: the second parameter would become a model argument."""
+    _, _, module = lm_eval_api
+    with pytest.raises(module.MethodRefused, match=r"\['max_ratio'\].*quote") as refusal:
+        module.RepoTrainLM(pretrained="/nonexistent/model", method="ms_poe:min_ratio=1.2", max_ratio=1.8)
     assert "\n" not in str(refusal.value)
 
 
