@@ -167,7 +167,15 @@ def test_an_unquoted_multi_parameter_spec_is_refused_naming_the_quoting(lm_eval_
     assert "\n" not in str(refusal.value)
 
 
-def test_the_command_passes_argv_to_lm_eval_and_writes_the_stack(folders, tmp_path, capsys):
+@pytest.fixture
+def quiet_lm_eval_logging(lm_eval_api, monkeypatch):
+    """lm-eval's `setup_logging` binds a handler to the stderr of its first call (here pytest's capture, closed
+    after the test): later tests' lm-eval logs would hit a closed stream. Its own logging is not under test."""
+    monkeypatch.setattr(lm_eval_api[2], "setup_logging", lambda: None)
+
+
+@pytest.mark.usefixtures("quiet_lm_eval_logging")
+def test_the_command_passes_argv_to_lm_eval_and_writes_the_stack(folders, tmp_path):
     out = tmp_path / "results"
     argv = ["lm-eval", "run", "--model", "repo-train", "--model_args",
             f"pretrained={folders['plain']},dtype=float32,method=pi:scale=2", "--include_path", str(folders["tasks"]),
@@ -179,6 +187,7 @@ def test_the_command_passes_argv_to_lm_eval_and_writes_the_stack(folders, tmp_pa
     assert config["repo_train_method"] == "pi:scale=2" and config["repo_train_version"]
 
 
+@pytest.mark.usefixtures("quiet_lm_eval_logging")
 def test_the_command_refuses_caliope_in_one_line_with_exit_2(folders, capsys):
     argv = ["lm-eval", "run", "--model", "repo-train", "--model_args", "pretrained=/nonexistent/model,method=caliope",
             "--include_path", str(folders["tasks"]), "--tasks", "tiny_mc", "--device", "cpu"]  # fmt: skip
