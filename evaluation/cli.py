@@ -12,6 +12,8 @@ end with one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import sys
+
 from repo_common.config_cli import ConfigParser, deferred, dispatch
 
 
