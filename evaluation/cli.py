@@ -12,6 +12,8 @@ end with one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import sys
+
 from repo_common.config_cli import ConfigParser, deferred, dispatch
 
 
@@ -56,6 +58,9 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["lm-eval"]:  # lm-eval's own CLI parses the rest, unchanged (evaluation.lm_eval_command)
+        return deferred("evaluation.lm_eval_command", "main")(args[1:])
     return dispatch(
         "python -m evaluation",
         "Evaluate a model, with training-free position methods, on long-context tasks with the relevant item "
