@@ -34,6 +34,7 @@ OPTIONAL = {
     "flash_attn": ("flash", "flash-attn"),  # CUDA-only kernel; never built on a CPU box
     "gguf": ("real", "gguf"),  # python -m repo_train real-model reads the GGUF file through transformers
     "accelerate": ("real", "accelerate"),  # transformers' GGUF loading asks for it
+    "lm_eval": ("crosscheck", "lm-eval"),  # the lm-eval model backend and the cross-check against lm-eval's HF model
 }
 #: Probed packages that no extra can declare, each with the reason and how it is installed.
 INSTALLED_BY_SETUP = {
@@ -41,8 +42,8 @@ INSTALLED_BY_SETUP = {
     "since its declared dependencies pull llm and a llama.cpp build the project does not use",
 }
 
-#: Extras that are not package dependencies (tools of the test suite, the linter, the peer cross-check).
-TOOL_EXTRAS = {"dev", "crosscheck"}
+#: Extras that are not package dependencies (tools of the test suite and the linter).
+TOOL_EXTRAS = {"dev"}
 
 
 def _normalize(name: str) -> str:
