@@ -110,6 +110,7 @@ def test_pi_equals_transformers_linear_rope_scaling(lm_eval_api, folders, hf_pla
     assert ours["config"]["repo_train_method"] == "pi:scale=2"
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 def test_a_uniform_lpes_scale_file_equals_linear_rope_scaling(lm_eval_api, folders, hf_linear, tmp_path):
     scale_file = tmp_path / "uniform.json"
     scale_file.write_text(json.dumps({"format_version": 1, "num_layers": 4, "scales": [2.0] * 4}))
@@ -121,6 +122,7 @@ def test_a_uniform_lpes_scale_file_equals_linear_rope_scaling(lm_eval_api, folde
     assert ours["config"]["repo_train_method"] == f"lpes:scale_file={scale_file}"
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 def test_the_decode_loop_path_equals_hf(lm_eval_api, folders, hf_plain):
     """What per-batch methods (Ms-PoE, PCD, Attention Buckets) run through: the project's greedy loop for
     generate_until, its teacher forcing for log-likelihoods. With nothing attached it must give hf's answers."""
@@ -132,6 +134,7 @@ def test_the_decode_loop_path_equals_hf(lm_eval_api, folders, hf_plain):
     assert relative_gap(loglikelihoods(ours), loglikelihoods(hf_plain)) <= 1e-6
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 @pytest.mark.parametrize("spec", ["ms_poe", "attention_buckets:bases=10000|20000"])
 def test_per_batch_methods_run_in_all_three_request_types(lm_eval_api, folders, hf_plain, spec):
     args = f"pretrained={folders['plain']},dtype=float32,method={spec}"
@@ -142,6 +145,7 @@ def test_per_batch_methods_run_in_all_three_request_types(lm_eval_api, folders, 
     assert ours["config"]["repo_train_method"].startswith(spec.partition(":")[0] + ":")
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 def test_pcd_generates_but_refuses_loglikelihood_in_one_line(lm_eval_api, folders):
     _, _, module = lm_eval_api
     args = f"pretrained={folders['plain']},dtype=float32,method=pcd"
@@ -174,6 +178,7 @@ def quiet_lm_eval_logging(lm_eval_api, monkeypatch):
     monkeypatch.setattr(lm_eval_api[2], "setup_logging", lambda: None)
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 @pytest.mark.usefixtures("quiet_lm_eval_logging")
 def test_the_command_passes_argv_to_lm_eval_and_writes_the_stack(folders, tmp_path):
     out = tmp_path / "results"
@@ -187,6 +192,7 @@ def test_the_command_passes_argv_to_lm_eval_and_writes_the_stack(folders, tmp_pa
     assert config["repo_train_method"] == "pi:scale=2" and config["repo_train_version"]
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 @pytest.mark.usefixtures("quiet_lm_eval_logging")
 def test_the_command_refuses_caliope_in_one_line_with_exit_2(folders, capsys):
     argv = ["lm-eval", "run", "--model", "repo-train", "--model_args", "pretrained=/nonexistent/model,method=caliope",
@@ -204,6 +210,7 @@ def test_a_missing_lm_eval_is_one_line_naming_the_extra(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == command.MISSING and "pip install -e '.[crosscheck]'" in command.MISSING
 
 
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 def test_a_repo_checkpoint_evaluates_through_it(lm_eval_api, tmp_path, folders):
     """A `repo_olmo2` directory (save_pretrained) loads and scores as `hf` scores it; `pi` is refused there in
     one line, as the project refuses it (REPO layers learn their positions: there is no RoPE angle to scale)."""
