@@ -67,5 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         "at each position; write per-example records, a summary, plots and a report.",
         COMMANDS,
         argv,
+        more_commands={"lm-eval": "lm-evaluation-harness's own CLI, with --model repo-train: its tasks on these methods"},
         resolves_config={"run", "calibrate-fim"},
     )
