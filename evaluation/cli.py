@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         "at each position; write per-example records, a summary, plots and a report.",
         COMMANDS,
         argv,
-        more_commands={"lm-eval": "lm-evaluation-harness's own CLI, with --model repo-train: its tasks on these methods"},
+        more_commands={
+            "lm-eval": "lm-evaluation-harness's own CLI, with --model repo-train: its tasks on these methods"
+        },
         resolves_config={"run", "calibrate-fim"},
     )

@@ -179,9 +179,7 @@ def test_the_study_takes_its_own_earlier_output(tmp_path, description):
 def test_the_reversal_takes_its_own_earlier_output(tmp_path, description):
     out = _earlier_run(tmp_path / "reversal", description)
     (out / "runs.json").write_text("{}")
-    assert parse_args("reproduce-reversal", [*REVERSAL[1:], "--out", str(out)]).out == str(
-        out
-    )
+    assert parse_args("reproduce-reversal", [*REVERSAL[1:], "--out", str(out)]).out == str(out)
 
 
 def test_the_crosscheck_takes_its_own_earlier_report(tmp_path):

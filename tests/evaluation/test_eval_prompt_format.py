@@ -5,9 +5,9 @@ import re
 
 import pytest
 
+from evaluation import prompt_format
 from evaluation.generation import DecodeSettings
 from evaluation.model_loading import tiny_default
-from evaluation import prompt_format
 from evaluation.prompt_format import PromptFormat, chat_template_notice
 from evaluation.runner import RunConfig, prepare_task, run
 
@@ -78,11 +78,15 @@ def test_a_tokenizer_without_a_template_is_refused_in_one_line():
     [
         ("{% for m in messages %}{{ m['content'] }", None, "fails on a user conversation (TemplateSyntaxError"),
         (
-            "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
-            "{{ m['content'] }}{% endfor %}",
+            (
+                "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}"
+                "{% endif %}{{ m['content'] }}{% endfor %}"
+            ),
             "Be brief.",
-            "fails on a system/user conversation (TemplateError: no system role); fix the template, drop "
-            "--system_prompt",
+            (
+                "fails on a system/user conversation (TemplateError: no system role); fix the template, drop "
+                "--system_prompt"
+            ),
         ),
         ("{{ messages[0]['content'] * 20000000 }}", None, "rendered"),
         ("{{ undefined_function() }}", None, "fails on a user conversation"),

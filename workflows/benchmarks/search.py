@@ -116,7 +116,9 @@ def check_options(args: argparse.Namespace) -> None:
     if not args.seeds:
         raise ValueError("--seeds is empty: give at least one GA seed, e.g. --seeds '[0]'")
     if not Path(args.model).is_dir():
-        raise ValueError(f"--model {args.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)")
+        raise ValueError(
+            f"--model {args.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)"
+        )
     racing_config(args)  # its one-line checks
 
 
