@@ -24,6 +24,7 @@ from evaluation.position_metrics import middle_and_edges
 from evaluation.position_plot import Curve, plot_name, plot_task_curves
 from evaluation.results import BASELINE, comparison_verdict, load_summary
 from evaluation.run_config import score_name
+from evaluation.run_directory import MANIFEST_FILE
 from evaluation.search_overlap import overlap_lines
 from evaluation.statistics import mean_std_over_seeds
 from repo_common.atomic import write_text_atomic
@@ -294,7 +295,7 @@ def check_seed_runs(directories: Sequence[Path], summaries: Sequence[Mapping[str
 def _pinned_weights(directory: Path) -> Any:
     """The weight files a run directory's run.json pinned (None when it has none: the tiny default, an old run)."""
     try:
-        weights = json.loads((directory / "run.json").read_text()).get("weights")
+        weights = json.loads((directory / MANIFEST_FILE).read_text()).get("weights")
     except (OSError, ValueError, AttributeError):
         return None
     return None if isinstance(weights, Mapping) and "tiny_default_seed" in weights else weights

@@ -183,7 +183,7 @@ def read_records(
             raise ResultsFormatError(
                 f"{path}:{number} is not valid JSON ({err.msg}); delete the line or the file"
             ) from err
-        validate_record(record, f"{path}:{number}", (metrics or {}).get(record.get("task")) if metrics else None)
+        validate_record(record, f"{path}:{number}", metrics.get(record.get("task")) if metrics else None)
         key = _record_key(record)
         if key in seen:
             first, first_line = seen[key]

@@ -7,7 +7,7 @@ Parsers' own errors (a bad option value, a missing option) are one line too:
 `repo_common.atomic.writing_to`.) A PermissionError is always the user's
 environment, never a bug: every command says it as "cannot read PATH:
 permission denied (why); fix" (`repo_common.file_permissions`); a full disk, a read-only file
-system or a path too long is one line with its fix too, whatever the command (`ENVIRONMENT_ERRORS`).
+system or a path too long is one line with its fix too, whatever the command (`repo_common.atomic.WRITE_FIXES`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from repo_common.file_permissions import describe
 
 #: Exit code of a usage error, as argparse uses it.
 EXIT_USAGE = 2
-#: OS errors that are the user's disk or path, never a bug, with the fix to name (atomic writes leave every
-#: earlier output whole when one of these stops a command).
-ENVIRONMENT_ERRORS = WRITE_FIXES
 
 
 def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[Exception], ...]) -> int:
@@ -38,7 +35,7 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
         print(f"{prog}: error: {describe(err)}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:
-        if err.errno not in ENVIRONMENT_ERRORS and not isinstance(err, errors):
+        if err.errno not in WRITE_FIXES and not isinstance(err, errors):
             raise
         print(f"{prog}: error: {environment_message(err)}", file=sys.stderr)
         return EXIT_USAGE
@@ -50,7 +47,7 @@ def report_user_errors(prog: str, action: Callable[[], int], errors: tuple[type[
 def environment_message(err: OSError) -> str:
     """One line for an OSError: its message, and for a full disk, a read-only file system or a too-long path,
     the fix (the file it names is the one being written)."""
-    fix = ENVIRONMENT_ERRORS.get(err.errno)
+    fix = WRITE_FIXES.get(err.errno)
     if fix is None:
         return str(err)
     if err.filename is None and "while writing" in (err.strerror or ""):
