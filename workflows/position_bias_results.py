@@ -151,7 +151,7 @@ def plot(results: Mapping, path: Path) -> None:
     edge_width, pairs = results["settings"]["edge_width"], results["settings"]["pairs"]
     for low, high in ((0, edge_width - 1), (pairs - edge_width, pairs - 1)):
         axis.axvspan(low - 0.5, high + 0.5, color="grey", alpha=0.15)
-    axis.set_xlabel("gold pair position (shaded: where training put the gold)")
+    axis.set_xlabel("gold pair position (0-based; shaded: where training put the gold)")
     axis.set_ylabel("accuracy")
     axis.set_ylim(-0.02, 1.02)
     axis.set_title(f"Tiny RoPE model trained with edge-only gold, {len(results['seeds'])} seed(s)")

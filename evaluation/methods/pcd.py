@@ -39,7 +39,7 @@ from evaluation.salience import salience_score
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy
 from repo_train.modeling.cache_keyword import cache_argument
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
-from repo_train.modeling.scaling import ScaledRopePolicy
+from repo_train.modeling.scaling import ScaledRopePolicy, refuse_without_rope
 from repo_train.modeling.swapping import current_policies, swapped_policies
 
 
@@ -95,6 +95,7 @@ def encoding_policies(current: Sequence[PositionPolicy], encoding: RotaryEncodin
                 f"{method} changes the RoPE encoding, but layer {index} uses the {policy.name!r} policy; "
                 f"apply {method} to RoPE (or RoPE/NoPE) models only"
             )
+    refuse_without_rope(current, method, "changes the RoPE encoding")
     return out
 
 

@@ -55,6 +55,7 @@ from evaluation.methods.pcd import (
 from evaluation.methods.policy_method import PolicyMethod
 from repo_train.modeling import NopePolicy, PositionPolicy, RopePolicy, Rotation
 from repo_train.modeling.rope import RotaryEncoding, default_inv_freq
+from repo_train.modeling.scaling import refuse_without_rope
 from repo_train.modeling.swapping import current_policies
 
 #: An attention weight above this multiple of its row's mean is an outlier (the authors' code at 2024-03-28).
@@ -237,6 +238,7 @@ class MsPoE(PolicyMethod):
                     f"ms_poe scales RoPE positions per head, but layer {index} uses the {policy.name!r} policy; "
                     "apply ms_poe to RoPE (or RoPE/NoPE) models only"
                 )
+        refuse_without_rope(current, "ms_poe", "scales RoPE positions per head", self.start_layer)
         self._ms_policies = [p for p in policies if isinstance(p, MsPoePolicy)]
         return policies
 

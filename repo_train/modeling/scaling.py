@@ -94,9 +94,17 @@ def scaled_policies(model: nn.Module, scales: Sequence[float], *, method: str = 
                 f"{method} scales RoPE positions, but layer {index} uses the {policy.name!r} policy; "
                 f"apply {method} to RoPE (or RoPE/NoPE) models only"
             )
-    if all(isinstance(policy, NopePolicy) for policy in current):
-        raise ValueError(
-            f"{method} scales RoPE positions, but none of the model's {len(current)} layers uses RoPE (all NoPE): "
-            f"it would change nothing; evaluate a RoPE (or RoPE/NoPE) model, or leave {method} out"
-        )
+    refuse_without_rope(current, method, "scales RoPE positions")
     return policies
+
+
+def refuse_without_rope(current: Sequence[PositionPolicy], method: str, what: str, start_layer: int = 0) -> None:
+    """Refuse a method that acts through RoPE (or token positions) on a model whose layers from `start_layer`
+    are all NoPE: it would run and change nothing, and its results would read as "no effect" of the method."""
+    layers = current[start_layer:]
+    if all(isinstance(policy, NopePolicy) for policy in layers):
+        which = f"{len(current)} layers" if start_layer == 0 else f"layers {start_layer}..{len(current) - 1}"
+        raise ValueError(
+            f"{method} {what}, but none of the model's {which} uses RoPE (all NoPE): it would change nothing; "
+            f"evaluate a RoPE (or RoPE/NoPE) model, or leave {method} out"
+        )

@@ -51,21 +51,21 @@ def plot(bias: Mapping, baseline: Mapping, path: Path, score: str = "metric") ->
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     curve = bias["mean"]["gold"]
-    positions = [e["position"] + 1 for e in curve]
+    positions = [e["position"] for e in curve]  # 0-based, as the harness numbers positions
     values = [e["value"] for e in curve]
     errors = [[max(0.0, v - e["ci"][0]) for v, e in zip(values, curve)],
               [max(0.0, e["ci"][1] - v) for v, e in zip(values, curve)]]  # fmt: skip
     left.errorbar(positions, values, yerr=errors, marker="o", capsize=3, label="gold document")
     every = bias["mean"]["all_documents"]
-    left.plot([e["position"] + 1 for e in every], [e["value"] for e in every], "--", color="grey",
+    left.plot([e["position"] for e in every], [e["value"] for e in every], "--", color="grey",
               label="every document")  # fmt: skip
-    left.set_xlabel("document position")
+    left.set_xlabel("document position (0-based)")
     left.set_ylabel("attention per token (last prompt token)")
     left.set_title(f"Attention bias (layers {bias['layers'][0]}–{bias['layers'][-1]}, heads averaged)")
     left.set_xticks(positions)
     left.legend(fontsize=8)
     by_position = sorted(baseline["by_position"].items(), key=lambda item: int(item[0]))
-    xs = [int(p) + 1 for p, _ in by_position]
+    xs = [int(p) for p, _ in by_position]
     accuracy = [v["accuracy"] for _, v in by_position]
     # error bars clamped at 0: a continuous score's bootstrap bound can sit a rounding error inside its mean
     right.errorbar(
@@ -78,7 +78,7 @@ def plot(bias: Mapping, baseline: Mapping, path: Path, score: str = "metric") ->
         marker="o",
         capsize=3,
     )
-    right.set_xlabel("gold document position")
+    right.set_xlabel("gold document position (0-based)")
     right.set_ylabel(f"{score_name(score)} (95% CI over questions)")
     right.set_title(f"Baseline {score_name(score)} by gold position")
     right.set_xticks(xs)
