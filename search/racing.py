@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from evaluation.statistics import bootstrap_ci
+from evaluation.statistics import bootstrap_ci, check_bootstrap_args
 from search.fitness import FitnessResult
 
 if TYPE_CHECKING:
@@ -89,10 +89,11 @@ class RacingConfig:
             raise ValueError(f"ga.racing.fractions must increase, got {list(fractions)}: e.g. [0.25, 0.5, 1.0]")
         if not 0 < self.confidence < 1:
             raise ValueError(f"ga.racing.confidence must lie in (0, 1), got {self.confidence}; 0.95 is usual")
-        if self.resamples < 1 or self.min_questions < 1:
-            raise ValueError(
-                f"ga.racing.resamples and min_questions must be >= 1, got {self.resamples}, {self.min_questions}"
-            )
+        check_bootstrap_args(self.resamples, 1 - self.confidence, "ga.racing.resamples")
+        if self.min_questions < 1:
+            raise ValueError(f"ga.racing.min_questions must be >= 1, got {self.min_questions}; 8 is the default")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"ga.racing.seed must be an integer seed in [0, 2**32), got {self.seed}")
 
     def stages(self, num_questions: int) -> list[int]:
         """Question counts of the stages: ⌈fraction · N⌉, repeats merged, ending with N."""

@@ -186,8 +186,10 @@ def test_mean_std_over_seeds() -> None:
 def test_bootstrap_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
         bootstrap_ci([1.0, 0.0], alpha=1.5)
-    with pytest.raises(ValueError, match=r"n_resamples must be >= 1"):
+    with pytest.raises(ValueError, match=r"n_resamples must lie in \[1, 1,000,000\], got 0"):
         summarize_group(grid(lambda q, p: 1.0), None, n_resamples=0)
+    with pytest.raises(ValueError, match=r"got 10000000000; 1000 is usual"):  # refused before any memory is taken
+        bootstrap_ci([1.0, 0.0], n_resamples=10**10)
 
 
 # --- verdicts -----------------------------------------------------------------------------------
