@@ -35,6 +35,7 @@ from typing import Any
 from jsonargparse import Namespace, set_parsing_settings
 
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, register_method
+from evaluation.methods.registry import class_path_of
 from evaluation.run_config import TINY_DEFAULTS, RunConfig, option_fields, short_form_tasks, with_data_file
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, register_task
@@ -82,12 +83,28 @@ exit codes: 0 done, 2 usage error, 3 stopped early by --max-records (rerun to re
 """
 
 
+def _named_class_path(kind: str, registry, class_path):
+    """For `--methods.help NAME`: a registered name's class path, None for a dotted class path (jsonargparse's
+    own), a one-line ValueError for anything else."""
+
+    def resolve(name: str) -> str | None:
+        if name in registry:
+            return class_path(name)
+        if "." in name:
+            return None
+        raise ValueError(f"unknown {kind} {name!r}; registered {kind}s are {sorted(registry)}, or give a class path")
+
+    return resolve
+
+
 def add_run_options(parser: ConfigParser) -> None:
     """The options of `evaluation run`: `--import`, then every option field of `RunConfig`, typed by it, its
     docstring the help (each also a key of a config file)."""
     set_parsing_settings(subclasses_enabled=[Task, Method])  # class_path may name any Task / Method subclass
     parser.add_import_option()
     parser.class_path_loaders.append(METHODS.load_class_named)  # `class_path: PositionInterpolation` in a config
+    parser.help_names["methods"] = _named_class_path("method", METHODS, METHODS.class_path)
+    parser.help_names["tasks"] = _named_class_path("task", TASKS, lambda name: class_path_of(TASKS[name]))
     options = {item.name: item for item in option_fields(RunConfig)}
     python_only = {item.name for item in dataclasses.fields(RunConfig)} - set(options)
     # a field's docstring is its option's help: read only here, since it makes every later parser slower

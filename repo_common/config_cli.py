@@ -138,6 +138,9 @@ class ConfigParser(ArgumentParser):
         #: Called with each class_path a config or the command line gives, after the checks, so that a lazily
         #: loaded built-in class can be named by its bare class name (jsonargparse finds only loaded subclasses).
         self.class_path_loaders: list[Callable[[str], None]] = []
+        #: Option -> the class path of a registered short name, so `--methods.help pcd` works as the class path
+        #: does (jsonargparse's `--X.help` knows class paths only); None: leave the value; ValueError: refuse.
+        self.help_names: dict[str, Callable[[str], str | None]] = {}
 
     def add_import_option(self) -> None:
         """`--import MODULE` (repeatable, or `import: [...]` in a config file): the user's own modules, imported
@@ -253,6 +256,10 @@ class ConfigParser(ArgumentParser):
         args = self._config_files_first(args)
         if self.takes_user_code:
             args = self._import_user_code(args)
+        try:  # after --import: a user's own method or task is a name too
+            args = self._help_names_as_class_paths(args)
+        except ValueError as err:
+            self.fail(f"{err}")
         for flag, dest in (repeated or self.repeated_flags).items():
             values, args = self._take(args, flag)
             args += [f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else []
@@ -269,6 +276,18 @@ class ConfigParser(ArgumentParser):
             ):
                 options[key] = int(value) if isinstance(value, int) else float(value)
         return options, show
+
+    def _help_names_as_class_paths(self, args: list[str]) -> list[str]:
+        """`--methods.help pcd` -> `--methods.help evaluation.methods.pcd.PCD` (see `help_names`)."""
+        out = list(args)
+        for option, class_path in self.help_names.items():
+            flag = f"--{option}.help"
+            for index, arg in enumerate(out):
+                if arg == flag and index + 1 < len(out):
+                    out[index + 1] = class_path(out[index + 1]) or out[index + 1]
+                elif arg.startswith(flag + "="):
+                    out[index] = f"{flag}={class_path(arg[len(flag) + 1 :]) or arg[len(flag) + 1 :]}"
+        return out
 
 
 def take_flag(args: Sequence[str], flag: str) -> tuple[list[str], list[str]]:

@@ -23,6 +23,29 @@ def test_help_lists_the_options(capsys):
     assert "nq-open-oracle.first40.jsonl.gz" in out  # the fixture fallback is documented
 
 
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["--methods.help", "pcd"], ["PositionalContrastiveDecoding", "--methods.beta", "default: 2.5"]),
+        (["--methods.help=ms_poe"], ["MsPoE", "--methods.outlier_factor"]),
+        (["--tasks.help", "kv"], ["KVRetrievalTask", "--tasks.num_keys"]),
+        (["--methods.help", "evaluation.methods.pi.PositionInterpolation"], ["--methods.scale"]),
+    ],
+)
+def test_help_of_one_method_or_task_by_its_name(argv, shown, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", *argv])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert all(text in out for text in shown), out
+
+
+def test_help_of_an_unknown_name_is_one_line(capsys):
+    assert main(["run", "--methods.help", "pdc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown method 'pdc'; registered methods are [" in err
+
+
 def test_tiny_default_run_writes_everything_and_report_rerenders(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["run", "--tasks", "mdqa,kv", "--method", "baseline", "--method", "pi:scale=2", "--out", str(out), *FAST]
