@@ -73,7 +73,7 @@ data (short-form tasks):
   other task parameters: --task-param TASK:key=value (e.g. mdqa_release:path=FILE).
 
 methods: NAME or NAME:key=value,...; stack with '+' (a+b:k=v); in a config also class_path + init_args
-  (the full class path: --methods.help CLASS_PATH shows a class's parameters):
+  (--methods.help NAME shows its parameters; a config may give the full class path):
 {_METHOD_LINES}
 
 without --model: a random tiny OLMo-2 with a byte tokenizer (answers are noise) and small
