@@ -353,6 +353,21 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]
 
 
+def test_search_args_decide_the_example_ranges(tmp_path, capsys):
+    """A loop file's search.args that change the search's examples move the evaluations past them, in the dry
+    run's ranges and in the commands alike (they were read from the search config alone)."""
+    config = yaml.safe_load((ROOT / FULL_SCALE).read_text())
+    config["search"]["args"] += ["--held_out.num_examples", "800"]
+    path = tmp_path / "held-out-800.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "o"
+    command.run_config(options.parse_args(["--config", str(path), "--dry-run", "--out", str(out), "--data_dir",
+                                           str(tmp_path)]), out)  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "held-out 200-999 (seed 0); every evaluation uses 1000-1499 (--example-offset 1000)" in printed
+    assert (out / "commands.sh").read_text().count("--example-offset 1000 ") == 3
+
+
 def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
     """evaluate.at_once: 2 on 8 GPUs: each evaluation on its own 4 GPUs, in the plan and in commands.sh."""
     config = yaml.safe_load((ROOT / FULL_SCALE).read_text())
@@ -416,6 +431,18 @@ def test_options_parse_in_process(capsys, tmp_path):
         (dict(evaluate__args=["--example-offset", "3"]), "evaluate.args: --example-offset is set by the loop"),
         (dict(gpus=0), "gpus"),
         (dict(evaluate__at_once=3), "evaluate.at_once: must divide gpus (1) into equal slices"),
+        (  # a value beside a placeholder is judged now, not after training and the search
+            dict(evaluate__methods={"rope": ["pi:scale={mean_scale}+pcd:gamma=-5"]}),
+            "evaluate.args / evaluate.methods.rope: pcd: gamma (top tokens kept) must be >= 1, got -5",
+        ),
+        (
+            dict(evaluate__methods={"rope": ["lpes:scale_file={scale_file}+ms_poe:min_ratio=2,max_ratio=1"]}),
+            "ms_poe: max_ratio must be >= min_ratio=2, got 1.0",
+        ),
+        (
+            dict(evaluate__methods={"rope": ["lpes:scale_fille={scale_file}"]}),
+            "unknown parameter(s) ['scale_fille'] for method 'lpes'",
+        ),
         (
             dict(train__args=["--trainer.max_steps", "abc"]),
             "train-rope.yaml) with train.args: --trainer.max_steps: 'abc' is not valid (expected int)",

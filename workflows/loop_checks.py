@@ -107,21 +107,23 @@ def check_evaluations(config: LoopConfig) -> None:
     (a method known only after the search, `{scale_file}` / `{mean_scale}`, by its name and parameter names).
     The model and the data are the run's own and checked elsewhere (`machine_problems`): here the tiny default
     and the packaged data stand in. A mistake is a `LoopConfigError` naming the key and the harness's message."""
-    stand_in = dict.fromkeys(PLACEHOLDERS + AFTER_SEARCH, "1")
+    stand_in = dict.fromkeys(PLACEHOLDERS, "1") | AFTER_SEARCH_STAND_INS
     for name, specs in config.evaluate.methods.items():
         key = f"evaluate.methods.{name}"
         now = []
         for spec in specs:
-            if not any(f"{{{placeholder}}}" in spec for placeholder in AFTER_SEARCH):
-                now.append(spec)
-                continue
-            for part in split_stack_spec(fill(spec, stand_in)):  # checked by name and keys: its values come later
-                method, params = _spec_parts(part, key, parse_method_spec)
+            checked = []  # the stack's parts whose every value is known now: checked with their values below
+            for raw, part in zip(split_stack_spec(spec), split_stack_spec(fill(spec, stand_in))):
+                if SCALE_FILE not in raw:
+                    checked.append(part)
+                    continue
+                method, params = _spec_parts(part, key, parse_method_spec)  # a file made by the search: names only
                 if method not in METHODS:
                     raise LoopConfigError(f"{key}: unknown method {method!r}; registered methods are {sorted(METHODS)}")
                 unknown = sorted(set(params) - {f.name for f in spec_fields(METHODS[method])})
                 if unknown:
                     raise LoopConfigError(f"{key}: unknown parameter(s) {unknown} for method {method!r} in {spec!r}")
+            now += ["+".join(checked)] if checked else []
         argv = [fill(arg, stand_in) for arg in config.evaluate.args]
         argv += [flag for spec in now for flag in ("--method", spec)] + ["--out", "unused"]
         help_text, add_options, _ = COMMANDS["run"]
@@ -133,6 +135,14 @@ def check_evaluations(config: LoopConfig) -> None:
             resolve(options)
         except (ValueError, OSError) as err:
             raise LoopConfigError(f"evaluate.args / {key}: {err}") from None
+
+
+#: The search's outputs stand in for the check by values of their type: `{mean_scale}` by a scale every method
+#: takes (so `pi:scale={mean_scale}+pcd:gamma=-5` is judged on pcd's gamma now, not after the search); a part
+#: naming `{scale_file}` is judged by its method's name and parameter names, since the file does not exist yet.
+SCALE_FILE = "{scale_file}"
+AFTER_SEARCH_STAND_INS = {"mean_scale": "1.5", "scale_file": "scale-file-of-the-search.json"}
+assert set(AFTER_SEARCH_STAND_INS) == set(AFTER_SEARCH)
 
 
 def _spec_parts(spec: str, key: str, parse) -> tuple[str, dict]:

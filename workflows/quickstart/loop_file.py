@@ -13,11 +13,10 @@ from pathlib import Path
 
 from jsonargparse import Namespace
 
-from search.config import load_config
 from workflows import loop_config
 from workflows import loop_estimates as estimates
 from workflows.commands import CommandRunner, last_checkpoint
-from workflows.quickstart.options import ROOT
+from workflows.quickstart.options import ROOT, search_config
 from workflows.quickstart.report import config_report_parts, write_report
 from workflows.quickstart.resume import search_files, search_resume, training_resume
 from workflows.steps import StepLedger, StepRunner, gpu_slots, visible_devices
@@ -33,7 +32,7 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     environment = {"NPROC_PER_NODE": str(config.gpus)}
     run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run, env=environment)
     steps = StepRunner(run, StepLedger(out / "steps.json"), dry_run=args.dry_run)
-    search_settings = load_config(ROOT / config.search.config)
+    search_settings = search_config(config)  # with search.args: they may change the examples it uses
     first_example = searched_examples(search_settings)
     given_dtype = estimates.option(config.evaluate.args, "--dtype", "auto")
     dtype = "bfloat16 (--dtype auto)" if given_dtype == "auto" else given_dtype

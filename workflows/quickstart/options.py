@@ -46,7 +46,7 @@ from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser, deferred, dump_config, take_flag
 from search.cli import COMMANDS as SEARCH_COMMANDS
-from search.config import config_from_options
+from search.config import SearchConfig, config_from_options
 from workflows import loop_config
 from workflows.assets import TINY_KV_DIP, TINY_KV_DIP_CONTINUED
 from workflows.commands import project_root
@@ -174,7 +174,7 @@ def resolve(args: Namespace, parser: ConfigParser) -> Namespace:
             loop_config.check_files(args.loop, ROOT)
             _check_training(args.loop, ROOT)  # each train config as `fit` parses it, before any training
             _check_evaluations(args.loop)  # every method, task and option the evaluations will pass
-            check_search(args.loop)
+            search_config(args.loop)  # the search's config and args as `search run` builds them
         except ValueError as err:
             parser.fail(f"{name}: {err}")
         args.out = f"outputs/quickstart-{Path(files[-1]).stem}" if args.out is None else args.out
@@ -195,9 +195,11 @@ def resolved_config(args: Namespace) -> dict:
     return {**head, "gpus": loop.gpus, "data_dir": loop.data_dir, **sections, "dry_run": args.dry_run}
 
 
-def check_search(config: loop_config.LoopConfig) -> None:
-    """The search's config file and `search.args`, parsed and built as `python -m search run` does (also in a dry
-    run), so a typo fails now and not after training; its model and data directory are checked elsewhere."""
+def search_config(config: loop_config.LoopConfig) -> SearchConfig:
+    """The search's config file with `search.args`, parsed and built as `python -m search run` does (also in a
+    dry run), so a typo fails now and not after training, and the examples it uses (`--held_out.num_examples`
+    and the like in search.args included) decide where the evaluations start; its model and data directory are
+    checked elsewhere."""
     stand_in = dict.fromkeys(loop_config.PLACEHOLDERS, "1")
     argv = ["--config", str(ROOT / config.search.config), *(loop_config.fill(a, stand_in) for a in config.search.args)]
     if "--data-dir" in argv:  # the data directory exists only on the GPU machine (`machine_problems`)
@@ -207,6 +209,6 @@ def check_search(config: loop_config.LoopConfig) -> None:
     parser = ConfigParser.for_command("python -m search run", help_text)
     add_options(parser)
     try:
-        config_from_options(parser, parser.parse_or_raise([*argv, "--out", "unused.json"]))
+        return config_from_options(parser, parser.parse_or_raise([*argv, "--out", "unused.json"]))
     except ValueError as err:
         raise loop_config.LoopConfigError(f"search.config / search.args: {err}") from None
