@@ -53,10 +53,18 @@ def check_parents(path: Path, option: str = "--out", fix: str | None = None) -> 
             f"{option} {path}: {existing} is a file, not a directory{made}; {fix or f'pass another {option}'}"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
+        why = "it is on a read-only file system" if _read_only(existing) else "permission denied"
         raise OutputRefused(
-            f"{option} {path}: {existing} cannot be written (permission denied); pass an {option} in a directory "
-            "you can write to"
+            f"{option} {path}: {existing} cannot be written ({why}); pass an {option} in a directory you can write to"
         )
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether `folder` is on a file system mounted read-only (where no permission change would help)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def foreign_entries(directory: Path, ours: Iterable[str] = ()) -> list[str]:
