@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from interrupt import sigint_as_in_a_terminal
 
@@ -155,6 +156,67 @@ def test_the_last_line_says_where_the_work_is_and_how_to_resume():
     assert stop_line(Stop("SIGINT", 0, None), ["fit"], "", 300).endswith(
         "before training started: nothing trained, nothing written"
     )
+
+
+# ----------------------------------------------------------------------------- the command in this process
+
+TINY = [
+    "fit", "--trainer.accelerator", "cpu", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+    "--data.train", "SyntheticData", "--data.train.seq_len", "16", "--data.train.num_samples", "64",
+    "--data.global_batch_size", "4", "--data.micro_batch_size", "2", "--trainer.max_steps", "6",
+    "--checkpoint.every_n_train_steps", "2",
+]  # fmt: skip
+
+
+def test_ctrl_c_while_the_data_is_read_ends_in_one_line_and_130(tmp_path, monkeypatch, capsys, one_thread):
+    from repo_train.training.cli import run
+    from repo_train.training.datamodule import RePoDataModule
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RePoDataModule, "build_sources", interrupted)
+    assert run([*TINY, "--trainer.default_root_dir", str(tmp_path / "run")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "python -m repo_train fit: stopped by SIGINT before training started"
+    )
+
+
+class _TwoSignals(pl.Callback):
+    """Ctrl-C twice during step 3 (before its end): the second stops at once, without a checkpoint."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.slow  # a short Lightning run in this process (~10 s)
+def test_a_second_signal_stops_at_once_and_names_the_last_checkpoint(tmp_path, monkeypatch, capsys, one_thread):
+    from repo_train.training import cli
+
+    plain = cli._cli_arguments
+
+    def with_two_signals(argv, terminal):
+        arguments = plain(argv, terminal)
+        return {**arguments, "trainer_defaults": {**arguments["trainer_defaults"], "callbacks": [_TwoSignals()]}}
+
+    monkeypatch.setattr(sys, "argv", ["python -m repo_train"])
+    monkeypatch.setattr(cli, "_cli_arguments", with_two_signals)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            cli.run([*TINY, "--trainer.default_root_dir", str(tmp_path / "run")])
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores SIGINT after a KeyboardInterrupt
+    assert stopped.value.code == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    checkpoint = next((tmp_path / "run").rglob("last.ckpt"))
+    assert last == (
+        f"python -m repo_train fit: stopped by SIGINT at step 3 of 6 without writing a checkpoint; the last one is "
+        f"{checkpoint}: resume it with --ckpt_path {checkpoint}"
+    )
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert state["global_step"] == 2 and INTERRUPTED_KEY not in state  # the step-2 checkpoint, as it was
 
 
 # ----------------------------------------------------------------------------- the command (slow)
