@@ -43,6 +43,9 @@ SAFE_GLOBALS = {
 ACCEPTED = "only Lightning checkpoints written by repo_train (python -m repo_train fit) are accepted"
 #: What a ZeRO directory must hold, for the messages.
 ZERO_LAYOUT = "a ZeRO checkpoint directory holds 'latest' (naming a tag) and TAG/mp_rank_00_model_states.pt"
+#: Key of a checkpoint written because a signal stopped its run (`training.interrupt`): {"signal", "step"}.
+#: Rerunning the run's command resumes such a checkpoint by itself.
+INTERRUPTED_KEY = "repo_train_interrupted"
 #: `ckpt_path` values Lightning resolves itself (not files).
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
@@ -177,6 +180,29 @@ def missing_checkpoint_message(path: str | Path) -> str:
     return f"ckpt_path={str(path)!r} does not exist: pass the .ckpt of an earlier run to resume it"
 
 
+def _run_state(path: Path) -> dict:
+    """Lightning's dict without reading the weights: a `.ckpt` file memory-mapped, or only the model-states
+    file of a ZeRO directory."""
+    if not path.exists():
+        raise FileNotFoundError(missing_checkpoint_message(path))
+    if path.is_dir():
+        return _load_file(zero_model_states_file(path), path, kind="zero", mmap=True)
+    state = _load_file(path, path, mmap=True)
+    if not isinstance(state.get("state_dict"), dict):
+        raise ValueError(f"{path}: holds no Lightning state_dict; {ACCEPTED}")  # noqa: TRY004 (a user error)
+    return state
+
+
+def read_interruption(path: str | Path) -> dict | None:
+    """{"signal": "SIGINT", "step": N} if the checkpoint was written because a signal stopped its run
+    (`training.interrupt`), else None; an unreadable checkpoint is None too (it is not resumed by itself)."""
+    try:
+        record = _run_state(Path(path)).get(INTERRUPTED_KEY)
+    except (ValueError, OSError):
+        return None
+    return dict(record) if isinstance(record, dict) else None
+
+
 def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     """{"model": ..., "data": ...}: the module's and the data module's saved hyperparameters (empty if none).
 
@@ -184,15 +210,7 @@ def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     directory. Lightning's bookkeeping keys (`_instantiator`, `_class_path`)
     are dropped.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(missing_checkpoint_message(path))
-    if path.is_dir():
-        state = _load_file(zero_model_states_file(path), path, kind="zero", mmap=True)
-    else:
-        state = _load_file(path, path, mmap=True)
-        if not isinstance(state.get("state_dict"), dict):
-            raise ValueError(f"{path}: holds no Lightning state_dict; {ACCEPTED}")
+    state = _run_state(Path(path))
 
     def plain(key: str) -> dict:
         values = state.get(key) or {}

@@ -25,6 +25,12 @@ differs is an error naming the key and both values, unless
 `--allow_hparam_changes true`, which makes the given values win (the model's
 shape, position method and training data never change on resume). See
 `checks.compare_resume_hparams`.
+
+Ctrl-C (SIGINT) or SIGTERM while training writes the last checkpoint at the
+next optimizer-step boundary and exits 130 / 143 (`training.interrupt`);
+rerunning the same command then resumes it (a `fit` without `--ckpt_path`
+whose root's newest checkpoint records that a signal stopped its run), with a
+one-line notice. A finished run's root is still refused without `--ckpt_path`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ import argparse
 import ast
 import json
 import logging
+import os
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -54,7 +62,7 @@ from repo_common.launcher_watch import watch_launcher
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters
+from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters, read_interruption
 from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.position_config import PositionConfig, position_class
@@ -71,6 +79,7 @@ from repo_train.training.checks import (
     moved_option_error,
 )
 from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.interrupt import InterruptCheckpoint, Stop, StoppedBySignal
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
 from repo_train.training.parse_errors import parse_error_line as plain_parse_error_line
 from repo_train.training.settings_checks import (
@@ -82,6 +91,7 @@ from repo_train.training.settings_checks import (
     check_settings,
     check_validate_inputs,
     config_file_arguments,
+    earlier_run_checkpoint,
     named_class_paths,
     read_config_files,
     unwritable_root_dir,
@@ -141,9 +151,61 @@ def continue_logger_version(loggers, ckpt_path: str | None) -> None:
             logger._version = int(match.group(1))  # read lazily by log_dir: set before the first log
 
 
+def interrupted_run_checkpoint(root: str | None) -> tuple[Path, dict] | None:
+    """(checkpoint, its record) when the newest checkpoint in a local `root` was written because a signal
+    stopped the run (`training.interrupt`): that run resumes by rerunning its command. None otherwise (no
+    checkpoint, a finished run's, one killed without a word, an unreadable one: those `fit` refuses)."""
+    if root is None or "://" in str(root):
+        return None
+    found = earlier_run_checkpoint(str(root))
+    record = read_interruption(found) if found is not None else None
+    return (found, record) if record is not None else None
+
+
+def resume_command(argv: list[str], checkpoint: str | None) -> str:
+    """The command that resumes a run stopped by a signal: its own, with a `--ckpt_path` it gave pointed at the
+    checkpoint just written (without one, rerunning resumes by itself)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "the same torchrun command"
+    words, skip = [], False
+    for index, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path" and index + 1 < len(argv):
+            skip = True
+            if checkpoint:
+                words += ["--ckpt_path", checkpoint]
+        elif arg.startswith("--ckpt_path="):
+            words += [f"--ckpt_path={checkpoint}"] if checkpoint else []
+        else:
+            words.append(arg)
+    return shlex.join(["python", "-m", "repo_train", *words])
+
+
+def stop_line(stop: Stop, argv: list[str], last_checkpoint: str | None, max_steps: int) -> str:
+    """The one line a run stopped by a signal ends with: where its work is and how to resume it."""
+    of = f" of {max_steps}" if max_steps > 0 else ""
+    where = f"stopped by {stop.signal} at step {stop.step}{of}"
+    if stop.checkpoint:
+        return (
+            f"{where}; checkpoint written in {stop.seconds:.2f} s: {stop.checkpoint}; to resume, run the same "
+            f"command again: {resume_command(argv, stop.checkpoint)}"
+        )
+    if stop.step == 0:
+        return f"{where}, before training started: nothing trained, nothing written"
+    if last_checkpoint:  # a second signal cut the write short, or a resumed run stopped before its first step
+        return (
+            f"{where} without writing a checkpoint; the last one is {last_checkpoint}: resume it with "
+            f"--ckpt_path {last_checkpoint}"
+        )
+    return f"{where} without writing a checkpoint, and none was written before: the run starts afresh"
+
+
 class RePoCLI(LightningCLI):
     #: Whether the model-free checks judge `trainer.default_root_dir` (not for a caller that sets it itself).
     judge_root_dir = True
+    #: Whether resuming an interrupted run by itself is announced (not while only checking arguments).
+    announce_resume = True
 
     def add_arguments_to_parser(self, parser) -> None:
         # Always-on callbacks, configurable as `checkpoint:`, `throughput:` and `progress_log:` sections of the YAML.
@@ -173,6 +235,7 @@ class RePoCLI(LightningCLI):
         given = given if isinstance(given, list) else [given]
         if config.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in given + callbacks):
             callbacks = [*callbacks, StepProgressBar()]
+        callbacks = [*callbacks, InterruptCheckpoint()]  # Ctrl-C / SIGTERM: the last checkpoint, then stop
         plugins = config.get("plugins") or []
         plugins = plugins if isinstance(plugins, list) else [plugins]
         deepspeed = "deepspeed" in str(config.get("strategy", "")).lower()  # writes its own checkpoint directories
@@ -193,6 +256,8 @@ class RePoCLI(LightningCLI):
             return
         section = self.config[subcommand]
         ckpt_path = section.get("ckpt_path")
+        if not ckpt_path and subcommand == "fit" and self.judge_root_dir:
+            ckpt_path = self._resume_interrupted_run(section)
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
         saved = read_hyperparameters(ckpt_path)
@@ -212,6 +277,22 @@ class RePoCLI(LightningCLI):
             self.config = self.parser.parse_object({subcommand: update}, self.config)
         if warning and rank_zero_only.rank == 0:
             print(warning, file=sys.stderr, flush=True)
+
+    def _resume_interrupted_run(self, section) -> str | None:
+        """The checkpoint of a run a signal stopped in this root, set as `ckpt_path` (announced in one line)."""
+        found = interrupted_run_checkpoint(section.get("trainer.default_root_dir"))
+        if found is None:
+            return None
+        path, record = found
+        section["ckpt_path"] = str(path)
+        if self.announce_resume and rank_zero_only.rank == 0:
+            print(
+                f"resuming the run stopped by {record.get('signal', 'a signal')} at step {record.get('step', '?')} "
+                f"from {path} (as --ckpt_path {path} would)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return str(path)
 
     def before_instantiate_classes(self) -> None:
         """The settings that need no model, judged before the model is built or any data is read."""
@@ -258,10 +339,26 @@ class RePoCLI(LightningCLI):
                     stack.enter_context(_not_fresh_on_resume())
                 super()._run_subcommand(subcommand)
         except NonFiniteLossError as err:
-            callback = self.trainer.checkpoint_callback
-            last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
-            print(f"{err}\nlast good checkpoint: {last or 'none saved yet'}", file=sys.stderr)
+            print(f"{err}\nlast good checkpoint: {self._last_checkpoint() or 'none saved yet'}", file=sys.stderr)
             raise SystemExit(1) from None
+        except (StoppedBySignal, SystemExit) as err:
+            # StoppedBySignal: the interrupt checkpoint is written. SystemExit(1): Lightning's answer to a
+            # KeyboardInterrupt (a second signal, or Ctrl-C before training started), which ours records.
+            stop = err.stop if isinstance(err, StoppedBySignal) else self._interrupt_stop()
+            if stop is None:
+                raise
+            if self.trainer.is_global_zero:
+                line = stop_line(stop, self._argv, self._last_checkpoint(), self.trainer.max_steps)
+                print(f"python -m repo_train {subcommand}: {line}", file=sys.stderr, flush=True)
+            raise SystemExit(stop.exit_code) from None
+
+    def _interrupt_stop(self) -> Stop | None:
+        found = [c for c in self.trainer.callbacks if isinstance(c, InterruptCheckpoint)]
+        return found[0].stop if found else None
+
+    def _last_checkpoint(self) -> str:
+        callback = self.trainer.checkpoint_callback
+        return getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
 
     def _lock_root_dir(self, stack: ExitStack, subcommand: str) -> None:
         """`fit` owns `trainer.default_root_dir` (ROOT/run.lock, held by global rank 0) until it ends.
@@ -415,7 +512,12 @@ def import_named_modules(argv: list[str]) -> list[str]:
 
 def run(argv: list[str]) -> int:
     watch_launcher()  # a torchrun worker ends when its launcher is gone
-    _start(RePoCLI, argv)
+    try:
+        _start(RePoCLI, argv)
+    except KeyboardInterrupt:  # Ctrl-C while the data or the model was being read: nothing to keep
+        subcommand = argv[0] if argv else "fit"
+        print(f"python -m repo_train {subcommand}: stopped by SIGINT before training started", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -462,6 +564,8 @@ def _cli_arguments(argv: list[str], terminal: bool) -> dict:
 class _SettingsOnlyCLI(RePoCLI):
     """Parses `python -m repo_train ARGV` and checks what needs no model (`check_arguments`); builds nothing, runs
     nothing, seeds nothing."""
+
+    announce_resume = False
 
     def _set_seed(self) -> None:
         pass

@@ -5,13 +5,16 @@ The global batch (sequences per optimizer step) is the unit the paper fixes
 batch and the number of processes, and set on the Trainer in `setup`. The
 sampler counts samples consumed by all ranks, and that count is stored in the
 checkpoint, so a resumed run reads exactly the sequences an uninterrupted one
-would have read next.
+would have read next. The training loader (`RunLoader`) carries that position
+itself too, as Lightning expects of a resumable loader: without
+`state_dict`/`load_state_dict` on it, Lightning warns on every mid-run resume
+that the loader "is not resumable".
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytorch_lightning as pl
@@ -41,15 +44,29 @@ def silence_loader_warnings() -> None:
 
 
 class RunSampler(Sampler[int]):
-    """The rest of a run as one stream: `length` indices, crossing data epochs.
+    """The rest of a run as one stream: the indices up to global sample `end`, crossing data epochs.
 
     Lightning then sees a single long epoch that ends at `max_steps`, so its
     epoch bookkeeping cannot disagree with the data order on resume.
     """
 
-    def __init__(self, sampler: ResumableSampler, length: int):
+    def __init__(self, sampler: ResumableSampler, end: int):
+        """
+        Args:
+            sampler: this rank's sampler, at the position the run starts from.
+            end: samples consumed by all ranks when the run ends (max_steps × global batch).
+        """
         self.sampler = sampler
-        self.length = length
+        self.end = end
+        self.length = self._left()
+
+    def _left(self) -> int:
+        return max(0, self.end - self.sampler.consumed) // self.sampler.world_size
+
+    def restart(self, state: dict[str, Any]) -> None:
+        """Continue from a saved `ResumableSampler` state (refused if saved for other data); before iterating."""
+        self.sampler.load_state_dict(state)
+        self.length = self._left()
 
     def __len__(self) -> int:
         return self.length
@@ -62,6 +79,28 @@ class RunSampler(Sampler[int]):
                 produced += 1
                 if produced == self.length:
                     return
+
+
+class RunLoader(DataLoader):
+    """The training loader, resumable in Lightning's sense: its state is the run's data position.
+
+    Lightning stores `state_dict()` in each checkpoint and hands it to
+    `load_state_dict` before a resumed run's first batch. The position is
+    `position()`, the samples consumed by completed optimizer steps (from the
+    trainer), not the sampler's own count, which runs ahead by the batches
+    Lightning and the workers have prefetched.
+    """
+
+    def __init__(self, dataset, run_sampler: RunSampler, position: Callable[[], int], **kwargs):
+        super().__init__(dataset, sampler=run_sampler, **kwargs)
+        self.run_sampler = run_sampler
+        self.position = position
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.run_sampler.sampler.state_dict(), "consumed": int(self.position())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.run_sampler.restart(state)
 
 
 class RePoDataModule(pl.LightningDataModule):
@@ -130,13 +169,14 @@ class RePoDataModule(pl.LightningDataModule):
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         self.sampler = self.train_dataset.sampler(rank=rank, world_size=world, start_index=self._consumed)
         if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
-            remaining = max(0, trainer.max_steps - trainer.global_step) * self.hparams.global_batch_size // world
-        else:
-            remaining = len(self.sampler)
-        return DataLoader(
+            end = trainer.max_steps * self.hparams.global_batch_size
+        else:  # to the end of the current data epoch
+            end = self._consumed + len(self.sampler) * world
+        return RunLoader(
             self.train_dataset,
+            RunSampler(self.sampler, end),
+            self.consumed_samples,
             batch_size=self.hparams.micro_batch_size,
-            sampler=RunSampler(self.sampler, remaining),
             num_workers=self.hparams.num_workers,
             drop_last=True,
         )

@@ -50,6 +50,15 @@ def unwritable_root_dir(root: str, err: OSError) -> ValueError:
     )
 
 
+def earlier_run_checkpoint(root: str) -> Path | None:
+    """The checkpoint an earlier run left in `root`: the newest last.ckpt, else the newest *.ckpt (e.g. a
+    step=N.ckpt alone); None if there is none. A local root only."""
+    if not Path(root).is_dir():
+        return None
+    others = list(Path(root).rglob("*.ckpt"))
+    return newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
+
+
 def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
     """A `fit` without `--ckpt_path` into a root that holds an earlier run's checkpoint is refused.
 
@@ -60,8 +69,7 @@ def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
     """
     if ckpt_path or "://" in root:
         return
-    others = [p for p in Path(root).rglob("*.ckpt")] if Path(root).is_dir() else []  # e.g. step=N.ckpt alone
-    found = newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
+    found = earlier_run_checkpoint(root)
     if found is not None:
         raise ValueError(
             f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
