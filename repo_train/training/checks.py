@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from repo_common.file_permissions import check_folder_readable
-from repo_common.model_directory import download_hint, looks_like_hub_id
+from repo_common.model_directory import download_hint, looks_like_hub_id, no_such_directory
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
 from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
@@ -47,7 +47,9 @@ def check_init_from(path: str | None) -> None:
     if looks_like_hub_id(str(path)):
         raise FileNotFoundError(f"model.init_from={path!r} is not a local directory; {download_hint(str(path))}")
     if not directory.exists():
-        raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory: it does not exist; {fix}")
+        raise FileNotFoundError(
+            f"model.init_from={path!r} is not an HF model directory: {no_such_directory(path)}; {fix}"
+        )
     check_folder_readable(directory)  # a folder or file this user may not read: one line naming it
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory (no config.json there); {fix}")
