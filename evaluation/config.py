@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace, set_parsing_settings
@@ -37,12 +36,12 @@ from jsonargparse import Namespace, set_parsing_settings
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, register_method
 from evaluation.methods.registry import class_path_of
 from evaluation.run_config import TINY_DEFAULTS, RunConfig, option_fields, short_form_tasks, with_data_file
-from evaluation.sample_data import NQ_OPEN_ORACLE
+from evaluation.sample_data import NQ_OPEN_ORACLE, check_data_dir
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, register_task
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser
 from repo_common.file_permissions import check_folder_listable
-from repo_common.model_directory import check_model_directory
+from repo_common.model_directory import check_model_files
 from repo_common.user_code import resolve_class
 
 #: Old repeatable flags and the list option each fills.
@@ -176,11 +175,10 @@ def _method_stack(entry: Any, user_modules: Sequence[str] = ()) -> MethodStack |
 
 def resolve(options: Namespace) -> ResolvedRun:
     """Turn parsed options into the `RunConfig`; every mistake is a ValueError/OSError naming the fix."""
-    if options.model is not None:
-        check_model_directory("--model", options.model)  # a hub id gets the download hint
-    if options.data_dir is not None and not Path(options.data_dir).is_dir():
-        raise FileNotFoundError(f"--data-dir {str(options.data_dir)!r} is not a directory")
+    if options.model is not None:  # config.json and tokenizer files: a half-copied model is refused before torch
+        check_model_files("--model", options.model)  # a hub id gets the download hint, a misspelt folder its sibling
     if options.data_dir is not None:
+        check_data_dir("--data-dir", options.data_dir)  # names the release files to download
         check_folder_listable(options.data_dir)  # else its files "are not there"
     imports = list(options.get(user_code.KEY) or [])
     user_modules = [user_code.module_name_of(name) for name in imports]

@@ -36,14 +36,13 @@ import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from evaluation.byte_tokenizer import byte_tokenizer
 from evaluation.run_config import DEVICES
 from repo_common.cli_errors import first_line
-from repo_common.model_directory import check_model_directory, check_tokenizer_files, read_model_config
+from repo_common.model_directory import check_model_files
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.olmo2 import load_checked
 from repo_train.modeling.presets import tiny
 from repo_train.modeling.size_estimate import check_fits_in_memory
 
 TINY_DEFAULT_NAME = "tiny-default"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -70,23 +69,6 @@ def _prepare(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config.eos_token_id is None and tokenizer.eos_token_id is not None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
-
-
-def _check_directory(path: Path) -> dict:
-    check_model_directory("model directory", path)
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(
-            f"{str(path)!r} has no config.json; pass the directory written by model.save_pretrained(...)"
-        )
-    if not any((path / name).is_file() for name in _TOKENIZER_FILES):
-        raise FileNotFoundError(
-            f"{str(path)!r} has no tokenizer (none of {list(_TOKENIZER_FILES)}); save one there with "
-            "tokenizer.save_pretrained(DIR)"
-        )
-    config = read_model_config(path)
-    check_tokenizer_files(path)
-    return config
 
 
 def _unreadable_weights(path: Path, err: Exception) -> str:
@@ -126,7 +108,7 @@ def load_model(
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(_DTYPES)}")
     path = Path(path)
-    raw_config = _check_directory(path)
+    raw_config = check_model_files("model directory", path)
     check_fits_in_memory(raw_config, _DTYPES[dtype].itemsize, f"{path / 'config.json'}")
     check_attention_kernel(attn_implementation)
     try:

@@ -9,7 +9,7 @@ Plain Python, no torch or `datasets`: `evaluation run --help` reads the options 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -30,10 +30,12 @@ GOLD_LOGLIK = "gold_loglik"
 #: How a run scores a prompt of a generation task.
 Score = Literal["metric", "gold_loglik"]
 SCORES = get_args(Score)
-#: Defaults when no model is given: the random tiny model only needs to run the pipeline, quickly.
+#: Defaults when no model is given: the random tiny model only needs to run the pipeline, quickly. They size
+#: every task that takes them, its own defaults or not (the random model's answers are noise at any size).
 TINY_DEFAULTS = dict(num_examples=2, num_documents=3, num_keys=4, max_new_tokens=8)
-#: Defaults for real models (the Lost in the Middle settings).
-MODEL_DEFAULTS = dict(num_documents=20, num_keys=75)
+#: The command's defaults (the Lost in the Middle settings and the CALIOPE grid) for a parameter the user did not
+#: set and the task declares no default for: a task's own default (`babi`'s `gold_positions: all`) wins.
+COMMAND_DEFAULTS = dict(num_documents=20, num_keys=75, gold_positions="ends-20-50-80")
 #: Field metadata: the option only spells out short-form tasks (`tasks: kv`); the stored config leaves it out,
 #: since the tasks' init_args hold what it set.
 SHORT_FORM = {"short_form": True}
@@ -101,8 +103,9 @@ class RunConfig:
     """documents per MDQA prompt (short-form tasks only)"""
     num_keys: PositiveInt | None = field(default=None, metadata=SHORT_FORM)
     """KV pairs per prompt (short-form tasks only)"""
-    gold_positions: list[int] | str = field(default="ends-20-50-80", metadata=SHORT_FORM)
-    """a grid name (listed below) or comma-separated 0-based ints (short-form tasks only)"""
+    gold_positions: list[int] | str | None = field(default=None, metadata=SHORT_FORM)
+    """a grid name (listed below) or comma-separated 0-based ints (default: the task's own; ends-20-50-80 for a
+    task without one; short-form tasks only)"""
     task_param: list[str] = field(default_factory=list, metadata=SHORT_FORM)
     """TASK:key=value, also --task-param (short-form tasks only)"""
     data_dir: str | None = None
@@ -245,12 +248,15 @@ def _gold_positions(value: str | list[int]) -> str | list[int]:
 
 def short_form_tasks(config: Any) -> list[Task]:
     """`tasks: a,b` with the short-form options: each task built, its data file found in `data_dir`. `config` is
-    a `RunConfig` or the parsed options of `evaluation run` (the same names)."""
+    a `RunConfig` or the parsed options of `evaluation run` (the same names).
+
+    An option the user did not set (None) leaves the task's own default, and gives a task that declares none
+    (`declared_default`) the command's (`COMMAND_DEFAULTS`); without a model the tiny sizes (`TINY_DEFAULTS`)
+    apply to every task that takes them."""
     names = list(dict.fromkeys(name.strip() for name in config.tasks.split(",") if name.strip()))  # once each
     unknown = [name for name in names if name not in TASKS]
     if unknown or not names:
         raise ValueError(f"unknown task(s) {unknown or [config.tasks]}; choose from {sorted(TASKS)}")
-    defaults = TINY_DEFAULTS if config.model is None else MODEL_DEFAULTS
     extra: dict[str, dict[str, Any]] = {}
     for item in config.task_param:
         task, _, assignment = item.partition(":")
@@ -258,22 +264,44 @@ def short_form_tasks(config: Any) -> list[Task]:
         if task not in names or not eq or not key:
             raise ValueError(f"bad --task-param {item!r}: write TASK:key=value with TASK one of {names}")
         extra.setdefault(task, {})[key] = parse_value(value)
-    # each short-form option (and the seed) sets the task parameter of its name, where not given: the default
+    # each short-form option (and the seed) sets the task parameter of its name; None: not set by the user
     given = {
-        item.name: getattr(config, item.name) for item in option_fields(RunConfig) if item.metadata.get("short_form")
+        item.name: getattr(config, item.name)
+        for item in option_fields(RunConfig)
+        if item.metadata.get("short_form") and item.name != "task_param"
     }
-    common = {name: defaults.get(name) if value is None else value for name, value in given.items()}
-    common.update(seed=config.seed, gold_positions=_gold_positions(config.gold_positions))
+    if given["gold_positions"] is not None:
+        given["gold_positions"] = _gold_positions(given["gold_positions"])
+    if config.model is None:  # the tiny model's sizes, whatever the task's own
+        given = {key: TINY_DEFAULTS.get(key) if value is None else value for key, value in given.items()}
     tasks = []
     for name in names:
-        accepted = set(TASKS[name].field_names())  # common options only go to tasks that take them
-        params = {k: v for k, v in common.items() if k in accepted and v is not None}
+        cls = TASKS[name]
+        params = {"seed": config.seed} if "seed" in cls.field_names() else {}
+        for key, value in given.items():
+            if key not in cls.field_names():  # common options only go to tasks that take them
+                continue
+            if value is None and declared_default(cls, key) is None:
+                value = COMMAND_DEFAULTS.get(key)  # the command's default where the task has none of its own
+            if value is not None:
+                params[key] = value
         params.update(extra.get(name, {}))  # --task-param as given: a typo fails in build_task
         params = with_data_file(name, params, config.data_dir)
-        if name == "kv" and params.get("path") is None and common["num_examples"] is None:
+        if name == "kv" and params.get("path") is None and params.get("num_examples") is None:
             raise ValueError("kv without a data file generates its examples: pass --num-examples N")
         tasks.append(build_task(name, **params))
     return tasks
+
+
+def declared_default(cls: type[Task], name: str) -> Any:
+    """The default task class `cls` declares for its parameter `name`, or None where it declares none (no default,
+    or None: a value the task itself asks for, as kv's `num_keys` when it generates)."""
+    for item in fields(cls):
+        if item.name == name and item.default is not MISSING:
+            return item.default
+        if item.name == name and item.default_factory is not MISSING:
+            return item.default_factory()
+    return None
 
 
 def with_data_file(name: str, params: dict[str, Any], data_dir: str | Path | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ pass `trust_remote_code`, an option no command here has.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -22,11 +23,58 @@ from repo_common.json_files import read_json_object
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: The tokenizer files whose JSON transformers reads.
 TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json")
+#: A directory holding none of these has no tokenizer AutoTokenizer could load.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+#: Folders the project's commands write models and runs into (`models/smollm2-135m-instruct`, `outputs/...`): a
+#: path under one of them is local even where that folder is missing here, never a hub id.
+LOCAL_FOLDERS = ("models", "outputs", "results", "scales", "checkpoints")
+
+
+def looks_local(text: str) -> bool:
+    """A path the user means as local: it starts with ./ ../ / or ~, its first component is a directory here, or
+    it lies under one of the project's own folders (`LOCAL_FOLDERS`)."""
+    if text.startswith(("./", "../", "/", "~")) or text in (".", ".."):
+        return True
+    first = text.split("/", 1)[0]
+    return first in LOCAL_FOLDERS or Path(first).is_dir()
 
 
 def looks_like_hub_id(text: str) -> bool:
-    """`org/name` that is not an existing path: what a user copies from a model's hub page."""
-    return bool(_HUB_ID.match(text)) and not Path(text).expanduser().exists()
+    """`org/name` that is not an existing path and does not look local: what a user copies from a model's hub
+    page (a misspelt `models/name` is a missing local directory, not a download)."""
+    return bool(_HUB_ID.match(text)) and not looks_local(text) and not Path(text).expanduser().exists()
+
+
+def nearest_existing(path: str | os.PathLike) -> Path | None:
+    """The existing directory whose name is closest to the first missing component of `path` (difflib), with the
+    rest of `path` below it when that exists too: what a misspelt path most likely meant; None if nothing is close."""
+    parts = Path(path).expanduser().parts
+    base = Path(parts[0]) if Path(path).expanduser().is_absolute() else Path()
+    start = 1 if base != Path() else 0
+    for index in range(start, len(parts)):
+        if not (base / parts[index]).exists():
+            break
+        base = base / parts[index]
+    else:
+        return None
+    try:
+        names = [entry.name for entry in base.iterdir() if entry.is_dir()]
+    except OSError:
+        return None
+    close = difflib.get_close_matches(parts[index], names, n=1, cutoff=0.6)
+    if not close:
+        return None
+    guess = base / close[0]
+    full = guess.joinpath(*parts[index + 1 :])
+    return full if full.exists() else guess
+
+
+def no_such_directory(text: str) -> str:
+    """ "no such directory", with the nearest existing one a misspelling may have meant."""
+    near = nearest_existing(text)
+    return "no such directory" + (f" (did you mean {str(near)!r}?)" if near is not None else "")
 
 
 def download_hint(text: str) -> str:
@@ -44,7 +92,10 @@ def missing_directory_message(option: str, path: str | os.PathLike) -> str:
         return f"{option} {text!r} is not a local directory; {download_hint(text)}"
     if Path(text).expanduser().is_file():
         return f"{option} {text!r} is a file; pass the model's directory (the folder save_pretrained wrote)"
-    return f"{option} {text!r} not found; pass a local HF model directory (the folder save_pretrained wrote)"
+    return (
+        f"{option} {text!r}: {no_such_directory(text)}; pass a local HF model directory (the folder save_pretrained "
+        "wrote)"
+    )
 
 
 def check_model_directory(option: str, path: str | os.PathLike) -> Path:
@@ -55,6 +106,25 @@ def check_model_directory(option: str, path: str | os.PathLike) -> Path:
         raise FileNotFoundError(missing_directory_message(option, path))
     check_folder_readable(directory)  # else transformers says "No such file" of unreadable weights
     return directory
+
+
+def check_model_files(option: str, path: str | os.PathLike) -> dict[str, Any]:
+    """The model directory `path` (given as `option`) holds a readable config.json and tokenizer files that ask
+    for no code of their own; returns the config. Stdlib only, so a command refuses a half-copied model before it
+    imports torch; every refusal is one line naming the file and the fix."""
+    directory = check_model_directory(option, path)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{option} {str(path)!r} has no config.json; pass the directory written by model.save_pretrained(...)"
+        )
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{option} {str(path)!r} has no tokenizer (none of {list(TOKENIZER_FILES)}); save one there with "
+            "tokenizer.save_pretrained(DIR)"
+        )
+    config = read_model_config(directory)
+    check_tokenizer_files(directory)
+    return config
 
 
 def read_model_config(directory: str | os.PathLike) -> dict[str, Any]:

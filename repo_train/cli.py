@@ -25,6 +25,8 @@ from repo_train.modeling.presets import PRESETS
 #: (`deferred`): `--help` and the refusals that need no model stay fast.
 _export = deferred("repo_train.export", "run")
 _fit_or_validate = deferred("repo_train.training.cli", "run")
+#: fit / validate: the paths their refusal needs no parser for (a missing --ckpt_path), before Lightning loads.
+_check_paths = deferred("repo_train.training.settings_checks", "check_paths_before_lightning")
 
 
 def _add_demo(parser: ConfigParser) -> None:
@@ -84,6 +86,14 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 TRAINING_ERRORS = (ValueError, OSError)
 
 
+def _fit_or_validate_checked(argv: list[str]) -> int:
+    """`fit` / `validate`, a missing checkpoint or init_from refused first, in a second (`--print_config` prints
+    the settings whatever their files)."""
+    if not any(arg.startswith("--print_config") for arg in argv):
+        _check_paths(argv)
+    return _fit_or_validate(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in MOVED:
@@ -91,10 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if argv and argv[0] in LIGHTNING_SUBCOMMANDS:
         # --help, --print_config and every refusal are LightningCLI's own (its parser is built from the model
-        # classes: Lightning and torch load first); the settings that need no model are refused before the
-        # model is built or any data is read (`training.settings_checks.check_settings`).
+        # classes: Lightning and torch load first), but for a missing --ckpt_path or init_from, refused before
+        # (`check_paths_before_lightning`); the settings that need no model are refused before the model is
+        # built or any data is read (`training.settings_checks.check_settings`).
         prog = f"python -m repo_train {argv[0]}"
-        return report_user_errors(prog, lambda: _fit_or_validate(argv), TRAINING_ERRORS)
+        return report_user_errors(prog, lambda: _fit_or_validate_checked(argv), TRAINING_ERRORS)
     return dispatch(
         "python -m repo_train",
         "repo-train: OLMo-2 with learned (REPO) and baseline position methods.",

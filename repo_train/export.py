@@ -30,7 +30,6 @@ export.json existed) is refused before anything is read or written.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from transformers import AutoTokenizer
 
 from repo_common.atomic import atomic_directory
 from repo_common.cli_errors import first_line
-from repo_common.model_directory import check_tokenizer_files
+from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id, no_such_directory
 from repo_train.checkpoints import load_lightning_checkpoint
 from repo_train.data import saved_source_options
 from repo_train.data.text import tokenizer_vocab_size
@@ -79,11 +78,11 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
 
     directory = Path(location).expanduser()
     local = directory.exists()
-    hub_name = not local and re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", location) is not None
+    hub_name = not local and looks_like_hub_id(location)  # `models/tok` is a missing folder, not a hub name
     if not local and not hub_name:
         raise FileNotFoundError(
-            f"the tokenizer {what} {location!r} does not exist: pass --tokenizer DIR (a directory with "
-            "tokenizer.json), or --no-tokenizer to export the weights alone"
+            f"the tokenizer {what} {location!r}: {no_such_directory(location)}; pass --tokenizer DIR (a directory "
+            "with tokenizer.json), or --no-tokenizer to export the weights alone"
         )
     files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
     if local and not files:

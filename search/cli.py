@@ -28,9 +28,10 @@ from jsonargparse.typing import PositiveInt
 from evaluation.run_config import check_tiny_default_options
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser, deferred, dispatch, dump_config
-from repo_common.model_directory import check_model_directory
+from repo_common.model_directory import check_model_files
 from search.config import add_run_command, add_search_sections, config_from_options
 from search.outputs import check_search_outputs
+from search.search_task import task_data_file
 
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
@@ -70,8 +71,9 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
             "no --model and no --config: the built-in tiny random model with configs/search/tiny.yaml", file=sys.stderr
         )
     model = config.model.path
-    if model is not None:
-        check_model_directory("--model", model)  # a hub id gets the download hint
+    if model is not None:  # config.json and tokenizer files, before torch: a hub id gets the download hint
+        check_model_files("--model", model)
+    task_data_file(config.task)  # a missing data folder or file: what to download, before the model loads
     imports = list(options.get(user_code.KEY) or [])  # the user's modules (a task): a replay imports them first
     text = dump_config(
         {

@@ -15,37 +15,32 @@ from evaluation.model_loading import load_model, model_identity, place_model, ti
 from evaluation.run_config import check_tiny_default_options
 from evaluation.runner import task_generation
 from evaluation.sample_data import NQ_OPEN_ORACLE
-from evaluation.tasks import TASKS
 from search.harness_fitness import HarnessFitness
-from search.search_task import item_parameter, task_name
+from search.search_task import item_parameter, task_data_file, task_name
 
 
 def task_parameters(task) -> dict[str, Any]:
     """`build_task` parameters of the search task (data file, k, `task.params`); gold positions etc. are the
     fitness's.
 
-    The data file comes from the evaluation task's own lookup
-    (`Task.find_data_file`): mdqa's nq-open-oracle file (without a data dir,
-    the packaged sample), kv's kv-retrieval-<k>_keys file (without a data
-    dir, kv generates its examples), another task's `data_file_pattern`.
+    The data file comes from the evaluation task's own lookup (`search_task.task_data_file`): mdqa's
+    nq-open-oracle file (without a data dir, the packaged sample), kv's kv-retrieval-<k>_keys file (without a
+    data dir, kv generates its examples), another task's `data_file_pattern`; another task's k is its
+    `num_items`, beside its own `task.params`.
     """
-    data_dir = task.data_dir
-    if data_dir is not None and not Path(data_dir).is_dir():
-        raise FileNotFoundError(f"data dir {str(data_dir)!r} is not a directory")
+    path = task_data_file(task)  # a missing folder or file: one line naming what to download
     name = task_name(task.name)
     if name not in ("mdqa", "kv"):
-        return _other_task_parameters(task, name)
+        return {**task.params, item_parameter(name): task.num_items, **({"path": path} if path else {})}
     if name == "mdqa":
         params: dict[str, Any] = {"num_documents": task.num_items}
-        if data_dir is None:
+        if path is None:
             print(
                 f"mdqa without a data dir: the packaged 40-question sample {NQ_OPEN_ORACLE.name} (a smoke test)",
                 file=sys.stderr,
             )
-        path = TASKS["mdqa"].find_data_file(data_dir, params) if data_dir is not None else NQ_OPEN_ORACLE
-        return {"path": str(path), **params, **task.params}
-    path = TASKS["kv"].find_data_file(data_dir, {"num_keys": task.num_items}) if data_dir is not None else None
-    params = {"path": str(path) if path is not None else None, "num_keys": task.num_items}
+        return {"path": path or str(NQ_OPEN_ORACLE), **params, **task.params}
+    params = {"path": path, "num_keys": task.num_items}
     if task.key_chars is not None:
         if path is not None:
             raise ValueError("task.key_chars shortens generated keys; it cannot apply to a release file")
@@ -55,17 +50,6 @@ def task_parameters(task) -> dict[str, Any]:
     if task.distinct_keys is not None:
         params["distinct_keys"] = task.distinct_keys  # checked by the kv task (pairs only)
     return {**params, **task.params}
-
-
-def _other_task_parameters(task, name: str) -> dict[str, Any]:
-    """A task other than mdqa and kv (a user's): k as its `num_items`, its own `task.params`, its data file."""
-    params = {**task.params, item_parameter(name): task.num_items}
-    if task.data_dir is not None:
-        cls = TASKS[name]
-        if cls.data_file_pattern is None:
-            raise ValueError(f"task.data_dir: task {name!r} reads no data file from a folder; drop task.data_dir")
-        params["path"] = str(cls.find_data_file(task.data_dir, params))
-    return params
 
 
 def decode_settings(task) -> Any:

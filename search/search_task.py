@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from evaluation.sample_data import check_data_dir
 from evaluation.tasks import TASKS, Task, register_task
 from repo_common.user_code import resolve_class
 
@@ -57,3 +58,21 @@ def item_parameter(name: str) -> str:
             "are `num_items` and whose relevant item moves with `gold_positions` (see examples/extension/colour_task.py)"
         )
     return key
+
+
+def task_data_file(task) -> str | None:
+    """The data file the search task `task` (a `TaskConfig`) reads from its `data_dir`, found as the harness finds
+    it (`Task.find_data_file`); None without a data dir (mdqa then reads the packaged sample, kv generates).
+
+    Torch-free, so `search run` calls it before loading the model: a missing folder or file is refused at once,
+    in one line naming what to download.
+    """
+    if task.data_dir is None:
+        return None
+    check_data_dir("task.data_dir (--data-dir)", task.data_dir)
+    name = task_name(task.name)
+    cls = TASKS[name]
+    if name not in ITEM_PARAMETER and cls.data_file_pattern is None:
+        raise ValueError(f"task.data_dir: task {name!r} reads no data file from a folder; drop task.data_dir")
+    params = {item_parameter(name): task.num_items}
+    return str(cls.find_data_file(task.data_dir, params if name in ITEM_PARAMETER else {**task.params, **params}))

@@ -71,6 +71,12 @@ def llama_as_repo(tmp: Path) -> Path:
     return with_tokenizer(path)
 
 
+def _misspelt_model(ctx: Context) -> str:
+    """ctx.tmp/models/smollm2-135m: a misspelling of the folder ctx.tmp/models/smollm2-135m-instruct beside it."""
+    (ctx.tmp / "models" / "smollm2-135m-instruct").mkdir(parents=True)
+    return str(ctx.tmp / "models" / "smollm2-135m")
+
+
 def repo_partial(tmp: Path) -> Path:
     """A REPO checkpoint missing one layer's predictor."""
     path = repo_model(tmp, "repo_partial")
@@ -360,11 +366,21 @@ ROWS = [
         "no kv-retrieval-2_keys.jsonl(.gz) in --data-dir",
     ),
     BadInput(
+        "eval-data-dir-without-mdqa-file",
+        "evaluation",
+        _ev_data_dir({"README": "not the data\n"}, "--tasks", "mdqa", "--num-documents", "3"),
+        EXIT_USAGE,
+        "no nq-open-oracle*.jsonl(.gz) in --data-dir '{tmp}/data'; download qa_data/nq-open-oracle.jsonl.gz of the "
+        "Lost in the Middle release (Liu et al., TACL 2024) from github.com/nelson-liu/lost-in-the-middle into it",
+    ),
+    BadInput(
         "eval-data-dir-missing",
         "evaluation",
         _ev_fresh("--data-dir", "{tmp}/no_such_dir"),
         EXIT_USAGE,
-        "no_such_dir' is not a directory",
+        "no_such_dir' is not a directory; download qa_data/nq-open-oracle.jsonl.gz (mdqa) and "
+        "kv_retrieval_data/kv-retrieval-75_keys.jsonl.gz (kv) of the Lost in the Middle release (Liu et al., TACL "
+        "2024) from github.com/nelson-liu/lost-in-the-middle into one folder, and pass it as --data-dir",
     ),
     BadInput(
         "eval-batch-size-zero",
@@ -519,6 +535,20 @@ ROWS = [
         lambda ctx: [*EVAL, "--model", HUB_ID, "--out", str(ctx.tmp / "out")],
         EXIT_USAGE,
         "is not a local directory; this project loads local model directories only",
+    ),
+    BadInput(  # a misspelt local path looks like org/name, but is no hub id: no download hint
+        "eval-model-misspelt-local-path",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", "models/no-such-model", "--out", str(ctx.tmp / "out")],
+        EXIT_USAGE,
+        "--model 'models/no-such-model': no such directory; pass a local HF model directory",
+    ),
+    BadInput(
+        "eval-model-misspelt-names-its-sibling",
+        "evaluation",
+        lambda ctx: [*EVAL, "--model", _misspelt_model(ctx), "--out", str(ctx.tmp / "out")],
+        EXIT_USAGE,
+        "no such directory (did you mean '{tmp}/models/smollm2-135m-instruct'?)",
     ),
     BadInput(
         "eval-data-gz-not-gzip",

@@ -219,6 +219,22 @@ ROWS = [
         "population 2 is smaller than parents 3",
     ),
     BadInput(
+        "search-data-dir-missing",
+        "search",
+        _se_run("--task", "mdqa", "--data-dir", "{tmp}/no_such_dir"),
+        EXIT_USAGE,
+        "task.data_dir (--data-dir) '{tmp}/no_such_dir' is not a directory; download qa_data/nq-open-oracle.jsonl.gz "
+        "(mdqa) and kv_retrieval_data/kv-retrieval-75_keys.jsonl.gz (kv) of the Lost in the Middle release",
+    ),
+    BadInput(
+        "search-data-dir-without-mdqa-file",
+        "search",
+        _se_run("--task", "mdqa", "--num-items", "3", "--data-dir", "{tmp}"),
+        EXIT_USAGE,
+        "no nq-open-oracle*.jsonl(.gz) in --data-dir '{tmp}'; download qa_data/nq-open-oracle.jsonl.gz of the Lost in "
+        "the Middle release",
+    ),
+    BadInput(
         "search-held-out-beyond-the-data",
         "search",
         _se_run(make=lambda ctx: ["--data-dir", str(_kv_release_file(ctx, examples=6).parent)]),
@@ -247,6 +263,13 @@ ROWS = [
         "scales differ from the bezier curve",
     ),
     # -- garbage model directories (issue 24)
+    BadInput(  # a misspelt local path looks like org/name, but is no hub id: no download hint
+        "search-model-misspelt-local-path",
+        "search",
+        lambda ctx: ["run", "--model", "models/no-such-model", "--out", str(ctx.tmp / "scales" / "s.json")],
+        EXIT_USAGE,
+        "--model 'models/no-such-model': no such directory; pass a local HF model directory",
+    ),
     BadInput(
         "search-model-hub-id",
         "search",

@@ -573,7 +573,7 @@ ROWS = [
         "repo_train",
         _fit("--model.init_from", "{tmp}/nowhere"),
         EXIT_USAGE,
-        "does not exist",
+        "nowhere' is not an HF model directory: no such directory",
     ),
     BadInput(
         "fit-init-from-no-weights",
@@ -771,6 +771,20 @@ ROWS = [
         "option --dtype: expected one of ['float32', 'bfloat16', 'float16'], got 'int8'",
     ),
     # -- garbage files and model directories (issue 24)
+    BadInput(  # a misspelt local path looks like org/name, but is no hub id: no download hint
+        "fit-init-from-misspelt-local-path",
+        "repo_train",
+        _fit("--model.init_from", "models/no-such-model"),
+        EXIT_USAGE,
+        "model.init_from='models/no-such-model' is not an HF model directory: no such directory",
+    ),
+    BadInput(
+        "export-tokenizer-misspelt-names-its-sibling",
+        "repo_train",
+        lambda ctx: [*_export_tokenizer(lambda path: None)(ctx)[:-1], str(ctx.tmp / "tokeniser")],
+        EXIT_USAGE,
+        "the tokenizer --tokenizer '{tmp}/tokeniser': no such directory (did you mean '{tmp}/tokenizer'?)",
+    ),
     BadInput(
         "fit-init-from-hub-id",
         "repo_train",
@@ -1061,7 +1075,7 @@ def test_the_paragraph_cap_counts_up_to_a_blank_line(tmp_path, monkeypatch):
         (lambda tmp: check_init_from(str(edited_model("m", garbage("config.json"))(tmp))), "it is binary, not UTF-8"),
         (lambda tmp: load_tokenizer(_tokenizer_dir(tokenizer_with_own_code)(Context(tmp))), "no trust_remote_code"),
         (lambda tmp: load_tokenizer(_tokenizer_dir(garbage("tokenizer.json"))(Context(tmp))), "tokenizer.json is not"),
-        (lambda tmp: load_tokenizer(str(tmp / "no" / "tokenizer")), "tokenizer': it does not exist; pass a local"),
+        (lambda tmp: load_tokenizer(str(tmp / "no" / "tokenizer")), "tokenizer': no such directory; pass a local"),
         (lambda tmp: read_mix_file(_shard_as_mix_file(None)(Context(tmp))), "is binary, not a text list of shard paths"),
         (lambda tmp: read_mix_file(_shard_as_mix_file(17 * 2**20)(Context(tmp))), "is 17 MB, not a list of shard paths"),
     ],

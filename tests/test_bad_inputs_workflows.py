@@ -105,6 +105,35 @@ ROWS = [
         "--questions must be >= 1",
     ),
     BadInput(
+        "study-data-missing",
+        "workflows",
+        lambda ctx: [*STUDY, "--out", _out(ctx), "--data", str(ctx.tmp / "nq.jsonl.gz")],
+        EXIT_USAGE,
+        "nq.jsonl.gz' not found; download qa_data/nq-open-oracle.jsonl.gz of the Lost in the Middle release (Liu et "
+        "al., TACL 2024) from github.com/nelson-liu/lost-in-the-middle and pass it as --data",
+    ),
+    BadInput(
+        "study-gpu-without-data",
+        "workflows",
+        lambda ctx: ["study-real-model", "--gpu", "--out", _out(ctx)],
+        EXIT_USAGE,
+        "--gpu needs 199 questions and the packaged sample has 40: download qa_data/nq-open-oracle.jsonl.gz",
+    ),
+    BadInput(
+        "crosscheck-data-missing",
+        "workflows",
+        lambda ctx: ["crosscheck-lm-eval", "--data", str(ctx.tmp / "nq.jsonl.gz"), "--out", str(ctx.tmp / "c.json")],
+        EXIT_USAGE,
+        "nq.jsonl.gz' not found; download qa_data/nq-open-oracle.jsonl.gz of the Lost in the Middle release",
+    ),
+    BadInput(
+        "crosscheck-model-misspelt",
+        "workflows",
+        lambda ctx: ["crosscheck-lm-eval", "--model", "models/no-such-model", "--out", str(ctx.tmp / "c.json")],
+        EXIT_USAGE,
+        "--model 'models/no-such-model': no such directory",
+    ),
+    BadInput(
         "crosscheck-out-over-a-user-json",
         "workflows",
         lambda ctx: ["crosscheck-lm-eval", "--out", str(_user_json(ctx))],

@@ -128,3 +128,31 @@ def test_the_tripwire_fires_when_the_settings_pass(tmp_path, nothing_built):
     """The cases above are refused before the model is built, not because building it is impossible here."""
     with pytest.raises(AssertionError, match="was built before the refusal"):
         main(["fit", "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path / "run")])
+
+
+def test_the_paths_judged_before_lightning_follow_the_parser_s_precedence(tmp_path):
+    """The command line's last value wins over the config files (`null` clears it), the last file's over an
+    earlier one; Lightning's aliases and anything the parser must judge itself pass through."""
+    from repo_train.training.settings_checks import check_paths_before_lightning
+
+    real = tmp_path / "run.ckpt"
+    real.write_bytes(b"")
+    (tmp_path / "gone.yaml").write_text(f"ckpt_path: {tmp_path / 'gone.ckpt'}\n")
+    (tmp_path / "init.yaml").write_text("model:\n  init_args:\n    init_from: models/no-such-model\n")
+    passes = [
+        ["fit", "--config", str(tmp_path / "gone.yaml"), "--ckpt_path", str(real)],
+        ["fit", "--config", str(tmp_path / "gone.yaml"), "--ckpt_path", "null"],
+        ["fit", "--ckpt_path", "last"],
+        ["fit", "--ckpt_path"],  # the parser's to refuse
+        ["fit", "--config", str(tmp_path / "missing.yaml")],
+        ["fit", "--config", str(tmp_path / "init.yaml"), "--model.init_from", str(tmp_path)],
+    ]
+    for argv in passes:
+        check_paths_before_lightning(argv)
+    with pytest.raises(FileNotFoundError, match="gone.ckpt' does not exist"):
+        check_paths_before_lightning(["fit", "--ckpt_path", str(real), "--config", str(tmp_path / "gone.yaml"),
+                                      "--ckpt_path", str(tmp_path / "gone.ckpt")])  # fmt: skip
+    with pytest.raises(
+        FileNotFoundError, match="init_from='models/no-such-model' is not an HF model directory: no such"
+    ):
+        check_paths_before_lightning(["fit", "--config", str(tmp_path / "init.yaml")])

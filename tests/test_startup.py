@@ -4,8 +4,8 @@ Each command runs in a fresh interpreter (`startup_probe.py`), which reports the
 `sys.modules` when the command has answered: deterministic, unlike a timing (the timings are
 `python -m workflows benchmark-startup`'s). `fit` / `validate` are the exception: LightningCLI's parser is built from
 the LightningModule, so their `--help`, `--print_config` and refusals load torch and Lightning first (the slow
-test at the end); their model-free refusals come before the model is built or any data is read
-(tests/test_bad_inputs_training.py). (`python -m evaluation run` was an exception until its parser and
+test at the end), but for a missing `--ckpt_path` or `model.init_from` (refused before); their other model-free
+refusals come before the model is built or any data is read (tests/test_bad_inputs_training.py). (`python -m evaluation run` was an exception until its parser and
 resolution read the task and method classes without torch or `datasets`.)
 """
 
@@ -120,6 +120,58 @@ def test_evaluation_run_checks_its_config_before_loading_the_harness(args, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and not (ROOT / "x").exists()
 
 
+#: A model directory with its config.json but no tokenizer files: refused from its file list alone.
+_NO_TOKENIZER = "{tmp}/no-tokenizer"
+_MODEL = "workflows/assets/tiny-kv-dip"
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "phrase"),
+    [
+        (
+            "python -m evaluation run",
+            ["--model", _NO_TOKENIZER, "--tasks", "kv", "--num-examples", "2"],
+            "has no tokenizer",
+        ),
+        ("python -m evaluation run", ["--model", "models/no-such-model"], "'models/no-such-model': no such directory"),
+        (
+            "python -m evaluation run",
+            ["--model", _MODEL, "--data-dir", "{tmp}/nowhere"],
+            "is not a directory; download",
+        ),
+        (
+            "python -m evaluation run",
+            ["--model", _MODEL, "--tasks", "mdqa", "--data-dir", "{tmp}"],
+            "no nq-open-oracle",
+        ),
+        ("python -m search run", ["--model", _NO_TOKENIZER], "has no tokenizer"),
+        ("python -m search run", ["--model", _MODEL, "--task", "mdqa", "--data-dir", "{tmp}/nowhere"], "download"),
+        ("python -m search run", ["--model", _MODEL, "--task", "mdqa", "--data-dir", "{tmp}"], "no nq-open-oracle"),
+        ("python -m repo_train fit", ["--ckpt_path", "{tmp}/gone.ckpt"], "gone.ckpt' does not exist"),
+        ("python -m repo_train validate", ["--ckpt_path={tmp}/gone.ckpt"], "gone.ckpt' does not exist"),
+        ("python -m repo_train fit", ["--config", "{tmp}/resume.yaml"], "gone.ckpt' does not exist"),
+        ("python -m repo_train fit", ["--model.init_from", "models/no-such-model"], "no such directory"),
+        ("python -m workflows study-real-model", ["--gpu"], "--gpu needs 199 questions"),
+        ("python -m workflows study-real-model", ["--data", "{tmp}/nq.jsonl.gz"], "download qa_data/nq-open-oracle"),
+        ("python -m workflows crosscheck-lm-eval", ["--model", _NO_TOKENIZER], "has no tokenizer"),
+    ],
+)
+def test_a_missing_file_is_refused_before_torch_loads(command, args, phrase, tmp_path):
+    """A model directory without its files, a data folder or file, a checkpoint that is not there: judged from the
+    file system alone, in a second. (A method spec's parameters are not among these: a built-in method's
+    parameters, their types and checks are its class, defined beside its torch code, so `pi:scale=fast` or
+    `lpes:scale_file=gone.json` are refused once that module, and torch, are loaded.)"""
+    (tmp_path / "no-tokenizer").mkdir()
+    (tmp_path / "no-tokenizer" / "config.json").write_text((ROOT / _MODEL / "config.json").read_text())
+    (tmp_path / "resume.yaml").write_text(f"ckpt_path: {tmp_path / 'gone.ckpt'}\n")
+    outputs = {"python -m search run": ["--out", f"{tmp_path}/s/s.json"], "python -m repo_train fit": [],
+               "python -m repo_train validate": [], "python -m workflows crosscheck-lm-eval": ["--out", f"{tmp_path}/c.json"]}  # fmt: skip
+    out = outputs.get(command, ["--out", f"{tmp_path}/out"])
+    code, err, heavy = probe(command, [*[arg.format(tmp=tmp_path) for arg in args], *out])
+    assert code == 2 and phrase in err and len(err.strip().splitlines()) == 1, err
+    assert heavy == [], f"{command} {' '.join(args)} imported {heavy} before refusing"
+
+
 def test_search_run_prints_its_config_template_without_loading_the_model_classes():
     code, err, heavy = probe("python -m search run", ["--print_config"])
     assert code == 0 and heavy == [], f"search run --print_config imported {heavy}: {err}"
@@ -143,6 +195,18 @@ def test_the_known_exceptions_still_need_their_packages_for_help(command, args, 
     code, err, heavy = probe(command, args)
     assert code == 0, err
     assert expected <= set(heavy)
+
+
+@pytest.mark.slow  # each loads torch: 5-15 s on two cores
+@pytest.mark.parametrize("spec", ["pi:scale=fast", "lpes:scale_file=gone.json"])
+def test_a_built_in_method_s_parameters_are_judged_with_its_module(spec, tmp_path):
+    """The known exception: a built-in method's parameters, their types and checks are its class, in a module
+    that imports torch (the registry names it by its class path), so such a refusal loads torch; everything the
+    run judges without a model comes before it. If this stops importing torch, add it to the list above."""
+    args = ["--model", _MODEL, "--tasks", "kv", "--num-examples", "2", "--method", spec, "--out", f"{tmp_path}/o"]
+    code, err, heavy = probe("python -m evaluation run", args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and spec.split(":")[0] in err, err
+    assert "torch" in heavy
 
 
 @pytest.mark.slow  # loads torch and Lightning: 13-18 s on two cores at load 2-3

@@ -13,7 +13,7 @@ from workflow_commands import parse_args as parse_command_args
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from workflows.cli import main
 from workflows.real_model_study.command import DESCRIPTIONS, SIZES
-from workflows.real_model_study.data import DATA_NAME, split_data
+from workflows.real_model_study.data import DATA_NAME, count_questions, questions_needed, split_data
 from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command
 from workflows.real_model_study.speed import projected_seconds
 from workflows.real_model_study.verdicts import claim_verdict, dip_verdict, shape_verdict
@@ -146,7 +146,10 @@ def test_options_are_checked_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
         parse_args(["--quick", "--data", "no/such/file.jsonl.gz"])
     assert stop.value.code == 2
-    assert "--data no/such/file.jsonl.gz not found" in capsys.readouterr().err
+    assert (
+        "--data 'no/such/file.jsonl.gz' not found; download qa_data/nq-open-oracle.jsonl.gz of the Lost in the Middle "
+        "release (Liu et al., TACL 2024) from github.com/nelson-liu/lost-in-the-middle and pass it as --data"
+    ) in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--quick", "--costly_questions", "9"])
     assert "take the first of --questions" in capsys.readouterr().err
@@ -154,12 +157,35 @@ def test_options_are_checked_in_one_line(capsys):
     assert args.size == dict(SIZES["quick"], questions=4) and args.data == str(NQ_OPEN_ORACLE)
 
 
+def test_the_default_data_is_the_packaged_sample_where_it_is_enough(capsys):
+    """Without --data: the 40-question sample for --quick and the default size (39 questions); a size it cannot
+    hold is refused in one line naming the release file to download, before anything loads."""
+    assert parse_args([]).data == str(NQ_OPEN_ORACLE)
+    assert questions_needed(SIZES["full"]) <= count_questions(NQ_OPEN_ORACLE) == 40
+    for argv, which in ((["--gpu"], "--gpu needs 199"), (["--questions", "18"], "these sizes need 42")):
+        with pytest.raises(SystemExit) as stop:
+            parse_args(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{which} questions and the packaged sample has 40: download qa_data/nq-open-oracle.jsonl.gz" in err
+        assert "github.com/nelson-liu/lost-in-the-middle and pass it as --data FILE" in err
+
+
+def test_a_data_file_too_small_for_the_sizes_is_refused_before_anything_loads(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--gpu", "--data", str(NQ_OPEN_ORACLE)])
+    assert "has 40 questions; the study needs 199" in capsys.readouterr().err
+
+
 def test_gpu_without_cuda_is_refused_in_one_line_before_any_work(tmp_path, capsys):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is here: --gpu is accepted")
-    code = study_main(["--gpu", "--data", str(NQ_OPEN_ORACLE), "--out", str(tmp_path / "out")])
+    lines = gzip.decompress(NQ_OPEN_ORACLE.read_bytes()).splitlines(keepends=True)
+    data = tmp_path / "nq-open-oracle.jsonl.gz"  # as many questions as --gpu needs (the sample's, repeated)
+    data.write_bytes(gzip.compress(b"".join(lines * 5)))
+    code = study_main(["--gpu", "--data", str(data), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--gpu needs a CUDA GPU, and torch" in err and "drop --gpu for the CPU study" in err

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.metrics import METRICS
+from evaluation.sample_data import KV_RELEASE_FILE, RELEASE
 from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
 
 INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
@@ -142,7 +143,8 @@ class KVRetrievalTask(Task):
     name = "kv"
     data_file_pattern = "kv-retrieval-{num_keys}_keys.jsonl*"
     data_file_hint = (
-        "pass the --num-keys of a file there (the release has 75, 140 and 300), or drop --data-dir to generate examples"
+        f"pass the --num-keys of a file there, download {KV_RELEASE_FILE} (or the 140 or 300 keys' file) of {RELEASE} "
+        "into it, or drop --data-dir to generate examples"
     )
 
     path: str | None = None

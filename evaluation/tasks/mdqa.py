@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.metrics import normalize_answer
-from evaluation.sample_data import NQ_OPEN_ORACLE
+from evaluation.sample_data import NQ_OPEN_ORACLE, NQ_RELEASE_FILE, RELEASE, nq_file_hint
 from evaluation.tasks.base import GoldPositions, Task, example_rng, join_items, read_jsonl, resolve_gold_positions
 
 INSTRUCTION = (
@@ -97,7 +97,7 @@ class MDQATask(_ReleaseDecoding, Task):
 
     name = "mdqa"
     data_file_pattern = "nq-open-oracle*.jsonl*"
-    data_file_hint = "pass the folder of the Lost in the Middle release's nq-open-oracle file (docs/evaluation.md)"
+    data_file_hint = f"download {NQ_RELEASE_FILE} of {RELEASE} into it"
 
     path: str | None = None
     """nq-open-oracle-style .jsonl(.gz): question, answers, ctxs = [gold passage]; None = the 40-question sample
@@ -119,10 +119,7 @@ class MDQATask(_ReleaseDecoding, Task):
         if self.path is None:
             self.path = str(NQ_OPEN_ORACLE)
         if not Path(self.path).is_file():
-            raise FileNotFoundError(
-                f"MDQA data file {self.path!r} not found; pass path= an nq-open-oracle .jsonl(.gz) file "
-                "(e.g. nq-open-oracle.first2000.jsonl.gz of the Lost in the Middle release)"
-            )
+            raise FileNotFoundError(f"MDQA data file {self.path!r} not found; {nq_file_hint('path=')}")
 
     def rows(self) -> Iterator[dict[str, Any]]:
         records = read_jsonl(self.path)

@@ -23,7 +23,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from repo_common.cli_errors import first_line
 from repo_common.json_files import check_line_lengths
-from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id
+from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id, no_such_directory
 from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 
 #: file suffix -> `datasets` builder that reads it.
@@ -74,8 +74,8 @@ def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTraine
         check_tokenizer_files(location)  # garbage JSON or the directory's own code: one line naming the file
     elif not looks_like_hub_id(str(tokenizer)):  # a local-looking path that is not there: no ~30 s of hub retries
         raise ValueError(
-            f"could not load the tokenizer {str(tokenizer)!r}: it does not exist; pass a local directory holding the "
-            "tokenizer files (e.g. tokenizer.json), or a hub id org/name already in the local cache"
+            f"could not load the tokenizer {str(tokenizer)!r}: {no_such_directory(str(tokenizer))}; pass a local "
+            "directory holding the tokenizer files (e.g. tokenizer.json), or a hub id org/name already in the local cache"
         )
     try:
         return AutoTokenizer.from_pretrained(str(location) if location.exists() else str(tokenizer))

@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 from repo_common.file_permissions import check_folder_readable
-from repo_common.model_directory import download_hint, looks_like_hub_id
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
 from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
 from repo_train.modeling.methods import position_of_fields, resolve_position
 from repo_train.modeling.position_config import PositionConfig, PositionMethod
-from repo_train.training.settings_checks import MOVED_MODEL_OPTIONS
+from repo_train.training.settings_checks import INIT_FROM_FIX, MOVED_MODEL_OPTIONS, check_init_from_exists
 
 
 def check_config_overrides(overrides: dict | None) -> None:
@@ -43,14 +42,12 @@ def check_init_from(path: str | None) -> None:
     if path is None:
         return
     directory = Path(path)
-    fix = "point it to a downloaded OLMo-2 checkpoint (e.g. the stage-1 1B at step 1907359) or omit it to train from scratch."
-    if looks_like_hub_id(str(path)):
-        raise FileNotFoundError(f"model.init_from={path!r} is not a local directory; {download_hint(str(path))}")
-    if not directory.exists():
-        raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory: it does not exist; {fix}")
+    check_init_from_exists(path)  # a hub id, or a folder that is not there
     check_folder_readable(directory)  # a folder or file this user may not read: one line naming it
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"model.init_from={path!r} is not an HF model directory (no config.json there); {fix}")
+        raise FileNotFoundError(
+            f"model.init_from={path!r} is not an HF model directory (no config.json there); {INIT_FROM_FIX}"
+        )
     # Another architecture's config.json fails here, before the run writes anything; weights that do not fit
     # the model are refused when `configure_model` loads them (RePoOlmo2ForCausalLM.from_pretrained is strict).
     RePoOlmo2Config.get_config_dict(str(directory))

@@ -18,6 +18,7 @@ import yaml
 
 from repo_common import user_code
 from repo_common.config_cli import config_size_problem, read_config_yaml, take_flag
+from repo_common.model_directory import download_hint, looks_like_hub_id, no_such_directory
 from repo_common.run_lock import LOCK_FILE
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, missing_checkpoint_message, newest_last_checkpoint
 
@@ -31,6 +32,58 @@ MOVED_MODEL_OPTIONS = {
     "repo_curriculum_start": "curriculum_start",
     "repo_curriculum_steps": "curriculum_steps",
 }
+
+
+#: What to do about an `init_from` that is not there.
+INIT_FROM_FIX = (
+    "point it to a downloaded OLMo-2 checkpoint (e.g. the stage-1 1B at step 1907359) or omit it to train from scratch."
+)
+
+
+def check_init_from_exists(path: str | None) -> None:
+    """`model.init_from` is an existing local path: a hub id gets the download hint, a misspelt folder its
+    nearest sibling (what it holds is `checks.check_init_from`'s to judge, with the model classes)."""
+    if path is None:
+        return
+    if looks_like_hub_id(str(path)):
+        raise FileNotFoundError(f"model.init_from={path!r} is not a local directory; {download_hint(str(path))}")
+    if not Path(path).exists():
+        raise FileNotFoundError(
+            f"model.init_from={path!r} is not an HF model directory: {no_such_directory(str(path))}; {INIT_FROM_FIX}"
+        )
+
+
+def check_paths_before_lightning(argv: list[str]) -> None:
+    """The paths of a `fit` / `validate` command line, judged before torch and Lightning load (seconds): a
+    `--ckpt_path` that does not exist, a `model.init_from` that is not there (both also from `--config` files;
+    the command line wins, as in the parser). Anything unclear (a flag without its value, a config file that is
+    missing or not YAML) is left to the parser, which judges every setting again (`check_settings`)."""
+    try:
+        ckpt_given, rest = take_flag(argv, "--ckpt_path")
+        init_given, rest = take_flag(rest, "--model.init_from")
+        configs = [data for data in read_config_files(config_file_arguments(rest)) if isinstance(data, dict)]
+    except ValueError:
+        return
+    ckpt_path = _last(ckpt_given, [data.get("ckpt_path", _UNSET) for data in configs])
+    if ckpt_path is not None and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES and not Path(ckpt_path).exists():
+        raise FileNotFoundError(missing_checkpoint_message(ckpt_path))
+    models = [data.get("model") for data in configs if isinstance(data.get("model"), dict)]
+    sections = [model["init_args"] if isinstance(model.get("init_args"), dict) else model for model in models]
+    init_from = _last(init_given, [section.get("init_from", _UNSET) for section in sections])
+    if init_from is None or isinstance(init_from, str):
+        check_init_from_exists(init_from)
+
+
+_UNSET = object()
+
+
+def _last(given: list[str], from_files: list[Any]) -> Any:
+    """The value that holds: the command line's last (`null` is None), else the last config file's that sets it."""
+    if given:
+        value = given[-1]
+        return None if value.strip() in ("", "null", "None") else value
+    set_in_files = [value for value in from_files if value is not _UNSET]
+    return set_in_files[-1] if set_in_files else None
 
 
 def check_root_dir(root: str) -> None:

@@ -73,14 +73,14 @@ def test_max_records_stops_with_exit_3_and_a_rerun_finishes(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "/no/such/dir"], "not found; pass a local HF model directory"),
+        (["--model", "/no/such/dir"], "no such directory; pass a local HF model directory"),
         (["--tasks", "mdqa,nosuch"], "unknown task(s) ['nosuch']"),
         (["--method", "nosuch"], "unknown method 'nosuch'"),
         (["--method", "pi:scale"], "write key=value"),
         (["--method", "pi:scale=2,size=3"], "valid parameters are ['scale']"),
         (["--task-param", "mdqa:num_documents"], "bad --task-param"),
         (["--task-param", "mdqa:bogus=1"], "unknown parameter(s) ['bogus'] for task 'mdqa'"),
-        (["--data-dir", "/no/such/dir"], "is not a directory"),
+        (["--data-dir", "/no/such/dir"], "is not a directory; download qa_data/nq-open-oracle.jsonl.gz"),
         (["--tasks", "kv", "--num-keys", "50", "--max-length", "300"], "--truncate middle|left"),
     ],
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -11,6 +13,7 @@ from evaluation.cli import main
 from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
 from evaluation.run_config import RunConfig, option_fields
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, LOST_IN_THE_MIDDLE_DIR, NQ_OPEN_ORACLE
+from evaluation.tasks import TASKS, Task, register_task
 from repo_common.config_cli import ConfigParser
 
 
@@ -175,3 +178,41 @@ def test_a_true_false_option_alone_means_true_and_two_words_take_dashes():
     assert alone.config == _resolve(["--out", "o", *given]).config
     assert (alone.run.no_report, alone.run.allow_search_overlap, alone.run.chat_template) == (True, True, True)
     assert alone.run.max_records == 3 and not _resolve(["--out", "o", "--no-report", "false"]).run.no_report
+
+
+@dataclasses.dataclass(kw_only=True)
+class _NoOwnDefaults(Task):
+    """A task that declares no default for the short-form options it takes (None: asks for a value)."""
+
+    name: ClassVar[str] = "no_own_defaults"
+    num_keys: int | None = None
+    gold_positions: str | list[int] | None = None
+
+    def rows(self):
+        yield from ()
+
+
+def test_a_task_s_own_default_wins_unless_the_option_is_given(tmp_path, capsys):
+    """colour_lookup (a user's task, by --import) declares gold_positions: all, kv its own grid; the option given
+    sets both; the command's default is only for a task that declares none."""
+    argv = ["run", "--out", str(tmp_path / "o"), "--import", "examples.extension.colour_task", "--tasks",
+            "colour_lookup,kv", "--num-examples", "2", "--print_config"]  # fmt: skip
+    assert main(argv) == 0
+    tasks = {
+        t["class_path"].rpartition(".")[2]: t["init_args"] for t in yaml.safe_load(capsys.readouterr().out)["tasks"]
+    }
+    assert tasks["ColourLookupTask"]["gold_positions"] == "all"
+    assert tasks["KVRetrievalTask"]["gold_positions"] == "ends-20-50-80"
+    assert main([*argv, "--gold-positions", "0,3"]) == 0
+    tasks = [t["init_args"] for t in yaml.safe_load(capsys.readouterr().out)["tasks"]]
+    assert [t["gold_positions"] for t in tasks] == [[0, 3], [0, 3]]
+    register_task(_NoOwnDefaults)
+    try:
+        (task,) = RunConfig(out=str(tmp_path / "o"), tasks="no_own_defaults", model="m").tasks
+        assert (task.gold_positions, task.num_keys) == ("ends-20-50-80", 75)  # the command's
+        (task,) = RunConfig(out=str(tmp_path / "o"), tasks="no_own_defaults").tasks
+        assert (task.gold_positions, task.num_keys) == ("ends-20-50-80", 4)  # the tiny model's size
+        (task,) = RunConfig(out=str(tmp_path / "o"), tasks="no_own_defaults", gold_positions="all", num_keys=9).tasks
+        assert (task.gold_positions, task.num_keys) == ("all", 9)
+    finally:
+        del TASKS[_NoOwnDefaults.name]

@@ -92,7 +92,7 @@ def test_missing_pad_token_falls_back_to_eos(tmp_path):
 
 
 def test_clear_errors_for_missing_directory_config_tokenizer_and_dtype(tmp_path):
-    with pytest.raises(FileNotFoundError, match="model directory .* not found"):
+    with pytest.raises(FileNotFoundError, match="model directory .* no such directory"):
         load_model(tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_model(tmp_path)

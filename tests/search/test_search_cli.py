@@ -215,8 +215,8 @@ def test_two_processes_equal_one(tmp_path, reference):
         ("ga: {population: 7}", [], "change the counts so they add up"),
         ("task: {name: qa}", [], "task.name 'qa' is not a registered task; choose from ['babi_qa2', "),
         ("- a list", [], "top level must be a mapping"),
-        ("", ["--model", "/no/such/model"], "not found; pass a local HF model directory"),
-        ("", ["--data-dir", "/no/such/dir"], "is not a directory"),
+        ("", ["--model", "/no/such/model"], "no such directory; pass a local HF model directory"),
+        ("", ["--data-dir", "/no/such/dir"], "is not a directory; download qa_data/nq-open-oracle.jsonl.gz"),
         ("model: {num_layers: 32}", [], "config is for a 32-layer model, but the model has 4 layers"),
     ],
 )

@@ -38,8 +38,11 @@ how a rerun recognises its own report: any other file there is refused). lm-eval
 `python -m repo_train real-model`.
 
     python -m workflows crosscheck-lm-eval \\
-        --data ../shared/data/lost_in_the_middle/nq-open-oracle.first2000.jsonl.gz \
+        --data lost-in-the-middle/qa_data/nq-open-oracle.jsonl.gz \
         --num-documents 5 --num-examples 20 --gold-positions all --batch-size 8 --repeats 3
+
+(`--data`: the Lost in the Middle release's file, from github.com/nelson-liu/lost-in-the-middle; without it, the
+40-question sample shipped with the package.)
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ from typing import Literal
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.run_config import DEVICES
+from evaluation.sample_data import check_nq_file
 from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid
 from repo_common.config_cli import deferred, script_options
+from repo_common.model_directory import check_model_files
 from repo_common.output_guard import check_output_file
 from repo_train.real_model import DEFAULT_OUT
 from workflows.lm_eval_crosscheck.names import COMMAND
@@ -117,9 +122,16 @@ def check_options(args: argparse.Namespace) -> None:
             ) from None
     if args.system_prompt is not None and not args.chat_template:
         raise ValueError("--system-prompt needs --chat-template true")
-    if args.data is not None and not Path(args.data).is_file():
-        raise ValueError(f"--data {args.data!r} is not a file (an nq-open-oracle .jsonl(.gz))")
+    if args.data is not None:
+        check_nq_file("--data", args.data)  # names the release file to download
     check_output_file(args.out, "a cross-check report", ours=is_report(Path(args.out)))
+
+
+def check_model(model: str) -> None:
+    """The model's files, before torch and lm-eval load (not an option check: `--print_config` needs no model)."""
+    if model == DEFAULT_MODEL and not Path(model).exists():
+        raise ValueError(f"no model at {model}; make it with: python -m repo_train real-model")
+    check_model_files("--model", model)  # a misspelt folder names its sibling
 
 
 def is_report(path: Path) -> bool:
@@ -136,5 +148,6 @@ def is_report(path: Path) -> bool:
 def run(options, parser) -> int:
     """Check the options (`--print_config` prints them), then cross-check (its modules load torch and lm-eval)."""
     args = script_options(parser, options, check_options)  # --print_config prints them and exits 0
+    check_model(args.model)
     deferred("workflows.lm_eval_crosscheck.check", "run_crosscheck")(args)
     return 0

@@ -44,15 +44,14 @@ from pathlib import Path
 from typing import Literal
 
 from evaluation.run_config import SCORES
-from evaluation.sample_data import NQ_OPEN_ORACLE
+from evaluation.sample_data import NQ_OPEN_ORACLE, check_nq_file, nq_file_hint
 from repo_common.config_cli import deferred, script_options
 from repo_train.real_model import COMMAND as REAL_MODEL_COMMAND
 from repo_train.real_model import DEFAULT_OUT
 from repo_train.real_model import check_out as check_model_out
 from workflows.commands import check_run_directory
-from workflows.real_model_study.names import DESCRIPTIONS, ROOT
-
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lost_in_the_middle" / "nq-open-oracle.first2000.jsonl.gz"
+from workflows.real_model_study.data import count_questions, questions_needed
+from workflows.real_model_study.names import DESCRIPTIONS
 
 #: Sizes: documents, eval questions, FiM/Attention-Buckets questions, attention-bias questions, search questions,
 #: held-out questions, GA population, GA generations, max new tokens. "full" fits the 60-minute budget on 2 CPU
@@ -77,8 +76,9 @@ def add_arguments(parser) -> None:
         "--data",
         type=str | None,
         default=None,
-        help="Lost-in-the-Middle nq-open-oracle .jsonl(.gz) (default: the project's shared 2,000 questions; "
-        "with --quick, the 40-question sample shipped with the package)",
+        help="Lost-in-the-Middle nq-open-oracle .jsonl(.gz), e.g. the release's qa_data/nq-open-oracle.jsonl.gz "
+        "(default: the 40-question sample shipped with the package: enough for --quick and the default size, not "
+        "for --gpu or larger sizes)",
     )
     parser.add_argument("--quick", action="store_true", help="the smallest study (minutes; the slow test runs it)")
     parser.add_argument("--gpu", action="store_true", help="full size (20 documents, 100 questions), bf16 on CUDA")
@@ -113,17 +113,33 @@ def check_options(args: argparse.Namespace) -> None:
             raise ValueError(f"--{key} must be >= 1")
     if size["costly_questions"] > size["questions"] or size["bias_questions"] > size["questions"]:
         raise ValueError("--costly_questions and --bias_questions take the first of --questions: not more")
-    if args.data is None:
-        args.data = str(NQ_OPEN_ORACLE if args.quick else DEFAULT_DATA)
-    if not Path(args.data).is_file():
-        raise ValueError(
-            f"--data {args.data} not found: pass the Lost in the Middle release's nq-open-oracle .jsonl(.gz) "
-            "(the project's test fixture evaluation/data/lost_in_the_middle has 40 questions: enough for --quick)"
-        )
+    check_data(args, size)
     if args.threads < 1 or args.batch_size < 1:
         raise ValueError("--threads and --batch-size must be >= 1")
     args.size = size
     check_outputs(args)
+
+
+def check_data(args: argparse.Namespace, size: dict[str, int]) -> None:
+    """`--data` exists and holds the questions `size` needs; without it the packaged sample, where that is enough
+    (else one line naming the release file to download and pass as --data). Sets `data`."""
+    needed = questions_needed(size)
+    if args.data is None:
+        if count_questions(NQ_OPEN_ORACLE) < needed:
+            which = "--gpu needs" if args.gpu else "these sizes need"
+            raise ValueError(
+                f"{which} {needed} questions and the packaged sample has {count_questions(NQ_OPEN_ORACLE)}: "
+                f"{nq_file_hint('--data FILE')}"
+            )
+        args.data = str(NQ_OPEN_ORACLE)
+        return
+    check_nq_file("--data", args.data)
+    found = count_questions(Path(args.data))
+    if found < needed:
+        raise ValueError(
+            f"--data {args.data} has {found} questions; the study needs {needed} (search, held-out, evaluation and "
+            "distractors): lower the sizes or pass a larger file"
+        )
 
 
 def check_outputs(args: argparse.Namespace) -> None:
