@@ -76,6 +76,7 @@ from repo_train.training.checks import (
     check_resume,
     compare_resume_hparams,
     moved_option_error,
+    preset_overridden_by_init_from,
 )
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
@@ -236,6 +237,7 @@ class RePoCLI(LightningCLI):
         if self.subcommand is not None:
             section = self.config[self.subcommand]
             check_settings(self.subcommand, section.get, root_dir=self.judge_root_dir)
+            self._check_preset_with_init_from(section)
 
     def _default_train_data(self) -> None:
         """`data.train` not given is `TINY_TRAIN_DATA`, written into the config, so config.yaml and the checkpoint
@@ -245,6 +247,19 @@ class RePoCLI(LightningCLI):
             return
         update = {"data": {"train": TINY_TRAIN_DATA}}
         self.config = self.parser.parse_object({self.subcommand: update} if self.subcommand else update, self.config)
+
+    def _check_preset_with_init_from(self, section) -> None:
+        """A preset the user set that `init_from` would replace by a model of another shape is refused; the default
+        preset is not (init_from decides, as documented). Parsed again without defaults only when they differ."""
+        problem = preset_overridden_by_init_from(
+            section.get("model.preset_name"), section.get("model.init_from"), section.get("model.config_overrides")
+        )
+        if problem is None:
+            return
+        model = self.parser.parse_args(self._argv, defaults=False)[self.subcommand].get("model")
+        given = model.as_dict() if hasattr(model, "as_dict") else dict(model or {})
+        if given.get("preset_name") is not None:
+            raise ValueError(problem)
 
     def before_fit(self) -> None:
         """Everything that can be checked before the Trainer writes its first file (a bad input then leaves none)."""
