@@ -33,10 +33,10 @@ from transformers import (
 )
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
-from evaluation.byte_tokenizer import byte_tokenizer
 from evaluation.run_config import DEVICES
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_model_files
+from repo_train.byte_tokenizer import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.olmo2 import load_checked
 from repo_train.modeling.presets import tiny

@@ -45,7 +45,8 @@ def _add_export(parser: ConfigParser) -> None:
     parser.add_argument(
         "--tokenizer",
         type=str | None,
-        help="directory whose tokenizer files are copied alongside (default: the tokenizer the run used)",
+        help="directory whose tokenizer files are copied alongside, or 'byte' for the built-in byte tokenizer "
+        "(default: the tokenizer the run used)",
     )
     parser.add_argument(
         "--no_tokenizer", "--no-tokenizer", action="store_true", help="export the weights without a tokenizer"

@@ -15,8 +15,10 @@ The tokenizer goes next to the weights, so the export can be evaluated as it
 is: `--tokenizer DIR` if given, else the one the run used, read from the
 checkpoint (the training data's `tokenizer`, else the `init_from` model's
 tokenizer files); a hub name is taken from the local Hugging Face cache, never
-downloaded here. The tokenizer must load and fit the model's vocabulary. A run
-on synthetic token ids has none; `--no-tokenizer` exports the weights alone.
+downloaded here; `byte` names the built-in byte tokenizer (the tiny configs'
+data, `SyntheticTextData`, uses it), whose files are written here. The tokenizer
+must load and fit the model's vocabulary. A run on synthetic token ids
+(`SyntheticData`) has none; `--no-tokenizer` exports the weights alone.
 
 `--out` is written atomically (`repo_common.atomic.atomic_directory`): built in
 a hidden staging directory next to it, moved into place complete, with the
@@ -39,6 +41,7 @@ from transformers import AutoTokenizer
 from repo_common.atomic import atomic_directory
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id, no_such_directory
+from repo_train.byte_tokenizer import byte_tokenizer, names_byte_tokenizer
 from repo_train.checkpoints import load_lightning_checkpoint
 from repo_train.data import saved_source_options
 from repo_train.data.text import tokenizer_vocab_size
@@ -73,9 +76,13 @@ def run_tokenizer(state: dict) -> tuple[str, str] | None:
 
 def _load_tokenizer(location: str, what: str, vocab_size: int):
     """(files to copy, or a tokenizer object to save): refuses a tokenizer that is not there, does not load, or
-    does not fit the model. A local directory's files are copied as they are; a hub name (a run whose data named
-    one) is loaded from the Hugging Face cache and saved with save_pretrained."""
+    does not fit the model. A local directory's files are copied as they are; `byte` (the built-in byte tokenizer,
+    which the tiny configs train with) and a hub name (a run whose data named one, loaded from the Hugging Face
+    cache) are saved with save_pretrained."""
 
+    if names_byte_tokenizer(location):
+        _check_fits(byte_tokenizer(), location, what, vocab_size)
+        return [], byte_tokenizer()
     directory = Path(location).expanduser()
     local = directory.exists()
     hub_name = not local and looks_like_hub_id(location)  # `models/tok` is a missing folder, not a hub name
@@ -102,13 +109,18 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
             f"the tokenizer {what} {location!r} {state} ({detail}): pass --tokenizer DIR (a directory with "
             "tokenizer.json), or --no-tokenizer to export the weights alone"
         ) from err
+    _check_fits(tokenizer, location, what, vocab_size)
+    return (files, None) if local else ([], tokenizer)
+
+
+def _check_fits(tokenizer, location: str, what: str, vocab_size: int) -> None:
+    """A tokenizer with ids the model has no embedding for is another model's: refused, naming both sizes."""
     size = tokenizer_vocab_size(tokenizer)
     if size > vocab_size:
         raise ValueError(
             f"the tokenizer {what} {location!r} has ids up to {size - 1} but the model's vocab_size is {vocab_size}: "
             "it is not this model's tokenizer; pass --tokenizer DIR with the run's own"
         )
-    return (files, None) if local else ([], tokenizer)
 
 
 def export_checkpoint(
@@ -183,6 +195,7 @@ def run(args, _parser=None) -> int:
     else:
         print(
             f"[export] wrote {args.out} (weights only: the checkpoint names no tokenizer, as for a run on synthetic "
-            "ids; add one with --tokenizer DIR before evaluating it)"
+            "ids; add the run's own with --tokenizer DIR before evaluating it, or train on SyntheticTextData, whose "
+            "tokenizer goes along)"
         )
     return 0

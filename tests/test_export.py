@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from evaluation.model_loading import byte_tokenizer
-from repo_train.data import TextData
+from repo_train.data import SyntheticData, SyntheticTextData, TextData
 from repo_train.export import export_checkpoint
 from repo_train.modeling import RePoOlmo2ForCausalLM
-from repo_train.modeling.presets import tiny
+from repo_train.modeling.presets import tiny, tiny_byte
 
 
 def _checkpoint(path: Path, **extra) -> Path:
@@ -81,6 +82,29 @@ def test_an_earlier_export_is_replaced_whole(tmp_path):
     reloaded = RePoOlmo2ForCausalLM.from_pretrained(tmp_path / "hf")
     for name, value in model.state_dict().items():
         assert torch.equal(reloaded.state_dict()[name], value), name
+
+
+def test_a_run_on_byte_text_exports_the_byte_tokenizer(tmp_path):
+    """The tiny configs' data names `tokenizer: byte`: the export writes its files, so the evaluation reads the
+    tokenizer the model was trained with; a model of the id corpus's 256 ids is refused it."""
+    model = RePoOlmo2ForCausalLM(tiny_byte(position_method="repo"))
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    data = {"train": SyntheticTextData(seq_len=32).to_config()}
+    checkpoint = tmp_path / "run.ckpt"
+    torch.save(
+        {"state_dict": state, "model_config": model.config.to_dict(), "datamodule_hyper_parameters": data}, checkpoint
+    )
+    assert export_checkpoint(checkpoint, tmp_path / "hf").tokenizer_source == ("byte", "data.train.tokenizer")
+    manifest = json.loads((tmp_path / "hf" / "export.json").read_text())
+    assert manifest["tokenizer"] == {"location": "byte", "from": "data.train.tokenizer"}
+    written = AutoTokenizer.from_pretrained(tmp_path / "hf", local_files_only=True)
+    line = "kv: d=a b=f ? b=f"
+    assert written(line)["input_ids"] == byte_tokenizer()(line)["input_ids"]
+    assert (written.pad_token_id, written.eos_token_id, len(written)) == (0, 1, model.config.vocab_size)
+    ids = _checkpoint(tmp_path / "ids.ckpt", datamodule_hyper_parameters={"train": SyntheticData().to_config()})
+    with pytest.raises(ValueError, match="the tokenizer --tokenizer 'byte' has ids up to 257 but the model's vocab_"):
+        export_checkpoint(ids, tmp_path / "ids", tokenizer="byte")
+    assert export_checkpoint(ids, tmp_path / "ids").tokenizer_source is None  # the id corpus names none
 
 
 @pytest.mark.slow  # three exports loading a tokenizer (~4 s on a shared core)

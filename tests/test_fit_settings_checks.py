@@ -9,6 +9,7 @@ parse and checks (`check_arguments`, which workflows/loop_config.py judges a loo
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,14 @@ from bad_input_helpers import ALIAS_BOMB
 
 from repo_common.cli_errors import EXIT_USAGE
 from repo_train.cli import main
+from repo_train.modeling.presets import preset
 from repo_train.training import cli as training_cli
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A shipped model of another shape than the tiny presets (hidden 128): what init_from replaces them with.
+DIP = str(ROOT / "workflows" / "assets" / "tiny-kv-dip")
 
 
 def _files(tmp: Path) -> None:
@@ -34,6 +38,7 @@ def _files(tmp: Path) -> None:
     (tmp / "root-file").write_text("a file\n")
     for section in ("trainer", "model", "data"):
         (tmp / f"{section}-null.yaml").write_text(f"{section}: null\n")
+    (tmp / "preset.yaml").write_text("model:\n  preset_name: tiny\n")
     (tmp / "earlier" / "lightning_logs" / "version_0" / "checkpoints").mkdir(parents=True)
     (tmp / "earlier" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"x")
 
@@ -69,6 +74,16 @@ REFUSED = [
     ("config-trainer-null", ["--config", "{tmp}/trainer-null.yaml"], "trainer: null in the config"),
     ("config-model-null", ["--config", "{tmp}/model-null.yaml"], "model: null in the config"),
     ("config-data-null", ["--config", "{tmp}/data-null.yaml"], "data: null in the config"),
+    (
+        "preset-that-init-from-replaces",
+        ["--model.preset_name", "tiny", "--model.init_from", DIP],
+        (
+            "(vocab_size 258, hidden_size 128, intermediate_size 512) is not the model.preset_name='tiny' that is "
+            "also set (vocab_size 256, hidden_size 64, intermediate_size 128): init_from decides the model, so the "
+            "preset would be ignored; drop model.preset_name"
+        ),
+    ),
+    ("config-preset-that-init-from-replaces", ["--config", "{tmp}/preset.yaml", "--model.init_from", DIP], DIP),
 ]
 #: `validate` cases: (name, arguments after `validate`, a phrase).
 REFUSED_VALIDATE = [
@@ -112,6 +127,20 @@ def test_every_shipped_config_passes_the_checks(config, tmp_path, nothing_built)
     """No false refusal: the paper configs (multi-GPU, DeepSpeed, their data sources) parse and pass."""
     training_cli.check_arguments(["fit", "--config", str(config), "--trainer.default_root_dir", str(tmp_path / "r")])
     assert not (tmp_path / "r").exists()
+
+
+def test_init_from_with_the_default_preset_or_its_own_shape_is_not_refused(tmp_path, nothing_built):
+    """init_from decides the model: the default preset is not a choice the user made, and a preset of init_from's
+    own shape (the 1B configs name theirs, for the checks that need no weights) says the same thing."""
+    root = ["--trainer.default_root_dir", str(tmp_path / "r")]
+    training_cli.check_arguments(["fit", "--model.init_from", DIP, *root])
+    same = tmp_path / "same-shape"
+    same.mkdir()
+    (same / "config.json").write_text(json.dumps(preset("tiny-byte", position_method="rope").to_dict()))
+    training_cli.check_arguments(["fit", "--model.preset_name", "tiny-byte", "--model.init_from", str(same), *root])
+    # a field config_overrides sets is the same in both, so it is not a difference
+    wide = ["--model.config_overrides", "{hidden_size: 128, intermediate_size: 512}", "--model.init_from", DIP]
+    training_cli.check_arguments(["fit", "--model.preset_name", "tiny-byte", *wide, *root])
 
 
 def test_check_arguments_leaves_the_root_dir_to_a_caller_that_sets_it(tmp_path, nothing_built):

@@ -107,7 +107,7 @@ def resolve_tokenizer(spec: Any):
         )
     if isinstance(spec, str | Path):
         if str(spec) == "byte":
-            from evaluation.byte_tokenizer import byte_tokenizer  # heavy: transformers, only for tokenizer='byte'
+            from repo_train.byte_tokenizer import byte_tokenizer  # heavy: transformers, only for tokenizer='byte'
 
             return byte_tokenizer()
         if not Path(spec).is_dir():

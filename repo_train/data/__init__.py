@@ -27,6 +27,7 @@ from repo_train.data.config import (
     OlmoNumpyData,
     PromptCompletionData,
     SyntheticData,
+    SyntheticTextData,
     TextData,
     legacy_source_message,
     saved_source_options,
@@ -42,6 +43,7 @@ from repo_train.data.olmo_numpy import (
     read_mix_file,
 )
 from repo_train.data.synthetic import SyntheticDataset
+from repo_train.data.synthetic_text import SyntheticTextDataset
 from repo_train.data.text import TextDataset, load_tokenizer
 
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
     "ResumableSampler",
     "SyntheticData",
     "SyntheticDataset",
+    "SyntheticTextData",
+    "SyntheticTextDataset",
     "TextData",
     "TextDataset",
     "TokenSequenceDataset",

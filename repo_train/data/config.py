@@ -31,6 +31,7 @@ from repo_train.data.base import TokenSequenceDataset
 from repo_train.data.olmo_numpy import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE, OlmoNumpyDataset
 from repo_train.data.prompt_completion import PromptCompletionDataset
 from repo_train.data.synthetic import SyntheticDataset
+from repo_train.data.synthetic_text import SyntheticTextDataset
 from repo_train.data.text import TextDataset
 
 #: The package that exports the built-in sources; class paths are written with it (`repo_train.data.TextData`).
@@ -93,7 +94,7 @@ class DataSource(ABC):
         """A source from an old `{"source": "synthetic", "seq_len": 64, ...}` dict (checkpoints written before)."""
         options = dict(data)
         name = options.pop("source", None)
-        classes = {cls.legacy_name: cls for cls in BUILT_IN_SOURCES}
+        classes = {cls.legacy_name: cls for cls in LEGACY_SOURCES}
         if name not in classes:
             raise ValueError(f"unknown data source {name!r} in an old 'source:' dict; it was one of {sorted(classes)}.")
         return classes[name]._from_options(options, f"the old {name} data dict")
@@ -158,12 +159,12 @@ def source_class(class_path: str, where: str = "data source", *, may_import: boo
 def legacy_source_message(data: Mapping[str, Any], where: str = "data.train") -> str:
     """The one line for an old `source:` dict given as configuration: what replaced it, for this very dict."""
     options = {k: v for k, v in data.items() if k != "source"}
-    classes = {cls.legacy_name: cls for cls in BUILT_IN_SOURCES}
+    classes = {cls.legacy_name: cls for cls in LEGACY_SOURCES}
     cls = classes.get(data.get("source"))
     if cls is not None:
         class_path, note = cls.class_path(), ""
     else:
-        class_path = f"{PUBLIC_MODULE}.{'|'.join(c.__name__ for c in BUILT_IN_SOURCES)}"
+        class_path = f"{PUBLIC_MODULE}.{'|'.join(c.__name__ for c in LEGACY_SOURCES)}"
         note = f" ({data.get('source')!r} was not a source either)"
     return (
         f"{where}: the 'source:' form was replaced by class_path + init_args{note}; write "
@@ -310,4 +311,46 @@ class PromptCompletionData(DataSource):
         return PromptCompletionDataset(paths, tokenizer=name, **options)
 
 
-BUILT_IN_SOURCES: tuple[type[DataSource], ...] = (SyntheticData, OlmoNumpyData, TextData, PromptCompletionData)
+@dataclass
+class SyntheticTextData(DataSource):
+    """The synthetic episodes written as text lines and tokenised (by default with the built-in byte tokenizer):
+    the tiny configs' data, so that their export carries the tokenizer the model was trained with."""
+
+    num_samples: int = 4096
+    """Number of sequences in the dataset (one epoch)."""
+    seq_len: int = 128
+    """Tokens per sequence."""
+    tokenizer: str = "byte"
+    """'byte' (the built-in byte tokenizer: 258 ids, <pad>=0, <eos>=1) or a tokenizer directory."""
+    seed: int = 0
+    """Seeds both the content of each sample and the epoch order."""
+    copy_weight: float = 1.0
+    """Relative frequency of copy lines."""
+    reverse_weight: float = 1.0
+    """Relative frequency of reverse lines."""
+    kv_weight: float = 1.0
+    """Relative frequency of key-value lookup lines."""
+    ngram_weight: float = 1.0
+    """Relative frequency of repeated n-gram lines."""
+    max_span: int = 12
+    """Longest span copied or reversed, in words."""
+    max_pairs: int = 8
+    """Most key-value pairs listed before a query."""
+    num_words: int = 240
+    """Distinct content words (Zipf-distributed, written as letters: a, b, ..., z, aa, ...)."""
+    vocab_size: int | None = None
+    """Expected vocabulary size (e.g. the model's); None takes the tokenizer's."""
+
+    def build(self) -> SyntheticTextDataset:
+        return SyntheticTextDataset(**asdict(self))
+
+
+BUILT_IN_SOURCES: tuple[type[DataSource], ...] = (
+    SyntheticData,
+    OlmoNumpyData,
+    TextData,
+    PromptCompletionData,
+    SyntheticTextData,
+)
+#: The sources that old configs and checkpoints named by a `source:` string.
+LEGACY_SOURCES = tuple(cls for cls in BUILT_IN_SOURCES if cls.legacy_name is not None)

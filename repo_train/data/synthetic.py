@@ -17,6 +17,8 @@ lookup then lower the loss further. Sample i comes from a generator seeded by
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -107,14 +109,21 @@ class SyntheticDataset(TokenSequenceDataset):
             parts = [[REPEAT_ID], np.tile(gram, int(rng.integers(3, 7))), [EOS_ID]]
         return np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
 
+    def episode_stream(self, index: int) -> Iterator[tuple[str, np.ndarray]]:
+        """The endless (task, tokens) episodes of sample `index`, from its own seed: `episodes` takes as many as
+        fill seq_len ids, the text form (`synthetic_text`) as many as fill seq_len tokens of its lines."""
+        rng = np.random.default_rng([self.seed, int(index), _STREAM])
+        while True:
+            task = TASKS[int(rng.choice(len(TASKS), p=self.task_probs))]
+            yield task, self._episode(task, rng)
+
     def episodes(self, index: int) -> list[tuple[str, np.ndarray]]:
         """The (task, tokens) episodes of sample `index` in order, before packing and truncation."""
-        rng = np.random.default_rng([self.seed, int(index), _STREAM])
         out: list[tuple[str, np.ndarray]] = []
         length = 1  # BOS
+        stream = self.episode_stream(index)
         while length < self.seq_len:
-            task = TASKS[int(rng.choice(len(TASKS), p=self.task_probs))]
-            tokens = self._episode(task, rng)
+            task, tokens = next(stream)
             out.append((task, tokens))
             length += len(tokens)
         return out

@@ -24,6 +24,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from repo_common.cli_errors import first_line
 from repo_common.json_files import check_line_lengths
 from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id, no_such_directory
+from repo_train.byte_tokenizer import byte_tokenizer, names_byte_tokenizer
 from repo_train.data.base import TokenSequenceDataset, check_seed, check_seq_len, expand_paths
 
 #: file suffix -> `datasets` builder that reads it.
@@ -66,9 +67,12 @@ def check_txt_documents(path: Path, sample_by: str) -> None:
 
 
 def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """A tokenizer object as is, or one loaded from a local directory (or a hub name, when online)."""
+    """A tokenizer object as is, `byte` (the built-in byte tokenizer, which needs no files), or one loaded from a
+    local directory (or a hub name, when online)."""
     if isinstance(tokenizer, PreTrainedTokenizerBase):
         return tokenizer
+    if names_byte_tokenizer(tokenizer):
+        return byte_tokenizer()
     location = Path(tokenizer).expanduser()
     if location.is_dir():
         check_tokenizer_files(location)  # garbage JSON or the directory's own code: one line naming the file

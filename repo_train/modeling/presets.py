@@ -1,4 +1,5 @@
-"""Named model sizes: the tiny one every test and the built-in demo use, and the paper's OLMo-2 shapes.
+"""Named model sizes: the tiny one every test and the built-in demo use, its byte-tokenizer twin the tiny
+training configs use, and the paper's OLMo-2 shapes.
 
 The 1B / 7B shapes are those of the public OLMo-2 checkpoints the REPO paper
 continues from (OLMo-2-0425-1B and OLMo-2-1124-7B configs): dolma2 tokenizer
@@ -44,6 +45,17 @@ def tiny(**overrides) -> RePoOlmo2Config:
     return _config(fields, overrides)
 
 
+#: The byte tokenizer's vocabulary and special ids (`repo_train.byte_tokenizer`, not imported here: it loads
+#: transformers): <pad>=0, <eos>=1, byte b = id b + 2, no BOS.
+_BYTE_TOKENS = dict(vocab_size=258, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+
+
+def tiny_byte(**overrides) -> RePoOlmo2Config:
+    """`tiny` sized to the byte tokenizer (258 ids), as the evaluation's tiny default and the shipped tiny models
+    are: the tiny configs train it on `SyntheticTextData`, and their exports carry that tokenizer."""
+    return tiny(**{**_BYTE_TOKENS, **overrides})
+
+
 def _olmo2(hidden: int, ffn: int, layers: int, heads: int, overrides: dict) -> RePoOlmo2Config:
     """An OLMo-2 shape with the dolma2 tokenizer, 4,096 context and RoPE base 500,000 (MHA)."""
     fields = dict(
@@ -71,7 +83,7 @@ def olmo2_7b(**overrides) -> RePoOlmo2Config:
     return _olmo2(4096, 11008, 32, 32, overrides)
 
 
-PRESETS = {"tiny": tiny, "olmo2-1b": olmo2_1b, "olmo2-7b": olmo2_7b}
+PRESETS = {"tiny": tiny, "tiny-byte": tiny_byte, "olmo2-1b": olmo2_1b, "olmo2-7b": olmo2_7b}
 
 
 def preset(name: str, **overrides) -> RePoOlmo2Config:

@@ -12,6 +12,7 @@ from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
 from repo_train.modeling.methods import position_of_fields, resolve_position
 from repo_train.modeling.position_config import PositionConfig, PositionMethod
+from repo_train.modeling.presets import preset
 from repo_train.training.settings_checks import INIT_FROM_FIX, MOVED_MODEL_OPTIONS, check_init_from_exists
 
 
@@ -69,6 +70,47 @@ def check_init_from(path: str | None) -> None:
                 f"model.init_from={path!r}: {len(missing)} of the {len(shards)} weight shards its {present[0]} lists "
                 f"are missing ({', '.join(missing[:3])}); the download is incomplete: copy them too."
             )
+
+
+#: The fields that make a model's shape: a preset that differs from `init_from` in one of them is another model.
+SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+
+
+def preset_overridden_by_init_from(preset_name: str, init_from: str | None, overrides: dict | None) -> str | None:
+    """The refusal line when `init_from` loads a model of another shape than `preset_name`, or None.
+
+    `init_from` decides the model, so such a preset would be ignored without a word (a run set up for `tiny`
+    would train another model). The caller refuses it only when the preset was set explicitly (the 1B configs
+    set the preset init_from has, for the checks that need no weights). Fields in `overrides` apply to both
+    and are not compared; an init_from without a readable config.json is left to `check_init_from`.
+    """
+    if not init_from:
+        return None
+    try:
+        loaded = json.loads((Path(init_from) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(loaded, dict):
+        return None
+    expected = preset(preset_name).to_dict()
+    differ = [k for k in SHAPE_FIELDS if k not in (overrides or {}) and k in loaded and loaded[k] != expected[k]]
+    if not differ:
+        return None
+    has = ", ".join(f"{k} {loaded[k]}" for k in differ)
+    wants = ", ".join(f"{k} {expected[k]}" for k in differ)
+    return (
+        f"model.init_from={init_from!r} ({has}) is not the model.preset_name={preset_name!r} that is also set "
+        f"({wants}): init_from decides the model, so the preset would be ignored; drop model.preset_name (from the "
+        f"config file or the command line) to continue from init_from, or drop model.init_from to train "
+        f"{preset_name} from scratch"
+    )
 
 
 def check_resume(ckpt_path: str | None, world_size: int) -> None:

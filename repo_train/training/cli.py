@@ -63,7 +63,14 @@ from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
 from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters, read_interruption
-from repo_train.data import BUILT_IN_SOURCES, DataSource, SyntheticData, legacy_source_message, source_class
+from repo_train.data import (
+    BUILT_IN_SOURCES,
+    DataSource,
+    SyntheticData,
+    SyntheticTextData,
+    legacy_source_message,
+    source_class,
+)
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.position_config import PositionConfig, position_class
 from repo_train.modeling.presets import preset
@@ -77,6 +84,7 @@ from repo_train.training.checks import (
     check_resume,
     compare_resume_hparams,
     moved_option_error,
+    preset_overridden_by_init_from,
 )
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.interrupt import InterruptCheckpoint, Stop, StoppedBySignal
@@ -115,6 +123,15 @@ TINY_TRAINER_DEFAULTS = {
     "use_distributed_sampler": False,  # RePoDataModule shards and resumes the data itself
     "default_root_dir": "outputs/tiny-repo",
 }
+
+
+#: The model and data of `fit` without a config (configs/train/tiny-repo.yaml writes them out): the tiny model
+#: sized to the byte tokenizer, on the synthetic episodes written as text through it, so the export carries the
+#: tokenizer it was trained with and `python -m evaluation run --model EXPORT` takes it as it is.
+TINY_MODEL_DEFAULTS = {"model.preset_name": "tiny-byte"}
+#: The training data when `data.train` is not given. Not a parser default: jsonargparse would carry a default
+#: class's options (its `tokenizer`, its `seq_len`) into another class named in a config file.
+TINY_TRAIN_DATA = SyntheticTextData().to_config()
 
 
 class _NotFreshOnResume(logging.Filter):
@@ -215,6 +232,7 @@ class RePoCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ThroughputMonitor, "throughput")
         parser.add_lightning_class_args(ProgressLog, "progress_log")
+        parser.set_defaults(TINY_MODEL_DEFAULTS)
         user_code.add_import_argument(parser)
         parser.add_argument(
             f"--{ALLOW_HPARAM_CHANGES}",
@@ -296,9 +314,33 @@ class RePoCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """The settings that need no model, judged before the model is built or any data is read."""
+        self._default_train_data()
         if self.subcommand is not None:
             section = self.config[self.subcommand]
             check_settings(self.subcommand, section.get, root_dir=self.judge_root_dir)
+            self._check_preset_with_init_from(section)
+
+    def _default_train_data(self) -> None:
+        """`data.train` not given is `TINY_TRAIN_DATA`, written into the config, so config.yaml and the checkpoint
+        name it (export reads the tokenizer there). `data: null` is left for `check_settings` to refuse."""
+        given = self.config[self.subcommand] if self.subcommand else self.config
+        if given.get("data") is None or given.get("data.train") is not None:
+            return
+        update = {"data": {"train": TINY_TRAIN_DATA}}
+        self.config = self.parser.parse_object({self.subcommand: update} if self.subcommand else update, self.config)
+
+    def _check_preset_with_init_from(self, section) -> None:
+        """A preset the user set that `init_from` would replace by a model of another shape is refused; the default
+        preset is not (init_from decides, as documented). Parsed again without defaults only when they differ."""
+        problem = preset_overridden_by_init_from(
+            section.get("model.preset_name"), section.get("model.init_from"), section.get("model.config_overrides")
+        )
+        if problem is None:
+            return
+        model = self.parser.parse_args(self._argv, defaults=False)[self.subcommand].get("model")
+        given = model.as_dict() if hasattr(model, "as_dict") else dict(model or {})
+        if given.get("preset_name") is not None:
+            raise ValueError(problem)
 
     def before_fit(self) -> None:
         """Everything that can be checked before the Trainer writes its first file (a bad input then leaves none)."""

@@ -82,7 +82,9 @@ class RePoLightningModule(pl.LightningModule):
         Args:
             init_from: HF directory to continue from (vanilla OLMo-2, this project's, or published RePo);
                 None = train from scratch with `preset_name`.
-            preset_name: model size when training from scratch: tiny, olmo2-1b, olmo2-7b.
+            preset_name: model size when training from scratch: tiny (the id corpus's 256 ids), tiny-byte (the byte
+                tokenizer's 258), olmo2-1b, olmo2-7b. With init_from the loaded model's size is used; a preset set
+                too must have that size (checked before training).
             position: the position method and its options: a name (rope, nope, r2n1, n2r1, repo, or a registered
                 policy's, with default options) or its config class (class_path + init_args), e.g.
                 `RepoPosition` with start_layer, hidden_size (d_p) and the curriculum. Kept in config.json.

@@ -126,7 +126,10 @@ def test_old_dicts_keep_defaults_and_refuse_what_was_never_valid():
         DataSource.from_legacy_dict({"source": "wiki"})
     with pytest.raises(ValueError, match=r"the old synthetic data dict: unknown SyntheticData option\(s\) \['x'\]"):
         DataSource.from_legacy_dict({"source": "synthetic", "x": 1})
-    assert {cls.legacy_name for cls in BUILT_IN_SOURCES} == {"synthetic", "olmo_numpy", "text", "prompt_completion"}
+    legacy = {cls.legacy_name for cls in BUILT_IN_SOURCES} - {None}  # sources added since have no old name
+    assert legacy == {"synthetic", "olmo_numpy", "text", "prompt_completion"}
+    with pytest.raises(ValueError, match="unknown data source None"):  # not the first source without one
+        DataSource.from_legacy_dict({"source": None, "seq_len": 16})
 
 
 def test_build_makes_the_dataset_the_options_describe():

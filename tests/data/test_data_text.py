@@ -2,6 +2,7 @@
 
 import json
 import pickle
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,7 +11,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from repo_train.data import TextData, TextDataset
+from repo_train.byte_tokenizer import BYTE_VOCAB_SIZE, byte_tokenizer
+from repo_train.data import DataSource, TextData, TextDataset
+from repo_train.data.text import load_tokenizer
 
 VOCAB = {
     "[PAD]": 0,
@@ -131,3 +134,21 @@ def test_bad_inputs_are_explained(tokenizer, jsonl, tmp_path):
     broken.write_text('{"text": "the cat"\n')
     with pytest.raises(ValueError, match="could not read 1 json file"):
         TextDataset([broken], tokenizer=tokenizer, seq_len=2, cache_dir=cache)
+
+
+def test_byte_names_the_built_in_tokenizer(tmp_path, monkeypatch):
+    """`tokenizer: byte` needs no files; a directory called byte is a path object (or ./byte), not the name."""
+    loaded = load_tokenizer("byte")
+    assert len(loaded) == BYTE_VOCAB_SIZE and (loaded.pad_token_id, loaded.eos_token_id) == (0, 1)
+    assert loaded("kv: a=b")["input_ids"] == byte_tokenizer()("kv: a=b")["input_ids"] == [b + 2 for b in b"kv: a=b"]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_tokenizer(Path("byte"))
+    (tmp_path / "docs.txt").write_text("copy: a b | a b\nreverse: a b | b a\n")
+    text = DataSource.from_config(
+        {
+            "class_path": "TextData",
+            "init_args": {"tokenizer": "byte", "paths": ["docs.txt"], "seq_len": 8, "cache_dir": "cache"},
+        }
+    ).build()
+    assert text.vocab_size == BYTE_VOCAB_SIZE and text[0]["input_ids"].tolist() == [b + 2 for b in b"copy: a "]

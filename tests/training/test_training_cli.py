@@ -11,8 +11,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from repo_train.data import SyntheticData
-from repo_train.training.cli import check_config_file
+from repo_train.byte_tokenizer import byte_tokenizer
+from repo_train.data import DataSource, SyntheticData, SyntheticTextData
+from repo_train.modeling.presets import preset
+from repo_train.training.cli import TINY_TRAINER_DEFAULTS, _ParseOnlyCLI, check_config_file
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule
 
@@ -89,6 +91,61 @@ def test_tiny_default_trains_and_exports(tmp_path):
     result = _cli("export", "--checkpoint", str(last), "--out", "hf", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "hf" / "model.safetensors").is_file()
+
+
+#: The CPU training setups a user runs as shipped: `fit` alone, and the two tiny configs (the DeepSpeed one
+#: under torchrun with two processes, as its header says). Each exports a directory the evaluation takes as is.
+CPU_SETUPS = {
+    "default": ([], 0),
+    "tiny-repo": (["--config", str(ROOT / "configs/train/tiny-repo.yaml")], 0),
+    "tiny-repo-deepspeed-cpu": (["--config", str(ROOT / "configs/train/tiny-repo-deepspeed-cpu.yaml")], 2),
+}
+
+
+@pytest.mark.parametrize("setup", list(CPU_SETUPS))
+def test_the_cpu_setups_train_a_model_sized_to_the_tokenizer_of_their_data(setup, tmp_path, monkeypatch):
+    """Their data names the byte tokenizer (so the export can carry it) and their model has its vocabulary and
+    special ids; `default` is what `fit` without a config parses to."""
+    monkeypatch.chdir(tmp_path)
+    cli = _ParseOnlyCLI(
+        RePoLightningModule,
+        RePoDataModule,
+        trainer_defaults=TINY_TRAINER_DEFAULTS,
+        run=False,
+        args=CPU_SETUPS[setup][0],
+    )
+    source = DataSource.from_config(cli.config.data.train.as_dict())
+    assert isinstance(source, SyntheticTextData) and source.tokenizer == "byte"
+    model, byte = preset(cli.config.model.preset_name), byte_tokenizer()
+    assert (model.vocab_size, model.pad_token_id, model.eos_token_id) == (len(byte), 0, 1)
+    assert (byte.pad_token_id, byte.eos_token_id) == (0, 1)
+
+
+@pytest.mark.slow  # per setup: fit (4 steps; torchrun with two DeepSpeed processes for one), export, evaluation
+@pytest.mark.parametrize("setup", list(CPU_SETUPS))
+def test_every_cpu_setup_trains_exports_and_is_evaluated_as_it_is(setup, tmp_path):
+    """The export of each shipped CPU setup carries the tokenizer its run trained with, and `python -m evaluation
+    run --model EXPORT` takes the directory as it is and writes its records."""
+    config, processes = CPU_SETUPS[setup]
+    fit = _cli(
+        "fit", *config, "--trainer.max_steps", "4", "--trainer.default_root_dir", "run",
+        "--trainer.enable_progress_bar", "false", cwd=tmp_path, torchrun_procs=processes,
+    )  # fmt: skip
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    last = tmp_path / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    export = _cli("export", "--checkpoint", str(last), "--out", "hf", cwd=tmp_path)
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert "the tokenizer of data.train.tokenizer: byte" in export.stdout
+    manifest = json.loads((tmp_path / "hf" / "export.json").read_text())
+    assert manifest["tokenizer"] == {"location": "byte", "from": "data.train.tokenizer"}
+    evaluation = subprocess.run(
+        [sys.executable, "-m", "evaluation", "run", "--model", "hf", "--tasks", "kv", "--num-keys", "4",
+         "--num-examples", "2", "--max-new-tokens", "4", "--no-report", "--no-progress", "--out", "eval"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+    )  # fmt: skip
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 4 and {r["task"] for r in records} == {"kv"}  # 2 examples x 4 gold positions
 
 
 @pytest.mark.slow  # torchrun, two DeepSpeed processes

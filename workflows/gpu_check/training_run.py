@@ -57,7 +57,11 @@ def train_config(device: str, root: Path, processes: int) -> dict:
             "default_root_dir": str(root),
         },
         "model": {"preset_name": "tiny", "position": "repo", "lr": 3e-3, "attn_implementation": "sdpa"},
-        "data": {"global_batch_size": GLOBAL_BATCH, "micro_batch_size": GLOBAL_BATCH // processes},
+        "data": {  # the id corpus, named: `fit`'s own default is its text form, sized for `tiny-byte`
+            "train": {"class_path": "repo_train.data.SyntheticData"},
+            "global_batch_size": GLOBAL_BATCH,
+            "micro_batch_size": GLOBAL_BATCH // processes,
+        },
         "checkpoint": {"every_n_train_steps": STEPS // 2, "save_last": True, "save_top_k": -1},
     }
 

@@ -1,8 +1,10 @@
-"""The byte-level tokenizer of the built-in tiny default, built offline: one token per UTF-8 byte.
+"""The byte-level tokenizer of the tiny models, built offline: one token per UTF-8 byte, named `byte`.
 
-A module of its own, below both of its users: `evaluation.model_loading` (the tiny default) and the tasks
-that measure lengths in its tokens (`evaluation.tasks.ruler`, `tokenizer='byte'`), which must not load the
-model code to get it.
+It lives in `repo_train`, below the evaluation, because training uses it too: a data source's `tokenizer:
+byte` (`repo_train.data.text.load_tokenizer`) trains the tiny configs on text through it, and `export`
+writes its files beside the weights, so the evaluation reads the tokenizer the model was trained with.
+The evaluation's built-in tiny default and the tasks that measure lengths in its tokens
+(`evaluation.tasks.ruler`, `tokenizer='byte'`) import it from here; this module loads no model code.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from transformers import PreTrainedTokenizerFast
 
 #: Special tokens of the byte tokenizer, ids 0 and 1 (the ids `presets.tiny` uses); byte b is id b + 2.
 BYTE_SPECIALS = ("<pad>", "<eos>")
+#: What a `tokenizer` option (a data source's, `export --tokenizer`) names this tokenizer by; a directory of
+#: that name is `./byte`.
+BYTE_TOKENIZER_NAME = "byte"
+#: Its ids: the two specials and the 256 bytes.
+BYTE_VOCAB_SIZE = len(BYTE_SPECIALS) + 256
+
+
+def names_byte_tokenizer(location: object) -> bool:
+    """Whether a `tokenizer` option names the built-in byte tokenizer (the string `byte`, not a path object)."""
+    return isinstance(location, str) and location == BYTE_TOKENIZER_NAME
 
 
 def _bytes_to_unicode() -> dict[int, str]:
