@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,6 +23,7 @@ from repo_train.modeling.swapping import current_policies
 from search.fitness import describe_result
 from search.ga import SearchState, _resume, run
 from search.harness_fitness import HarnessFitness, check_held_out_available, evaluate_held_out, model_fingerprint
+from search.outcome import every_candidate_scored, search_outcome
 from search.outputs import check_search_outputs, lock_path
 from search.plots import plot_curve, plot_fitness
 from search.prepare import load_search_model, search_fitness, searched_model, task_parameters
@@ -122,11 +124,22 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         )
     summary = {"fitness": result.fitness.to_json(), "generations": result.generations, "held_out": held_out}
     summary["unscaled_fitness"] = unscaled.to_json()
+    start = space.initial() if space.uses_curve else None  # the brute-force space has no start to stay at
+    summary["outcome"] = search_outcome(
+        summary["fitness"],
+        summary["unscaled_fitness"],
+        held_out,
+        left_start=None if start is None else result.best == start,
+        start_scale=None if start is None else space.scales(start)[0],
+        all_scored=every_candidate_scored(result.history),
+    )
     summary.update(scales=result.scales, evaluations=result.evaluations, paths={k: str(v) for k, v in paths.items()})
     if rank == 0:
         name = str(config.model.path) if config.model.path else model.name_or_path
         model_record = {"name": name, **model_fingerprint(model), **searched_model(config.model, model)}
-        summary["wall_time_s"] = _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled)
+        summary["wall_time_s"] = _write_outputs(
+            config, space, fitness, result, paths, model_record, held_out, unscaled, summary["outcome"]
+        )
         _print_summary(summary, time.perf_counter() - wall)
     return summary
 
@@ -144,7 +157,7 @@ def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any
     }
 
 
-def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled) -> float:
+def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled, outcome) -> float:
 
     timing_file = paths["state"].with_name(paths["state"].name + ".timing.json")
     wall_time = json.loads(timing_file.read_text())["wall_s"] if timing_file.is_file() else 0.0
@@ -159,6 +172,7 @@ def _write_outputs(config, space, fitness, result, paths, model_record, held_out
         "smoothness": smoothness(result.scales) if len(result.scales) >= 3 else None,
         "held_out": held_out,
         "unscaled_fitness": unscaled.to_json(),
+        "outcome": outcome,  # whether it beats the unscaled model, and why not (search/outcome.py)
         "run_config": config.to_dict(),
     }
     section = search_section(config.ga, config.weights, fitness.data_sha256, result.generations, wall_time, **extra)
@@ -185,3 +199,6 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
     print(f"{summary['evaluations']} candidates scored; this run took {seconds:.1f} s")
     for key in ("scale", "log", "curve", "fitness", "state", "config"):
         print(f"{key:8s} {summary['paths'][key]}")
+    warning = summary["outcome"]["warning"]
+    if warning:  # last, on stderr: where a reader of the log and a caller's capture both see it
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
