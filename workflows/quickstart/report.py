@@ -10,7 +10,7 @@ from pathlib import Path
 from evaluation.method_labels import short_labels
 from evaluation.report import delta_cell, interval_cell, p_cell
 from evaluation.results import compare_with_baseline, comparison_verdict, read_records
-from evaluation.statistics import holm_adjust, verdict
+from evaluation.statistics import holm_adjust
 from workflows import loop_config
 from workflows import position_bias as recipe
 
@@ -69,7 +69,8 @@ def continued_against_base(comparisons: dict[str, list[dict]]) -> list[str]:
 
 
 def _verdict(vs: dict) -> str:
-    return verdict(vs["low"], vs["high"], vs["p_holm"], vs["identical"])
+    """The harness's verdict word (no answers and every-score-equal comparisons included) at Holm's p."""
+    return comparison_verdict(vs)
 
 
 def continued_sentence(comparisons: dict[str, list[dict]]) -> str:
