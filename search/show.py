@@ -164,7 +164,7 @@ def evaluation_task_flags(
     run_model = (run_config or {}).get("model") or {}
     weights = (model or {}).get("weight_files") or {}
     task_seed = int(params.get("seed", 0))
-    seed = int(weights.get("tiny_default_seed", task_seed)) if "tiny_default_seed" in weights else task_seed
+    seed = int(weights["tiny_default_seed"]) if "tiny_default_seed" in weights else task_seed
     count = int(task["num_examples"]) if num_examples is None else num_examples
     flags = ["--import", task["import"]] if task.get("import") else []  # a user's task: its module first
     flags += ["--tasks", name, "--num-examples", str(count), "--seed", str(seed)]
