@@ -71,6 +71,8 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert (out / "models" / "repo" / "tokenizer.json").is_file()
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
+    full_scale = report[report.index("## The same at full scale") :]  # commands that run as printed: no <...>
+    assert "quickstart --config configs/quickstart/olmo2-1b.yaml --dry-run" in full_scale and "<" not in full_scale
     config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
     assert config["model"]["init_from"].endswith("workflows/assets/tiny-kv-dip-continued/repo")
     assert config["model"]["position"] == "repo"  # learned predictors: no curriculum handing over from RoPE again
