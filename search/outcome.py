@@ -40,7 +40,8 @@ def search_outcome(
     the unscaled model and neither degenerate case applies). `fitness`, `unscaled` and the held-out entries are
     `FitnessResult.to_json()` records; `unscaled` None (an older file) leaves the search-set comparison out."""
     if held_out and held_out.get("lpes") and held_out.get("baseline"):
-        basis = f"the {held_out['num_examples']} held-out questions"
+        count = int(held_out["num_examples"])
+        basis = f"the {count} held-out question{'s' * (count != 1)}"
         compared_on, best, reference = "held-out", held_out["lpes"]["overall"], held_out["baseline"]["overall"]
     elif unscaled:
         basis = "the search set (no held-out check: a flattering comparison)"
