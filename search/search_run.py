@@ -23,7 +23,7 @@ from repo_train.modeling.swapping import current_policies
 from search.fitness import describe_result
 from search.ga import SearchState, _resume, run
 from search.harness_fitness import HarnessFitness, check_held_out_available, evaluate_held_out, model_fingerprint
-from search.outcome import every_candidate_scored, search_outcome
+from search.outcome import every_candidate_scored, outcome_of, search_outcome
 from search.outputs import check_search_outputs, lock_path
 from search.plots import plot_curve, plot_fitness
 from search.prepare import load_search_model, search_fitness, searched_model, task_parameters
@@ -82,6 +82,13 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     space = config.space.build(num_layers)
     if resume and paths["state"].exists():  # a state the GA would refuse leaves NAME.config.yaml as it was
         _resume(paths["state"], space, config.ga, getattr(fitness, "context", ""))
+        finished = _finished_summary(config, paths)
+        if finished is not None:  # rewriting it would change the file that evaluations of it pinned by hash
+            if rank == 0:
+                print(f"{paths['scale']} is this search's finished result (state at generation "
+                      f"{finished['generations']}, same config): nothing to do", flush=True)  # fmt: skip
+                _print_summary(finished, time.perf_counter() - wall)
+            return finished
     if rank == 0 and config_text is not None:
         write_text_atomic(paths["config"], config_text)
     # Flushed: stdout to a file is block-buffered, and a log must show each generation when it ends.
@@ -142,6 +149,38 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         )
         _print_summary(summary, time.perf_counter() - wall)
     return summary
+
+
+def _finished_summary(config, paths: dict[str, Path]) -> dict[str, Any] | None:
+    """The summary of a search resumed after it ended: its state done under this config and its scale file
+    written from that state with this config (`run_config`, the last generation); None when anything is left.
+
+    Such a resume (a replayed commands.sh) changes nothing: a rewritten file would differ (its wall time) from
+    the one evaluations of it recorded, and they would refuse to resume."""
+    state = SearchState.load(paths["state"])
+    ga = config.ga
+    done = state.generation >= ga.generations or (ga.patience is not None and state.stale >= ga.patience)
+    try:
+        data = json.loads(paths["scale"].read_text(encoding="utf-8"))
+        search = data["search"]
+        same = search["run_config"] == json.loads(json.dumps(config.to_dict())) and search["generations"] == (
+            state.generation
+        )
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable or older: write it again from the state
+        return None
+    if not (done and same and search.get("unscaled_fitness")):
+        return None
+    return {
+        "fitness": data["fitness"],
+        "generations": search["generations"],
+        "held_out": search.get("held_out"),
+        "unscaled_fitness": search.get("unscaled_fitness"),
+        "outcome": outcome_of(search, data["fitness"]),
+        "scales": data["scales"],
+        "evaluations": search.get("evaluations"),
+        "paths": {key: str(value) for key, value in paths.items()},
+        "wall_time_s": search.get("wall_time_s"),
+    }
 
 
 def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any]:

@@ -166,7 +166,7 @@ def test_a_file_without_a_task_record_says_why_it_has_no_command(tmp_path, capsy
     assert "no evaluation command: the file records no search task (hand-made or older)" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # a tiny search, then its printed evaluation command in a subprocess (~40 s)
+@pytest.mark.slow  # a tiny search, its printed evaluation command in a subprocess, both again (~60 s)
 def test_a_tiny_search_s_printed_command_runs_as_printed(tmp_path, capsys):
     out = tmp_path / "scales" / "tiny.json"
     assert main(["run", "--config", TINY, "--out", str(out), "--no-progress"]) == 0
@@ -184,6 +184,22 @@ def test_a_tiny_search_s_printed_command_runs_as_printed(tmp_path, capsys):
     result = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                             check=False)  # as printed, with this interpreter  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    records = [json.loads(line) for line in (tmp_path / "results" / "tiny" / "records.jsonl").open()]
-    assert {r["method"] for r in records} == {"baseline", f"lpes:scale_file={out}", "pi:scale=1.5"}
-    assert len(records) == 3 * 4 * 4  # 3 methods × 4 examples × 4 gold positions
+    records = (tmp_path / "results" / "tiny" / "records.jsonl").read_text()
+    assert {json.loads(r)["method"] for r in records.splitlines()} == {
+        "baseline",
+        f"lpes:scale_file={out}",
+        "pi:scale=1.5",
+    }
+    assert len(records.splitlines()) == 3 * 4 * 4  # 3 methods × 4 examples × 4 gold positions
+    # replayed (a commands.sh run again): the finished search changes nothing, so the evaluation that pinned its
+    # scale file resumes instead of refusing a file that changed under it
+    before = out.read_bytes()
+    assert main(["run", "--config", TINY, "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert "is this search's finished result (state at generation 2, same config): nothing to do" in (
+        capsys.readouterr().out
+    )
+    assert out.read_bytes() == before
+    again = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           check=False)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "results" / "tiny" / "records.jsonl").read_text() == records  # nothing to generate
