@@ -44,9 +44,12 @@ STATISTICS_NOTE = (
     "baseline only), clustered by question (a two-sided binomial over the questions each side wins). Middle: mean "
     "accuracy of the "
     "interior positions, edges: of the first and last; Δ middle compares the interior positions' prompts only. "
-    "Verdict: *helps* when the 95% interval of Δ lies above 0 and p (Holm) < 0.05, *hurts* when it lies below 0 "
-    "and p (Holm) < 0.05, *identical* when no paired prompt differs, otherwise *no measurable change*; the middle "
-    "verdict applies the same rule to Δ middle. See docs/evaluation.md#statistics."
+    "Verdict: *no answers* when every answer the method generated is empty (whatever it scored), *uninformative "
+    "(every score v)* when every paired prompt scores the same v with the method and the baseline (v = 0: neither "
+    "is ever right, so equal scores say nothing about the method), *identical* when no paired prompt differs "
+    "otherwise, *helps* when the 95% interval of Δ lies above 0 and p (Holm) < 0.05, *hurts* when it lies below 0 "
+    "and p (Holm) < 0.05, otherwise *no measurable change*; the middle verdict applies the same rule to Δ middle. "
+    "A reference row whose every answer is empty says *reference (no answers)*. See docs/evaluation.md#statistics."
 )
 
 
@@ -157,6 +160,8 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[s
         middle_vs = vs.get("middle") if vs else None
         middle, edges = _middle_edges(r)
         none = "reference" if r is summary["results"][task].get(BASELINE) else "–"  # no comparison
+        if none == "reference" and r.get("empty_answers") and r["empty_answers"] == r["n"]:
+            none = "reference (no answers)"  # every comparison is then with a model that said nothing
         verdict = comparison_verdict(vs, alpha) or none
         middle_verdict = comparison_verdict(middle_vs, alpha) or ("–" if vs else none)
         main.append(

@@ -326,6 +326,9 @@ def summarize_group(
         "edges_accuracy": edges,
         "edges_accuracy_ci": list(percentile_interval(edges_rows, alpha)),
         "truncated": sum(bool(r.get("truncated", False)) for r in records),
+        # generated answers that are empty (None: nothing generated, e.g. --score gold_loglik): all of them is
+        # a method that answers nothing, whatever its scores say
+        "empty_answers": empty_answers(records),
         "vs_baseline": None,
     }
     if baseline is not None:
@@ -350,12 +353,17 @@ def compare_with_baseline(
 
     `mean_diff` is the mean paired difference over records, `low`/`high` its question-level
     bootstrap interval, `p_value` the two-sided sign-flip test; `identical` says that no paired
-    record differs (then p = 1 and the report says so instead of quoting p); with 0/1 scores on both
+    record differs (then p = 1 and the report says so instead of quoting p); `constant_score` is the one
+    score every paired record has on both sides, if there is one (equal because nothing could differ), and
+    `no_answers` that every answer the method generated for these prompts is empty; with 0/1 scores on both
     sides, `mcnemar` the clustered exact McNemar test (`evaluation.mcnemar`). None without pairs.
     """
     paired = paired_differences(records, baseline)
     if not paired.clusters:
         return None
+    reference = {r["id"] for r in baseline}
+    answered = [r for r in records if r["id"] in reference and generated(r)]
+    empty = empty_answers(answered)
     delta = cluster_bootstrap_ratio(paired.sums, paired.counts, n_resamples, alpha, seed)
     test = sign_flip_test(paired.sums / paired.counts, n_permutations, seed)
     return {
@@ -365,6 +373,8 @@ def compare_with_baseline(
         "p_value": test.p_value,
         "test": test.description(),
         "identical": paired.identical,
+        "constant_score": paired.constant,
+        "no_answers": empty is not None and empty == len(answered),
         "n": paired.n_pairs,
         "n_examples": len(paired.clusters),
         **({"mcnemar": mcnemar.to_json()} if (mcnemar := clustered_mcnemar(records, baseline)) else {}),
@@ -447,7 +457,32 @@ def comparison_verdict(comparison: Mapping[str, Any] | None, alpha: float = 0.05
 
 def _verdict_of(comparison: Mapping[str, Any], alpha: float) -> str:
     p = comparison.get("p_holm", comparison.get("p_value"))
-    return verdict(comparison.get("low"), comparison.get("high"), p, bool(comparison.get("identical")), alpha)
+    return verdict(
+        comparison.get("low"),
+        comparison.get("high"),
+        p,
+        bool(comparison.get("identical")),
+        alpha,
+        constant=comparison.get("constant_score"),  # summaries before it: None, the verdicts they had
+        no_answers=bool(comparison.get("no_answers")),
+    )
+
+
+#: `stop_reason` of records that score without generating: gold answers teacher-forced, options ranked.
+NOT_GENERATED = ("forced", "loglikelihood")
+
+
+def empty_answers(records: Sequence[Mapping[str, Any]]) -> int | None:
+    """How many of the generated answers of `records` are empty (blank); None when none was generated."""
+    answers = [str(r.get("prediction", "")) for r in records if generated(r)]
+    return sum(not answer.strip() for answer in answers) if answers else None
+
+
+def generated(record: Mapping[str, Any]) -> bool:
+    """Whether `record`'s prediction is a generated answer: the runner gives every record a `stop_reason`, and
+    those of `--score gold_loglik` (an empty prediction) and of log-likelihood tasks (the option chosen) say
+    they generated nothing; a record without one (made by hand) is not counted either way."""
+    return record.get("stop_reason") not in (None, *NOT_GENERATED)
 
 
 def validate_summary(summary: Any, where: str = "summary") -> dict[str, Any]:

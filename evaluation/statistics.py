@@ -153,6 +153,7 @@ class PairedDifferences(NamedTuple):
     counts: np.ndarray  # its number of paired records
     n_pairs: int
     identical: bool  # no paired record differs
+    constant: float | None = None  # the one score every paired record has, on both sides (None: they vary)
 
 
 def paired_differences(
@@ -163,11 +164,14 @@ def paired_differences(
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     identical = True
+    values: set[float] = set()  # every paired score, both sides: one value = nothing could differ
     for r in records:
         if r["id"] in reference:
             cluster = str(r["example_id"])
             difference = float(r[score_key]) - reference[r["id"]]
             identical = identical and difference == 0
+            if len(values) < 2:
+                values.update((float(r[score_key]), reference[r["id"]]))
             sums[cluster] = sums.get(cluster, 0.0) + difference
             counts[cluster] = counts.get(cluster, 0) + 1
     clusters = sorted(sums)
@@ -177,6 +181,7 @@ def paired_differences(
         np.array([counts[c] for c in clusters], dtype=float),
         sum(counts.values()),
         identical,
+        next(iter(values)) if len(values) == 1 else None,
     )
 
 
@@ -248,20 +253,44 @@ def holm_adjust(p_values: Mapping[str, float]) -> dict[str, float]:
     return adjusted
 
 
-#: The verdicts of a comparison with the baseline (`verdict`).
+#: The verdicts of a comparison with the baseline (`verdict`); `uninformative(value)` words the degenerate one.
 HELPS, HURTS, NO_CHANGE, IDENTICAL = "helps", "hurts", "no measurable change", "identical"
-VERDICTS = (HELPS, HURTS, NO_CHANGE, IDENTICAL)
+NO_ANSWERS = "no answers"
+UNINFORMATIVE = "uninformative"
+VERDICTS = (HELPS, HURTS, NO_CHANGE, IDENTICAL, NO_ANSWERS, UNINFORMATIVE)
 
 
-def verdict(low: float | None, high: float | None, p_holm: float | None, identical: bool, alpha: float = 0.05) -> str:
+def uninformative(value: float) -> str:
+    """The verdict of a comparison whose every paired score is `value` on both sides, e.g. 'uninformative (every
+    score 0)': equal because nothing could differ, not because the method changed nothing."""
+    return f"{UNINFORMATIVE} (every score {value:g})"
+
+
+def verdict(
+    low: float | None,
+    high: float | None,
+    p_holm: float | None,
+    identical: bool,
+    alpha: float = 0.05,
+    *,
+    constant: float | None = None,
+    no_answers: bool = False,
+) -> str:
     """One word for a paired Δ (method − baseline): what a reader may conclude from its interval and test.
 
-    "helps" when the whole (1 - alpha) interval of Δ lies above 0 and the Holm-adjusted p is below
-    alpha, "hurts" when it lies below 0 with the same p; "identical" when no paired prompt differs;
+    "no answers" when every answer the method generated is empty (whatever its scores: the method is
+    broken, not better or worse); "uninformative (every score v)" when every paired prompt scores the
+    same v with both (0 on a task the model never gets right: equal scores say nothing about the method);
+    "identical" when no paired prompt differs otherwise; "helps" when the whole (1 - alpha) interval of Δ
+    lies above 0 and the Holm-adjusted p is below alpha, "hurts" when it lies below 0 with the same p;
     otherwise "no measurable change" (also when the interval or p is undefined). Both conditions are
     asked for because the bootstrap interval and the sign-flip test can disagree near the boundary,
     and p is the adjusted one because a table compares several methods with one baseline.
     """
+    if no_answers:
+        return NO_ANSWERS
+    if constant is not None:
+        return uninformative(constant)
     if identical:
         return IDENTICAL
     defined = all(v is not None and math.isfinite(v) for v in (low, high, p_holm))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,6 +23,7 @@ from repo_train.modeling.swapping import current_policies
 from search.fitness import describe_result
 from search.ga import SearchState, _resume, run
 from search.harness_fitness import HarnessFitness, check_held_out_available, evaluate_held_out, model_fingerprint
+from search.outcome import every_candidate_scored, outcome_of, search_outcome
 from search.outputs import check_search_outputs, lock_path
 from search.plots import plot_curve, plot_fitness
 from search.prepare import load_search_model, search_fitness, searched_model, task_parameters
@@ -80,6 +82,13 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     space = config.space.build(num_layers)
     if resume and paths["state"].exists():  # a state the GA would refuse leaves NAME.config.yaml as it was
         _resume(paths["state"], space, config.ga, getattr(fitness, "context", ""))
+        finished = _finished_summary(config, paths)
+        if finished is not None:  # rewriting it would change the file that evaluations of it pinned by hash
+            if rank == 0:
+                print(f"{paths['scale']} is this search's finished result (state at generation "
+                      f"{finished['generations']}, same config): nothing to do", flush=True)  # fmt: skip
+                _print_summary(finished, time.perf_counter() - wall)
+            return finished
     if rank == 0 and config_text is not None:
         write_text_atomic(paths["config"], config_text)
     # Flushed: stdout to a file is block-buffered, and a log must show each generation when it ends.
@@ -122,13 +131,56 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         )
     summary = {"fitness": result.fitness.to_json(), "generations": result.generations, "held_out": held_out}
     summary["unscaled_fitness"] = unscaled.to_json()
+    start = space.initial() if space.uses_curve else None  # the brute-force space has no start to stay at
+    summary["outcome"] = search_outcome(
+        summary["fitness"],
+        summary["unscaled_fitness"],
+        held_out,
+        left_start=None if start is None else result.best == start,
+        start_scale=None if start is None else space.scales(start)[0],
+        all_scored=every_candidate_scored(result.history),
+    )
     summary.update(scales=result.scales, evaluations=result.evaluations, paths={k: str(v) for k, v in paths.items()})
     if rank == 0:
         name = str(config.model.path) if config.model.path else model.name_or_path
         model_record = {"name": name, **model_fingerprint(model), **searched_model(config.model, model)}
-        summary["wall_time_s"] = _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled)
+        summary["wall_time_s"] = _write_outputs(
+            config, space, fitness, result, paths, model_record, held_out, unscaled, summary["outcome"]
+        )
         _print_summary(summary, time.perf_counter() - wall)
     return summary
+
+
+def _finished_summary(config, paths: dict[str, Path]) -> dict[str, Any] | None:
+    """The summary of a search resumed after it ended: its state done under this config and its scale file
+    written from that state with this config (`run_config`, the last generation); None when anything is left.
+
+    Such a resume (a replayed commands.sh) changes nothing: a rewritten file would differ (its wall time) from
+    the one evaluations of it recorded, and they would refuse to resume."""
+    state = SearchState.load(paths["state"])
+    ga = config.ga
+    done = state.generation >= ga.generations or (ga.patience is not None and state.stale >= ga.patience)
+    try:
+        data = json.loads(paths["scale"].read_text(encoding="utf-8"))
+        search = data["search"]
+        same = search["run_config"] == json.loads(json.dumps(config.to_dict())) and search["generations"] == (
+            state.generation
+        )
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable or older: write it again from the state
+        return None
+    if not (done and same and search.get("unscaled_fitness")):
+        return None
+    return {
+        "fitness": data["fitness"],
+        "generations": search["generations"],
+        "held_out": search.get("held_out"),
+        "unscaled_fitness": search.get("unscaled_fitness"),
+        "outcome": outcome_of(search, data["fitness"]),
+        "scales": data["scales"],
+        "evaluations": search.get("evaluations"),
+        "paths": {key: str(value) for key, value in paths.items()},
+        "wall_time_s": search.get("wall_time_s"),
+    }
 
 
 def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any]:
@@ -144,7 +196,7 @@ def examples_used(config, fitness, held_out, held_fingerprints) -> dict[str, Any
     }
 
 
-def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled) -> float:
+def _write_outputs(config, space, fitness, result, paths, model_record, held_out, unscaled, outcome) -> float:
 
     timing_file = paths["state"].with_name(paths["state"].name + ".timing.json")
     wall_time = json.loads(timing_file.read_text())["wall_s"] if timing_file.is_file() else 0.0
@@ -159,6 +211,7 @@ def _write_outputs(config, space, fitness, result, paths, model_record, held_out
         "smoothness": smoothness(result.scales) if len(result.scales) >= 3 else None,
         "held_out": held_out,
         "unscaled_fitness": unscaled.to_json(),
+        "outcome": outcome,  # whether it beats the unscaled model, and why not (search/outcome.py)
         "run_config": config.to_dict(),
     }
     section = search_section(config.ga, config.weights, fitness.data_sha256, result.generations, wall_time, **extra)
@@ -185,3 +238,6 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
     print(f"{summary['evaluations']} candidates scored; this run took {seconds:.1f} s")
     for key in ("scale", "log", "curve", "fitness", "state", "config"):
         print(f"{key:8s} {summary['paths'][key]}")
+    warning = summary["outcome"]["warning"]
+    if warning:  # last, on stderr: where a reader of the log and a caller's capture both see it
+        print(f"warning: {warning}", file=sys.stderr, flush=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workflows.commands import CommandRunner, logged_train_losses
+from workflows.commands import CommandRunner, later, logged_train_losses
+from workflows.quickstart.loop_file import MEAN_SCALE, NEWEST_CHECKPOINT
 
 
 def test_run_argv_runs_logs_and_times_any_command(tmp_path):
@@ -52,6 +53,32 @@ def test_dry_run_writes_and_prints_but_runs_nothing(tmp_path, capsys):
     assert script.index("# would fail") < script.index("# module") and "python -m json.tool /no/such/file" in script
     printed = capsys.readouterr().out
     assert "=== would fail\n$ sh -c 'touch ran.txt; exit 1'" in printed and "=== module" in printed
+
+
+def test_a_dry_run_value_known_later_is_computed_when_its_commands_sh_runs(tmp_path):
+    """A dry run writes `$(...)` for what an earlier step makes (`later`), quoted so the rest stays literal; the
+    file then runs as written. A real run refuses such a value (it would reach the command unexpanded)."""
+    run = CommandRunner(tmp_path, description="dry", cwd=tmp_path, dry_run=True)
+    value = later([sys.executable, "-c", "print(1.5)"])
+    run.run_argv("print", ["sh", "-c", 'printf "%s|%s\n" "$0" "$1" > said.txt', f"pi:scale={value}", '$HOME `x` "q"'])
+    script = tmp_path / "commands.sh"
+    subprocess.run(["bash", str(script)], check=True, capture_output=True)
+    assert (tmp_path / "said.txt").read_text() == 'pi:scale=1.5|$HOME `x` "q"\n'
+    with pytest.raises(ValueError, match="a value known only after a step"):
+        CommandRunner(tmp_path / "real").run_argv("real", ["echo", value])
+
+
+def test_the_dry_run_helpers_compute_what_the_real_run_takes(tmp_path):
+    """The quickstart dry run's `$(...)`: the training's newest last.ckpt and the scale file's mean, as printed."""
+    ckpt = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    scale = tmp_path / "s.json"
+    scale.write_text('{"num_layers": 4, "scales": [1.0, 1.2, 1.4, 1.5]}')
+    for code, argument, expected in ((NEWEST_CHECKPOINT, tmp_path / "runs", str(ckpt)), (MEAN_SCALE, scale, "1.275")):
+        found = subprocess.run([sys.executable, "-c", code, str(argument)], cwd=Path(__file__).parents[1],
+                               capture_output=True, text=True, check=True)  # from the checkout, as commands.sh  # fmt: skip
+        assert found.stdout.strip() == expected
 
 
 def test_last_checkpoint_is_the_newest_last_file_or_directory(tmp_path):

@@ -1,6 +1,7 @@
 """The main command end to end, at the smallest settings: every step runs and the report is written."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,12 @@ import yaml
 from interrupt import sigint_as_in_a_terminal
 
 from workflows.assets import TINY_KV_BASE
-from workflows.quickstart import command, options, tiny_loop
+from workflows.commands import _shown_interpreter
+from workflows.quickstart import command, loop_file, options, tiny_loop
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The interpreter as the quickstart's commands.sh writes it (run from ROOT).
+PYTHON = _shown_interpreter(ROOT)
 #: The quickstart as a user types it.
 QUICKSTART = [sys.executable, "-m", "workflows", "quickstart"]
 
@@ -67,6 +71,8 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     assert (out / "models" / "repo" / "tokenizer.json").is_file()
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
+    full_scale = report[report.index("## The same at full scale") :]  # commands that run as printed: no <...>
+    assert "quickstart --config configs/quickstart/olmo2-1b.yaml --dry-run" in full_scale and "<" not in full_scale
     config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
     assert config["model"]["init_from"].endswith("workflows/assets/tiny-kv-dip-continued/repo")
     assert config["model"]["position"] == "repo"  # learned predictors: no curriculum handing over from RoPE again
@@ -124,12 +130,21 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
             "scripts/launch_train.sh configs/train/olmo2-1b-stage2-rope.yaml --trainer.default_root_dir "
             f"{out}/runs/rope --model.init_from checkpoints/OLMo-2-0425-1B-stage1-step1907359"
         ),
-        f"python -m repo_train export --checkpoint '<last.ckpt under {out}/runs/rope>' --out {out}/models/rope",
+        (
+            f'python -m repo_train export --checkpoint "$({PYTHON} -c {shlex.quote(loop_file.NEWEST_CHECKPOINT)} '
+            f'{out}/runs/rope)" --out {out}/models/rope'
+        ),
         "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml",
-        f"python -m repo_train export --checkpoint '<last.ckpt under {out}/runs/repo>' --out {out}/models/repo",
+        (
+            f'python -m repo_train export --checkpoint "$({PYTHON} -c {shlex.quote(loop_file.NEWEST_CHECKPOINT)} '
+            f'{out}/runs/repo)" --out {out}/models/repo'
+        ),
         f"scripts/run_search.sh --model {out}/models/rope --config configs/search/lpes.yaml --out {out}/scales/rope.json",
         f"scripts/run_evaluation.sh --model {out}/models/rope --tasks mdqa,kv",
-        f"--method lpes:scale_file={out}/scales/rope.json --method 'pi:scale=<mean of the scales in {out}/scales/rope.json>'",
+        (
+            f'--method lpes:scale_file={out}/scales/rope.json --method "pi:scale=$({PYTHON} -c '
+            f'{shlex.quote(loop_file.MEAN_SCALE)} {out}/scales/rope.json)"'
+        ),
         f"scripts/run_evaluation.sh --model {out}/models/repo",
         "scripts/run_evaluation.sh --model checkpoints/OLMo-2-0425-1B-stage1-step1907359",
         f"python -m evaluation report --out {out}/eval/rope --compare {out}/eval/repo --compare {out}/eval/base",

@@ -14,9 +14,10 @@ from evaluation.sample_data import NQ_OPEN_ORACLE
 from workflows.cli import main
 from workflows.real_model_study.command import DESCRIPTIONS, SIZES
 from workflows.real_model_study.data import DATA_NAME, count_questions, questions_needed, split_data
-from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command
+from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command, lpes_name, main_methods
+from workflows.real_model_study.report import method_rows, report
 from workflows.real_model_study.speed import projected_seconds
-from workflows.real_model_study.verdicts import claim_verdict, dip_verdict, shape_verdict
+from workflows.real_model_study.verdicts import claim_verdict, claims, dip_verdict, shape_verdict
 
 COMMAND = "study-real-model"
 
@@ -65,6 +66,10 @@ def test_a_file_too_small_for_the_sizes_is_refused(tmp_path):
         ({"mean_diff": -0.05, "low": -0.3, "high": 0.2, "p_holm": 0.8}, 20, "cannot tell at this power"),
         ({"mean_diff": 0.0, "low": 0.0, "high": 0.0, "p_holm": None, "identical": True}, 20,
          "not reproduced (no answer changed)"),
+        ({"mean_diff": 0.0, "low": 0.0, "high": 0.0, "p_holm": 1.0, "identical": True, "constant_score": 0.0}, 20,
+         "cannot tell (every score 0, with and without the method)"),
+        ({"mean_diff": -0.3, "low": -0.4, "high": -0.2, "p_holm": 0.01, "no_answers": True}, 20,
+         "cannot tell (the method gave no answers)"),
         (None, 20, "cannot tell at this power"),
     ],
 )  # fmt: skip
@@ -197,7 +202,8 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
     out = tmp_path / "study"
     study_main(["--quick", "--out", str(out), "--model", str(real_model_dir)])
     result = json.loads((out / "study.json").read_text())
-    assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes", "pcd"]
+    pi = [] if result["search"]["uniform_scale"] is not None else ["pi"]  # one scale everywhere: LPES is PI
+    assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", *pi, "ms_poe", "lpes", "pcd"]
     assert [row["key"] for row in result["costly_rows"]] == ["baseline", "fim", "attention_buckets"]
     size = result["size"]
     for row in result["main_rows"]:
@@ -222,8 +228,56 @@ def test_the_quick_gold_loglik_study_leaves_pcd_out(real_model_dir, tmp_path):
     study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--model", str(real_model_dir)])
     result = json.loads((out / "study.json").read_text())
     assert result["score"] == "gold_loglik"
-    assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", "pi", "ms_poe", "lpes"]
+    pi = [] if result["search"]["uniform_scale"] is not None else ["pi"]  # one scale everywhere: LPES is PI
+    assert [row["key"] for row in result["main_rows"]] == ["baseline", "caliope", *pi, "ms_poe", "lpes"]
     assert all(row["result"]["accuracy"] < 0 for row in result["main_rows"] + result["costly_rows"])
     text = (out / "README.md").read_text()
     assert "gold log-likelihood [95% CI]" in text and "PCD is not in this table" in text
     assert "task.score" not in text and "score: gold_loglik" in (out / "configs" / "search.yaml").read_text()
+
+
+CALIOPE = "caliope:calibrator=hourglass,delta_min=5,delta_max=1000"
+
+
+def test_uniform_lpes_scales_run_and_list_one_method(tmp_path):
+    """A search that gave every layer one scale (the quick study's: every fitness 0, scales at the start 1.5) is PI
+    at that scale: PI is not run beside it, LPES's name says so, and its claim is not judged."""
+    uniform, varied = [1.5] * 30, [1.2, 1.8] * 15
+    assert "pi" not in main_methods(CALIOPE, uniform, tmp_path / "s.json", "metric")
+    assert main_methods(CALIOPE, varied, tmp_path / "s.json", "metric")["pi"] == "pi:scale=1.5"
+    assert lpes_name(uniform) == "LPES = PI at 1.500 (the search gave every layer that scale)"
+    assert lpes_name(varied) == "LPES"
+
+
+def _result(accuracy: float, vs: dict | None = None) -> dict:
+    return {"n": 50, "n_examples": 10, "accuracy": accuracy, "accuracy_ci": [0.0, 0.1], "middle_accuracy": accuracy,
+            "middle_accuracy_ci": [0.0, 0.1], "edges_accuracy": accuracy, "middle_minus_edges": 0.0,
+            "middle_minus_edges_ci": [0.0, 0.0], "by_position": {str(p): {"accuracy": accuracy, "low": 0.0,
+            "high": 0.1} for p in range(5)}, "vs_baseline": vs}  # fmt: skip
+
+
+def test_the_report_of_a_search_that_never_left_its_start_lists_lpes_once(tmp_path):
+    zero = {"mean_diff": 0.0, "low": 0.0, "high": 0.0, "p_value": 1.0, "p_holm": 1.0, "identical": True,
+            "constant_score": 0.0, "verdict": "uninformative (every score 0)"}  # fmt: skip
+    summary = {"results": {"mdqa": {"baseline": _result(0.0), "lpes:scale_file=s.json": _result(0.0, {**zero,
+               "middle": zero})}}}  # fmt: skip
+    rows = method_rows(summary, {"baseline": "baseline", "lpes": lpes_name([1.5] * 30)})
+    bias = {"mean": {"gold": [{"value": 0.1, "ci": [0.0, 0.2], "position": p} for p in range(5)]}, "questions": 10}
+    held = {"overall": 0.0, "per_subset": {"begin": 0.0, "middle": 0.0, "end": 0.0}}
+    warning = "the searched scales score the same as the unscaled model on the 8 held-out questions: LPES 0.0000"
+    study = {
+        "size": {"documents": 5, "questions": 10, "costly_questions": 4, "population": 4, "generations": 1,
+                 "search_questions": 6, "held_out": 8},
+        "speed": {"prompts_per_second": 1.0, "mean_prompt_tokens": 400, "threads": 2},
+        "main_rows": rows, "costly_rows": rows[:1], "score": "metric", "timings": {"search": 60.0},
+        "search": {"scales": [1.5] * 30, "mean_scale": 1.5, "uniform_scale": 1.5, "outcome": {"warning": warning},
+                   "held_out": {"baseline": held, "pi_mean": {"scale": 1.5, **held}, "lpes": held}},
+        "bias": bias, "claims": claims(rows, rows[:1], bias, uniform=1.5),
+    }  # fmt: skip
+    text = report(tmp_path, study)
+    assert text.count("| LPES = PI at 1.500 (the search gave every layer that scale) |") == 2  # table, held-out
+    assert "PI at the LPES mean" not in text and "| PI (mean scale) |" not in text
+    assert "PI at 1.500, so the two are one method, run and listed once (as LPES)" in text
+    assert f"**The search's result is not a finding:** {warning}." in text
+    assert "| uninformative (every score 0) |" in text and "| identical |" not in text
+    assert study["claims"]["lpes"]["verdict"].startswith("cannot tell (the search gave every layer the scale 1.500")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -31,6 +32,23 @@ from repo_train.checkpoints import newest_last_checkpoint
 FAILURE_TAIL_LINES = 40
 #: The replayable shell file a runner writes into its output directory.
 COMMANDS_FILE = "commands.sh"
+#: Brackets a command inside an argument of a dry run's command (`later`): written as `$(command)`.
+LATER = "\x00"
+
+
+def later(command: list[str]) -> str:
+    """A value known only after an earlier step (a checkpoint path, a scale file's mean), for a dry run's command:
+    commands.sh computes it when it reaches that line (`$(command)`), so the dry run's file runs as written."""
+    return f"{LATER}{shlex.join(command)}{LATER}"
+
+
+def shell_argument(argument: str) -> str:
+    """One argument as commands.sh writes it: quoted; a `later` value as a `$(...)` inside double quotes."""
+    if LATER not in argument:
+        return shlex.quote(argument)
+    parts = argument.split(LATER)
+    literal = [re.sub(r'([\\"$`])', r"\\\1", part) for part in parts[::2]]  # inside "...": only these are special
+    return '"' + "".join(f"{text}$({command})" for text, command in zip(literal, parts[1::2])) + literal[-1] + '"'
 
 
 def _shown_interpreter(cwd: Path | None) -> str:
@@ -141,7 +159,7 @@ class CommandRunner:
 
     def _printable(self, shown: list[str], env: dict[str, str] | None = None) -> str:
         prefix = [f"{key}={shlex.quote(value)}" for key, value in {**self.env, **(env or {})}.items()]
-        return " ".join([*prefix, *(shlex.quote(str(a)) for a in shown)])
+        return " ".join([*prefix, *(shell_argument(str(a)) for a in shown)])
 
     def _run(
         self, title: str, command: list[str], shown: list[str], *, log: Path | None, echo: bool,
@@ -157,6 +175,8 @@ class CommandRunner:
                 print(f"\n=== {title}\n$ {printable}", flush=True)
         if self.dry_run:
             return 0.0
+        if any(LATER in str(a) for a in command):
+            raise ValueError(f"{title}: a value known only after a step (`later`) belongs to a dry run's commands")
         start = time.perf_counter()
         if log is None:
             self._wait(command, environment, None)

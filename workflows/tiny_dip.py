@@ -191,6 +191,10 @@ def _paired(paired: Mapping | None, holm: bool) -> tuple[str, str]:
     if not paired:
         return "", ""
     delta = _interval(paired["mean_diff"], paired["low"], paired["high"], signed=True)
+    if paired.get("no_answers"):
+        return delta, "no answers"
+    if paired.get("constant_score") is not None:  # equal because nothing could differ, not "no difference"
+        return delta, f"every score {paired['constant_score']:g}"
     if paired["identical"]:
         return delta, "no difference"
     return delta, _p(paired["p_value"]) + (f" ({_p(paired['p_holm'])})" if holm else "")

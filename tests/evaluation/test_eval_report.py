@@ -103,6 +103,35 @@ def test_the_table_gives_middle_edges_delta_and_a_verdict(tmp_path) -> None:
     assert "McNemar p (0/1 scores only, not adjusted)" in text  # the report says which test each p is
 
 
+def test_degenerate_verdicts_reach_the_report(tmp_path) -> None:
+    """A method that answered nothing and one never right beside a never-right baseline: their own words, not
+    "identical", and the note says what each word means."""
+    records = [
+        {**r, "score": 0.0, "stop_reason": "eos", "prediction": "" if r["method"] == PI else "no"}
+        for r in _records(["baseline", PI, PCD], questions=10)
+    ]
+    out = tmp_path / "zero"
+    out.mkdir()
+    summary = build_summary(
+        records, {"name": "models/zero"}, {"kv": {"metric": "kv_containment"}}, ["baseline", PI, PCD]
+    )
+    write_json_atomic(out / "summary.json", summary)
+    render_report(out)
+    text = (out / "report.md").read_text()
+    header, *rows = _rows(text, "| method | questions")
+    table = {row[0]: dict(zip(header, row)) for row in rows}
+    assert (table["pi (scale=2)"]["verdict"], table["pi (scale=2)"]["middle verdict"]) == ("no answers", "no answers")
+    assert table["pcd"]["verdict"] == "uninformative (every score 0)" and table["baseline"]["verdict"] == "reference"
+    assert "*uninformative (every score v)* when every paired prompt scores the same v" in text
+    assert "*no answers* when every answer the method generated is empty" in text
+    # a baseline that answered nothing: every comparison is with silence, and its row says so
+    silent = [{**r, "prediction": ""} for r in records]
+    write_json_atomic(out / "summary.json", build_summary(silent, {"name": "m"}, {"kv": {}}, ["baseline", PCD]))
+    render_report(out)
+    rows = _rows((out / "report.md").read_text(), "| method | questions")[1:]
+    assert [row[7] for row in rows] == ["reference (no answers)", "no answers"]
+
+
 def test_compared_runs_prefix_their_label(tmp_path) -> None:
     rope, repo = _run(tmp_path, "rope", list(SCORES)), _run(tmp_path, "repo", ["baseline", LPES])
     render_report(rope, [repo])

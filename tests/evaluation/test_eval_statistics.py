@@ -30,6 +30,7 @@ from evaluation.statistics import (
     HELPS,
     HURTS,
     IDENTICAL,
+    NO_ANSWERS,
     NO_CHANGE,
     bootstrap_ci,
     holm_adjust,
@@ -210,6 +211,54 @@ def test_bootstrap_arguments_are_checked() -> None:
 )
 def test_verdict_rule(low, high, p_holm, identical, expected) -> None:
     assert verdict(low, high, p_holm, identical) == expected
+
+
+def test_degenerate_comparisons_get_their_own_verdicts() -> None:
+    """Equal because nothing could differ, or because the method said nothing, is not "identical"."""
+    assert verdict(0.0, 0.0, 1.0, True, constant=0.0) == "uninformative (every score 0)"
+    assert verdict(0.0, 0.0, 1.0, True, constant=1.0) == "uninformative (every score 1)"
+    assert verdict(-0.5, -0.2, 0.001, False, no_answers=True) == NO_ANSWERS  # its scores do not matter
+    assert verdict(0.0, 0.0, 1.0, True, constant=0.0, no_answers=True) == NO_ANSWERS
+
+
+def _answered(records: list[dict], answer) -> list[dict]:
+    """`records` as the runner writes generated ones: a stop reason and `answer(record)` as the prediction."""
+    return [{**r, "prediction": answer(r), "stop_reason": "eos"} for r in records]
+
+
+def test_every_score_zero_or_every_answer_empty_is_not_identical() -> None:
+    """The user report: a method that answered nothing on every prompt, against a baseline that scored 0 everywhere,
+    was "identical"; so was one that answered but was never right. Equal, non-degenerate scores stay identical."""
+    zero = lambda q, p: 0.0
+    base = _answered(grid(zero, questions=20), lambda r: "wrong")
+    methods = {
+        "silent": _answered(grid(zero, questions=20, method="silent"), lambda r: ""),
+        "wrong": _answered(grid(zero, questions=20, method="wrong"), lambda r: "also wrong"),
+    }
+    records = base + [r for group in methods.values() for r in group]
+    results = build_summary(records, {"name": "m"}, {"kv": {}}, ["baseline", *methods])["results"]["kv"]
+    assert results["silent"]["vs_baseline"]["verdict"] == NO_ANSWERS
+    assert results["silent"]["vs_baseline"]["middle"]["verdict"] == NO_ANSWERS
+    assert results["silent"]["empty_answers"] == 20 * POSITIONS and results["baseline"]["empty_answers"] == 0
+    assert results["wrong"]["vs_baseline"]["verdict"] == "uninformative (every score 0)"
+    assert results["wrong"]["vs_baseline"]["constant_score"] == 0.0
+    # a real baseline: the silent method hurts, and is still named for what it did
+    right = _answered(grid(lambda q, p: q % 2 == 0, questions=20), lambda r: "x")
+    silent = build_summary(right + methods["silent"], {"name": "m"}, {"kv": {}}, ["baseline", "silent"])
+    assert silent["results"]["kv"]["silent"]["vs_baseline"]["verdict"] == NO_ANSWERS
+    same = _answered(grid(lambda q, p: q % 2 == 0, questions=20, method="same"), lambda r: "x")
+    equal = build_summary(right + same, {"name": "m"}, {"kv": {}}, ["baseline", "same"])["results"]["kv"]["same"]
+    assert equal["vs_baseline"]["verdict"] == IDENTICAL and equal["vs_baseline"]["constant_score"] is None
+
+
+def test_a_gold_log_likelihood_run_has_no_answers_to_miss() -> None:
+    """`--score gold_loglik` writes an empty prediction for every prompt (nothing is generated): not "no answers"."""
+    forced = lambda group: [{**r, "stop_reason": "forced", "score": -1.0 - r["gold_position"] / 10} for r in group]
+    base = forced(grid(lambda q, p: 0.0, questions=10))
+    other = [{**r, "score": r["score"] - 0.5} for r in forced(grid(lambda q, p: 0.0, questions=10, method="m"))]
+    result = build_summary(base + other, {"name": "m"}, {"kv": {}}, ["baseline", "m"])["results"]["kv"]["m"]
+    assert result["empty_answers"] is None and result["vs_baseline"]["no_answers"] is False
+    assert result["vs_baseline"]["verdict"] == HURTS
 
 
 def test_verdict_uses_the_given_level() -> None:

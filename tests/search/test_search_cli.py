@@ -111,7 +111,8 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     assert main(["show", str(out), "--num-layers", "4"]) == 0
     shown = capsys.readouterr().out
     assert "valid (format_version 1)" in shown and f"lpes:scale_file={out}" in shown and "pi:scale=" in shown
-    # the printed evaluate command rebuilds the search's task (same build parameters, gold at every position)
+    # the printed evaluate command rebuilds the search's task (same build parameters, gold at every position) on
+    # the examples after the search's fitness (0-3) and held-out (4-7) ones
     import shlex
 
     from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
@@ -126,7 +127,7 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     (rebuilt,) = resolve(eval_args).run.tasks
     expected = {key: value for key, value in task["params"].items() if value is not None}  # None = the default
     assert rebuilt == build_task(
-        task["task"], **{**expected, "num_examples": task["num_examples"], "gold_positions": "all"}
+        task["task"], **{**expected, "num_examples": 4, "example_offset": 8, "gold_positions": "all"}
     )
 
 

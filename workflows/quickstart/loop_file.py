@@ -15,11 +15,16 @@ from jsonargparse import Namespace
 
 from workflows import loop_config
 from workflows import loop_estimates as estimates
-from workflows.commands import CommandRunner, last_checkpoint
+from workflows.commands import CommandRunner, last_checkpoint, later
 from workflows.quickstart.options import ROOT, search_config
 from workflows.quickstart.report import config_report_parts, write_report
 from workflows.quickstart.resume import search_files, search_resume, training_resume
 from workflows.steps import StepLedger, StepRunner, gpu_slots, visible_devices
+
+#: What a dry run's commands.sh runs for the values an earlier step makes (`workflows.commands.later`): the
+#: training's newest last.ckpt, as the real run takes it, and the scale file's mean, as the real run writes it.
+NEWEST_CHECKPOINT = "import sys; from workflows.commands import last_checkpoint; print(last_checkpoint(sys.argv[1]))"
+MEAN_SCALE = 'import sys; from workflows.loop_config import mean_scale; print("%.6g" % mean_scale(sys.argv[1]))'
 
 
 def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: list[str]) -> None:
@@ -27,7 +32,9 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     config = args.loop
     description = f"The commands of {args.config_name}, in order."
     if args.dry_run:
-        description = f"Dry run of {args.config_name}: nothing was run; <...> marks a value known only after a step."
+        description = (
+            f"Dry run of {args.config_name}: nothing was run; $(...) computes a value known only after a step."
+        )
     # every launcher starts one process per GPU (scripts/launch_train.sh, run_search.sh, run_evaluation.sh)
     environment = {"NPROC_PER_NODE": str(config.gpus)}
     run = CommandRunner(out, description=description, cwd=ROOT, dry_run=args.dry_run, env=environment)
@@ -61,7 +68,11 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
                    *fill(config.train.args)], inputs=[ROOT / train_config, ROOT / config.base], outputs=[run_dir],
                    resume=lambda d=run_dir: training_resume(d), resources=f"{on_gpus}, " + estimates.described(
                        estimates.training_hours(ROOT / train_config, fill(config.train.args), config.gpus)))  # fmt: skip
-        checkpoint = f"<last.ckpt under {run_dir}>" if args.dry_run else str(last_checkpoint(run_dir))
+        checkpoint = (
+            later([run.python, "-c", NEWEST_CHECKPOINT, str(run_dir)])
+            if args.dry_run
+            else str(last_checkpoint(run_dir))
+        )
         models[name] = str(out / "models" / name)
         steps.step(f"export-{name}", f"export the {name} checkpoint", ["repo_train", "export", "--checkpoint",
                    checkpoint, "--out", models[name], "--tokenizer", config.base], module=True,
@@ -81,7 +92,10 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
                related=search_files(scale_file), resume=lambda: search_resume(scale_file),
                after=model_step[config.search.model], resources=f"{on_gpus}, {search_cost}")  # fmt: skip
     values["scale_file"] = str(scale_file)
-    mean = f"<mean of the scales in {scale_file}>" if args.dry_run else f"{loop_config.mean_scale(scale_file):.6g}"
+    if args.dry_run:
+        mean = later([run.python, "-c", MEAN_SCALE, str(scale_file)])
+    else:
+        mean = f"{loop_config.mean_scale(scale_file):.6g}"
     values["mean_scale"] = mean
 
     eval_dirs, evaluations = {}, []

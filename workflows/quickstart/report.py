@@ -10,7 +10,7 @@ from pathlib import Path
 from evaluation.method_labels import short_labels
 from evaluation.report import delta_cell, interval_cell, p_cell
 from evaluation.results import compare_with_baseline, comparison_verdict, read_records
-from evaluation.statistics import holm_adjust, verdict
+from evaluation.statistics import holm_adjust
 from workflows import loop_config
 from workflows import position_bias as recipe
 
@@ -69,7 +69,8 @@ def continued_against_base(comparisons: dict[str, list[dict]]) -> list[str]:
 
 
 def _verdict(vs: dict) -> str:
-    return verdict(vs["low"], vs["high"], vs["p_holm"], vs["identical"])
+    """The harness's verdict word (no answers and every-score-equal comparisons included) at Holm's p."""
+    return comparison_verdict(vs)
 
 
 def continued_sentence(comparisons: dict[str, list[dict]]) -> str:
@@ -172,14 +173,16 @@ def tiny_report_parts(
     closing = [
         "## The same at full scale",
         "",
+        (
+            "The same loop on OLMo-2 1B (train with launchers, export, search, evaluate every method on the "
+            "questions after the search's): the dry run writes every command to `outputs/quickstart-olmo2-1b/"
+            "commands.sh`, runs nothing and says what a real run here would lack (the base checkpoint, the data); "
+            "that file runs as written once they are in place (docs/training.md)."
+        ),
+        "",
         "```bash",
-        "python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml --dry-run   # the whole loop; or:",
-        "scripts/launch_train.sh configs/train/olmo2-1b-stage2-repo.yaml        # and -rope; see docs/training.md",
-        "python -m repo_train export --checkpoint <ckpt> --out hf/olmo2-1b-repo --tokenizer <olmo2 dir>",
-        "scripts/run_search.sh --model <hf dir> --task kv --config configs/search/lpes.yaml --out scales/NAME.json",
-        "python -m evaluation run --model <hf dir> --tasks mdqa,kv --data-dir data/lost_in_the_middle --example-offset 700 \\",
-        "    --method baseline --method lpes:scale_file=scales/NAME.json --method caliope:calibrator=hourglass \\",
-        "    --method fim --method pcd --out results/NAME",
+        "python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml --dry-run   # every command, run none",
+        "python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml             # run them (GPU node)",
         "```",
     ]
     return intro, outputs, closing

@@ -3,6 +3,7 @@ search's config, and the harness command of each evaluation step."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -50,6 +51,30 @@ def search_config(out: Path, folders: Mapping[str, Path], size: Mapping[str, int
     path = out / "configs" / "search.yaml"
     write_text_atomic(path, yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def uniform_scale(scales: Sequence[float]) -> float | None:
+    """The one scale of a search that gave every layer the same (LPES is then PI at that scale), else None."""
+    return float(scales[0]) if scales and len(set(scales)) == 1 else None
+
+
+def main_methods(caliope: str, scales: Sequence[float], scale_file: Path, score: str) -> dict[str, str]:
+    """The main table's method specs by key. PI runs at the LPES mean, unless the search gave every layer one
+    scale: LPES is then PI at that scale, so it runs once, as LPES (the report says why PI has no row)."""
+    mean = statistics.fmean(scales)
+    methods = {"baseline": "baseline", caliope.split(",")[0]: caliope, "pi": f"pi:scale={mean:.4g}", "ms_poe": "ms_poe",
+               "lpes": f"lpes:scale_file={scale_file}"}  # fmt: skip
+    if uniform_scale(scales) is not None:
+        del methods["pi"]
+    if score == "metric":  # PCD's contrast has no comparable log-likelihood (`forced_scoring_problem`)
+        methods["pcd"] = "pcd"
+    return methods
+
+
+def lpes_name(scales: Sequence[float]) -> str:
+    """LPES's row name: one name for one method, so uniform scales say that they are PI at that scale."""
+    same = uniform_scale(scales)
+    return "LPES" if same is None else f"LPES = PI at {same:.3f} (the search gave every layer that scale)"
 
 
 def eval_command(model: Path, data_dir: Path, out: Path, methods: Sequence[str], questions: int, size, args):

@@ -9,6 +9,7 @@ from pathlib import Path
 from evaluation.report import delta_cell, interval_cell, p_cell
 from evaluation.run_config import score_name
 from repo_common.atomic import save_figure_atomic, write_text_atomic
+from workflows.real_model_study.methods import lpes_name
 from workflows.real_model_study.verdicts import PAPER_CLAIMS
 
 
@@ -90,6 +91,20 @@ def plot(bias: Mapping, baseline: Mapping, path: Path, score: str = "metric") ->
     plt.close(figure)
 
 
+def _uniform_note(search: Mapping) -> list[str]:
+    """Why the table has no PI row when the search gave every layer one scale: one method, listed once."""
+    uniform = search.get("uniform_scale")
+    if uniform is None:
+        return []
+    return [
+        (
+            f"The LPES search gave every layer the same scale, {uniform:.3f}: that is PI at {uniform:.3f}, so the "
+            "two are one method, run and listed once (as LPES); PI has no row of its own."
+        ),
+        "",
+    ]
+
+
 def fmt_minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
@@ -126,6 +141,7 @@ def report(out: Path, study: Mapping) -> str:
         "",
         *table(main_rows, score),
         "",
+        *_uniform_note(study["search"]),
         f"## Found in the Middle and Attention Buckets on the first {size['costly_questions']} questions",
         "",
         *table(costly_rows, score),
@@ -145,14 +161,21 @@ def report(out: Path, study: Mapping) -> str:
         ),
         "",
     ]
+    warning = (search.get("outcome") or {}).get("warning")
+    if warning:
+        lines += [f"**The search's result is not a finding:** {warning}.", ""]
     if held:
+        uniform = search.get("uniform_scale")
+        rows = [("baseline", "baseline"), ("PI (mean scale)", "pi_mean"), ("LPES", "lpes")]
+        if uniform is not None:  # the same scale on every layer: PI at the mean is LPES itself
+            rows = [("baseline", "baseline"), (lpes_name([uniform]), "lpes")]
         lines += [
             "| held-out | overall | begin | middle | end |",
             "|---|---|---|---|---|",
             *(
                 f"| {name} | {held[key]['overall']:.3f} | {held[key]['per_subset']['begin']:.3f} "
                 f"| {held[key]['per_subset']['middle']:.3f} | {held[key]['per_subset']['end']:.3f} |"
-                for name, key in (("baseline", "baseline"), ("PI (mean scale)", "pi_mean"), ("LPES", "lpes"))
+                for name, key in rows
             ),
             "",
         ]

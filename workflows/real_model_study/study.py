@@ -14,10 +14,19 @@ import torch
 from evaluation.results import load_summary
 from repo_common.atomic import write_json_atomic, write_text_atomic
 from repo_common.config_cli import dump_config, script_config
+from search.outcome import outcome_of
 from workflows.commands import CommandRunner
 from workflows.real_model_study.bias import measure_bias
 from workflows.real_model_study.data import split_data
-from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command, search_config
+from workflows.real_model_study.methods import (
+    bucket_bases,
+    caliope_method,
+    eval_command,
+    lpes_name,
+    main_methods,
+    search_config,
+    uniform_scale,
+)
 from workflows.real_model_study.names import DESCRIPTIONS, ROOT
 from workflows.real_model_study.report import fmt_minutes, method_rows, plot, report
 from workflows.real_model_study.speed import BUDGET_SECONDS, measure_speed, projected_seconds
@@ -85,22 +94,14 @@ def run_study(args, parser) -> None:
     write_json_atomic(timings_file, timings)
 
     caliope, caliope_why = caliope_method(size, speed)
-    main_methods = {
-        "baseline": "baseline",
-        caliope.split(",")[0]: caliope,
-        "pi": f"pi:scale={mean_scale:.4g}",
-        "ms_poe": "ms_poe",
-        "lpes": f"lpes:scale_file={scale_file}",
-    }
-    if args.score == "metric":  # PCD's contrast has no comparable log-likelihood (`forced_scoring_problem`)
-        main_methods["pcd"] = "pcd"
+    main_specs = main_methods(caliope, scales, scale_file, args.score)
     costly_methods = {
         "baseline": "baseline",
         "fim": "fim",
         "attention_buckets": f"attention_buckets:bases={bucket_bases(speed['rope_theta'])}",
     }
     for step, folder, methods, questions in (
-        ("evaluation", out / "eval" / "main", main_methods, size["questions"]),
+        ("evaluation", out / "eval" / "main", main_specs, size["questions"]),
         ("costly methods", out / "eval" / "costly", costly_methods, size["costly_questions"]),
     ):
         if not _complete(folder, len(methods)):
@@ -114,12 +115,15 @@ def run_study(args, parser) -> None:
         "caliope": f"CALIOPE hourglass ({caliope_why})",
         "pi": f"PI at the LPES mean ({mean_scale:.3f})",
         "ms_poe": "Ms-PoE",
-        "lpes": "LPES",
+        "lpes": lpes_name(scales),
         "pcd": "PCD",
         "fim": "Found in the Middle",
         "attention_buckets": "Attention Buckets (6 bases, θ × 1–2.25)",
     }
     main_rows = method_rows(load_summary(out / "eval" / "main" / "summary.json"), names)
+    same = uniform_scale(scales)
+    if same is not None:  # a study resumed from one that ran PI too: one method, one row
+        main_rows = [row for row in main_rows if row["key"] != "pi"]
     costly_rows = method_rows(load_summary(out / "eval" / "costly" / "summary.json"), names)
     study = {
         "format_version": FORMAT_VERSION,
@@ -127,12 +131,13 @@ def run_study(args, parser) -> None:
         "size": size,
         "speed": speed,
         "projection": projection,
-        "search": {"scales": scales, "mean_scale": mean_scale, "held_out": search.get("held_out")
-                   or search.get("search", {}).get("held_out")},
+        "search": {"scales": scales, "mean_scale": mean_scale, "uniform_scale": same,
+                   "held_out": search.get("held_out") or search.get("search", {}).get("held_out"),
+                   "outcome": outcome_of(search.get("search", {}), search["fitness"])},
         "bias": {key: bias[key] for key in ("layers", "questions", "mean", "mass")},
         "main_rows": main_rows,
         "costly_rows": costly_rows,
-        "claims": claims(main_rows, costly_rows, bias, args.score),
+        "claims": claims(main_rows, costly_rows, bias, args.score, uniform=same),
         "timings": timings,
     }  # fmt: skip
     write_json_atomic(out / "study.json", study)

@@ -44,6 +44,10 @@ def claim_verdict(vs: Mapping | None, questions: int, score: str = "metric") -> 
     if not vs or questions < MIN_QUESTIONS:
         return "cannot tell at this power"
     low, high, p = vs["low"], vs["high"], vs.get("p_holm")
+    if vs.get("no_answers"):
+        return "cannot tell (the method gave no answers)"
+    if vs.get("constant_score") is not None:  # equal because nothing could differ: no evidence either way
+        return f"cannot tell (every score {vs['constant_score']:g}, with and without the method)"
     if vs.get("identical"):
         return "not reproduced (no answer changed)"
     if p is not None and p < 0.05 and low > 0:
@@ -87,8 +91,9 @@ def dip_verdict(result: Mapping, questions: int) -> str:
     return "cannot tell at this power"
 
 
-def claims(main_rows, costly_rows, bias, score: str = "metric") -> dict:
-    """Each paper's claim judged from this study's rows (middle Δ for the methods)."""
+def claims(main_rows, costly_rows, bias, score: str = "metric", uniform: float | None = None) -> dict:
+    """Each paper's claim judged from this study's rows (middle Δ for the methods). `uniform`: the one scale the
+    LPES search gave every layer, if so; LPES is then PI at it, and its claim (per-layer scales beat PI) untested."""
     found: dict = {}
     curve = bias["mean"]["gold"]
     found["bias"] = shape_verdict([e["value"] for e in curve], [e["ci"][0] for e in curve],
@@ -106,4 +111,9 @@ def claims(main_rows, costly_rows, bias, score: str = "metric") -> dict:
         middle = (row["result"].get("vs_baseline") or {}).get("middle")
         seen = f"{row['name']}: Δ middle {delta_cell(middle)}, p {p_cell(middle, 'p_holm')}"
         found[key] = {"seen": seen, "verdict": claim_verdict(middle, row["result"]["n_examples"], score)}
+        if key == "lpes" and uniform is not None:
+            found[key]["verdict"] = (
+                f"cannot tell (the search gave every layer the scale {uniform:.3f}: this is PI at that scale, not "
+                "per-layer scales)"
+            )
     return found
