@@ -212,7 +212,7 @@ def test_cli_end_to_end(tmp_path, tiny_dir, capsys):
     ("layers", "extra", "message"),
     [
         (8, [], "has 8 layers, model has 4: run the search for this model"),
-        (4, ["--model", "/no/such/model"], "model directory '/no/such/model' not found"),
+        (4, ["--model", "/no/such/model"], "model directory '/no/such/model': no such directory"),
         (None, [], "no scale file at"),
         (4, ["--out-is-a-file"], "is a file, not a directory"),
     ],
