@@ -66,7 +66,7 @@ def test_a_missing_model_is_one_line_and_leaves_no_folder(tmp_path, capsys):
     out = tmp_path / "cmp"
     compare = load_script("compare_fim_calibrations")
     err = _refused(capsys, lambda: compare.main(["--model", str(tmp_path / "nowhere"), *KV, "--out", str(out)]))
-    assert "not found" in err and not out.exists()
+    assert "no such directory" in err and not out.exists()
 
 
 @pytest.mark.slow  # three decoders over a grid of prompts: tens of seconds on a loaded machine
