@@ -65,6 +65,10 @@ def one_line_error(message: str) -> str:
     required = re.fullmatch(r"the following arguments are required: ([\w., ]+)", head)
     if key is None and required is not None:
         return "missing option " + ", ".join(f"--{name.strip()}" for name in required.group(1).split(","))
+    if key is None and head.startswith("Does not validate against any of the Union subtypes"):
+        union = [line[2:] for line in lines[1:] if line.startswith("- ") and "NoneType" not in line]
+        if union:  # a section that may be null (`ga.racing`): the section's own complaint, not the union's
+            return union[0]
     if key is None:
         return " ".join(lines)
     name, rest = key.group(1), key.group(2)

@@ -165,6 +165,20 @@ ROWS = [
         EXIT_USAGE,
         "ga.racing.resamples must lie in [1, 1,000,000], got 10000000000",
     ),
+    BadInput(  # the racing section may be null: its own complaint, not jsonargparse's union of both
+        "search-racing-confidence-2",
+        "search",
+        _se_run("--ga.racing.confidence", "2"),
+        EXIT_USAGE,
+        "error: ga.racing.confidence must lie in (0, 1), got 2.0; 0.95 is usual",
+    ),
+    BadInput(
+        "search-racing-min-questions-0",
+        "search",
+        _se_run("--ga.racing.min_questions", "0"),
+        EXIT_USAGE,
+        "error: ga.racing.min_questions must be >= 1, got 0; 8 is the default",
+    ),
     BadInput(
         "search-racing-negative-seed",
         "search",
