@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from interrupt import sigint_as_in_a_terminal
+from interrupt import fit_with_signal
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP_LINE = re.compile(r"train step: (\d+)/")
 pytestmark = pytest.mark.slow  # about 2-3 minutes of subprocesses on 2 cores
 
 
@@ -36,27 +33,6 @@ def _run(argv: list[str], cwd: Path, timeout: int = 600) -> subprocess.Completed
     return done
 
 
-def _fit_until_interrupted(argv: list[str], cwd: Path, after_step: int) -> tuple[int, str]:
-    """(exit code, stderr) of `argv`, Ctrl-C'd once its progress shows `after_step`."""
-    process = subprocess.Popen(
-        argv, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=sigint_as_in_a_terminal,  # noqa: PLW1509 (one signal call)
-    )  # fmt: skip
-    watchdog = threading.Timer(300, process.kill)
-    watchdog.start()
-    lines, sent = [], False
-    try:
-        for line in process.stderr:
-            lines.append(line)
-            step = STEP_LINE.match(line)
-            if not sent and step and int(step.group(1)) >= after_step:
-                process.send_signal(signal.SIGINT)
-                sent = True
-        return process.wait(), "".join(lines)
-    finally:
-        watchdog.cancel()
-
-
 def test_train_interrupt_resume_export_evaluate_search_and_the_printed_command(tmp_path):
     python = sys.executable
     # 1. a shipped training config, Ctrl-C'd past its first checkpoint, then the same command again
@@ -66,7 +42,7 @@ def test_train_interrupt_resume_export_evaluate_search_and_the_printed_command(t
         "--trainer.default_root_dir", str(tmp_path / "outputs/tiny-repo"),
         "--progress_log.every_n_steps", "1", "--progress_log.every_seconds", "0",
     ]  # fmt: skip
-    code, err = _fit_until_interrupted(fit, tmp_path, after_step=12)
+    code, err = fit_with_signal(fit, tmp_path, _env(), signal.SIGINT, after_step=12)
     assert code == 130, err[-3000:]
     assert "to resume, run the same command again" in err.strip().splitlines()[-1]
     resumed = _run(fit, tmp_path)

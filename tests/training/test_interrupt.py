@@ -11,16 +11,14 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from interrupt import sigint_as_in_a_terminal
+from interrupt import fit_with_signal
 
 from repo_train.checkpoints import INTERRUPTED_KEY, read_interruption
 from repo_train.training.cli import interrupted_run_checkpoint, resume_command, stop_line
@@ -222,7 +220,6 @@ def test_a_second_signal_stops_at_once_and_names_the_last_checkpoint(tmp_path, m
 # ----------------------------------------------------------------------------- the command (slow)
 
 STEPS, EVERY, SIGNAL_AFTER = 24, 5, 7  # the signal lands past the step-5 checkpoint, before the step-10 one
-STEP_LINE = re.compile(r"train step: (\d+)/")
 
 
 def _command(root: Path, extra: Path) -> list[str]:
@@ -245,24 +242,7 @@ def _extra_config(tmp_path: Path) -> Path:
 def _run(command: list[str], losses: Path, send: signal.Signals | None = None) -> tuple[int, str]:
     """(exit code, stderr) of `command`; with `send`, that signal once a progress line shows step SIGNAL_AFTER."""
     env = {**os.environ, "STEP_LOSSES_FILE": str(losses), "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=sigint_as_in_a_terminal,  # noqa: PLW1509 (one signal call)
-    )  # fmt: skip
-    watchdog = threading.Timer(300, process.kill)
-    watchdog.start()
-    lines, sent = [], False
-    try:
-        for line in process.stderr:
-            lines.append(line)
-            step = STEP_LINE.match(line)
-            if send is not None and not sent and step and int(step.group(1)) >= SIGNAL_AFTER:
-                process.send_signal(send)
-                sent = True
-        code = process.wait()
-    finally:
-        watchdog.cancel()
-    return code, "".join(lines)
+    return fit_with_signal(command, ROOT, env, send, SIGNAL_AFTER)
 
 
 def _losses(path: Path) -> list[tuple[int, float]]:
