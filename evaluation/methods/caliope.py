@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 import torch
 
 from evaluation.methods.base import GenerationBatch, Method, register_method
+from repo_train.modeling.attention import UnsupportedModelError, layer_policies
 from repo_train.modeling.scaling import refuse_without_rope
-from repo_train.modeling.swapping import current_policies
 
 #: Each calibrator's parameters and the paper's defaults.
 CALIBRATOR_DEFAULTS: dict[str, dict[str, float]] = {
@@ -192,7 +192,12 @@ class Caliope(Method):
         return {k: getattr(self, k) for k in CALIBRATOR_DEFAULTS[self.calibrator]}
 
     def attach(self, model, tokenizer) -> None:
-        refuse_without_rope(current_policies(model), "caliope", "remaps the positions that RoPE rotates by")
+        try:  # read, never install: CALIOPE changes only the position ids, and needs no hook of its own
+            policies = layer_policies(model)
+        except (AttributeError, UnsupportedModelError):
+            policies = None  # no hook installed (every layer is the model's own RoPE), or no model given
+        if policies is not None:
+            refuse_without_rope(policies, "caliope", "remaps the positions that RoPE rotates by")
         self._tokenizer = tokenizer
 
     def detach(self, model) -> None:
