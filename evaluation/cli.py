@@ -25,12 +25,12 @@ def _add_report(parser: ConfigParser) -> None:
         action="store_true",
         help="the runs (--out and every --compare) are seeds of one setup: add mean ± sample std over them",
     )
-    parser.repeated_flags = {"--compare": "compare"}
+    parser.repeatable = ("compare",)
 
 
 def _add_summarize(parser: ConfigParser) -> None:
     parser.add_argument("--out", type=str, required=True, help="a run directory")
-    parser.add_argument("--no_report", "--no-report", action="store_true", help="skip plots and report.md")
+    parser.add_argument("--no_report", action="store_true", help="skip plots and report.md")
 
 
 COMMANDS = {

@@ -16,12 +16,13 @@ LightningCLI names models (docs/configuring.md):
       - [pi:scale=2, caliope:calibrator=hourglass]   # a stack
 
 The command line keeps its short forms, which parse into the same objects:
-`--tasks mdqa,kv` with `--num-documents/--num-keys/--num-examples/
---gold-positions/--task-param TASK:key=value`, and `--method NAME:k=v+NAME2`
-(repeatable). `resolve` turns the parsed options into the `RunConfig` and the
-*resolved* configuration (`RunConfig.to_config`: every task and method as
-`class_path` + `init_args`, data files found, defaults filled in), which the
-run stores as `OUT/config.yaml` and `--print_config` prints.
+`--tasks mdqa,kv` with `--num_documents/--num_keys/--num_examples/
+--gold_positions/--task_param TASK:key=value`, and `--methods NAME:k=v+NAME2`
+(`--methods` and `--task_param` are repeatable, one item each time).
+`resolve` turns the parsed options into the `RunConfig` and the *resolved*
+configuration (`RunConfig.to_config`: every task and method as `class_path` +
+`init_args`, data files found, defaults filled in), which the run stores as
+`OUT/config.yaml` and `--print_config` prints.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from repo_common.file_permissions import check_folder_listable
 from repo_common.model_directory import check_model_files
 from repo_common.user_code import resolve_class
 
-#: Old repeatable flags and the list option each fills.
-REPEATED_FLAGS = {"--method": "methods", "--task-param": "task_param"}
+#: The list options that take one item per occurrence (`--methods baseline --methods pi:scale=2`).
+REPEATABLE = ("methods", "task_param")
+#: Spellings of earlier versions and the option to write instead.
+SPELLING_HINTS = {"--method": "--methods"}
 
 _TASK_LINES = textwrap.fill(
     f"tasks (short form, --tasks a,b): {', '.join(sorted(TASKS))}", width=104, subsequent_indent="  "
@@ -56,20 +59,20 @@ EPILOG = f"""\
 config: every option is also a key of a YAML file (--config run.yaml; underscores, e.g. batch_size);
   --print_config prints the resolved configuration, which each run also stores as OUT/config.yaml, so
   --config OUT/config.yaml replays it. Tasks and methods may be classes there (class_path + init_args);
-  see docs/configuring.md. An option of two words also takes dashes (--batch-size); a true/false option
-  given alone means true.
+  see docs/configuring.md. An option is spelt as its key (--batch_size); a true/false option given alone
+  means true; --methods and --task_param are repeatable.
 
 {_TASK_LINES}
 gold positions (short-form tasks): {" | ".join(GRID_NAMES)} or comma-separated 0-based ints
   ({GRID_HELP})
 
 data (short-form tasks):
-  mdqa   reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release). Without --data-dir it
+  mdqa   reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release). Without --data_dir it
          uses the 40-question sample shipped with the package, {NQ_OPEN_ORACLE.name} in
-         evaluation/data/lost_in_the_middle (a smoke test, not a benchmark; that folder works as --data-dir too).
-  kv     reads DATA_DIR/kv-retrieval-<num_keys>_keys.jsonl(.gz) (an error if --data-dir lacks it); without
-         --data-dir generates --num-examples examples of --num-keys random UUID pairs from --seed.
-  other task parameters: --task-param TASK:key=value (e.g. mdqa_release:path=FILE).
+         evaluation/data/lost_in_the_middle (a smoke test, not a benchmark; that folder works as --data_dir too).
+  kv     reads DATA_DIR/kv-retrieval-<num_keys>_keys.jsonl(.gz) (an error if --data_dir lacks it); without
+         --data_dir generates --num_examples examples of --num_keys random UUID pairs from --seed.
+  other task parameters: --task_param TASK:key=value (e.g. mdqa_release:path=FILE).
 
 methods: NAME or NAME:key=value,...; stack with '+' (a+b:k=v); in a config also class_path + init_args
   (--methods.help NAME shows its parameters; a config may give the full class path):
@@ -78,7 +81,7 @@ methods: NAME or NAME:key=value,...; stack with '+' (a+b:k=v); in a config also 
 without --model: a random tiny OLMo-2 with a byte tokenizer (answers are noise) and small
 defaults {TINY_DEFAULTS}.
 
-exit codes: 0 done, 2 usage error, 3 stopped early by --max-records (rerun to resume).
+exit codes: 0 done, 2 usage error, 3 stopped early by --max_records (rerun to resume).
 """
 
 
@@ -114,16 +117,11 @@ def add_run_options(parser: ConfigParser) -> None:
     finally:
         set_parsing_settings(docstring_parse_attribute_docstrings=False)
     for action in parser._actions:
-        if action.dest not in options:
-            continue
-        if options[action.dest].type in (bool, "bool"):  # `--no_report` alone: true
+        if action.dest in options and options[action.dest].type in (bool, "bool"):  # `--no_report` alone: true
             action.nargs, action.const = "?", True
-        dashed = "--" + action.dest.replace("_", "-")
-        if "_" in action.dest and dashed not in REPEATED_FLAGS:  # `--batch-size` too (not a repeatable flag)
-            action.option_strings.append(dashed)
-            parser._option_string_actions[dashed] = action
     parser.epilog = EPILOG
-    parser.repeated_flags = REPEATED_FLAGS
+    parser.repeatable = REPEATABLE
+    parser.spelling_hints = dict(SPELLING_HINTS)
 
 
 @dataclasses.dataclass
@@ -178,7 +176,7 @@ def resolve(options: Namespace) -> ResolvedRun:
     if options.model is not None:  # config.json and tokenizer files: a half-copied model is refused before torch
         check_model_files("--model", options.model)  # a hub id gets the download hint, a misspelt folder its sibling
     if options.data_dir is not None:
-        check_data_dir("--data-dir", options.data_dir)  # names the release files to download
+        check_data_dir("--data_dir", options.data_dir)  # names the release files to download
         check_folder_listable(options.data_dir)  # else its files "are not there"
     imports = list(options.get(user_code.KEY) or [])
     user_modules = [user_code.module_name_of(name) for name in imports]

@@ -38,17 +38,15 @@ def add_arguments(parser: ConfigParser) -> None:
     parser.description = __doc__
     parser.add_argument("--model", type=str, required=True, help="HF model directory")
     parser.add_argument("--task", type=str, default="mdqa", help="task with item spans (mdqa, kv)")
-    parser.add_argument("--task_params", "--task-params", type=dict, default={}, help="the task's parameters")
-    parser.add_argument("--num_examples", "--num-examples", type=PositiveInt, default=16, help="calibration examples")
+    parser.add_argument("--task_params", type=dict, default={}, help="the task's parameters")
+    parser.add_argument("--num_examples", type=PositiveInt, default=16, help="calibration examples")
     parser.add_argument("--seed", type=int, default=5000, help="task seed (synthetic tasks: not the evaluation's)")
-    parser.add_argument("--example_offset", "--example-offset", type=int, default=0, help="source examples skipped")
-    parser.add_argument(
-        "--gold_positions", "--gold-positions", type=list[int] | None, default=None, help="default: the task's"
-    )
-    parser.add_argument("--chat_template", "--chat-template", type=bool, default=False, help="as the run's option")
-    parser.add_argument("--system_prompt", "--system-prompt", type=str | None, default=None, help="as the run's")
+    parser.add_argument("--example_offset", type=int, default=0, help="source examples skipped")
+    parser.add_argument("--gold_positions", type=list[int] | None, default=None, help="default: the task's")
+    parser.add_argument("--chat_template", type=bool, default=False, help="as the run's option")
+    parser.add_argument("--system_prompt", type=str | None, default=None, help="as the run's")
     parser.add_argument("--method", type=str, default="fim", help="the fim spec the file serves (dummy, score_layers)")
-    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=4, help="calibration prompts a batch")
+    parser.add_argument("--batch_size", type=PositiveInt, default=4, help="calibration prompts a batch")
     parser.add_argument(
         "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
     )

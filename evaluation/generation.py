@@ -64,8 +64,8 @@ class PromptsTooLongError(ValueError):
         self.too_long, self.total, self.limit, self.longest = too_long, total, limit, longest
         super().__init__(
             f"{too_long} of {total} prompts exceed the {limit}-token prompt limit (longest {longest} tokens; the "
-            "limit is --max-length, else the model's max_position_embeddings, minus --max-new-tokens); raise "
-            "--max-length, use fewer items per prompt (--num-keys / --num-documents), or pass --truncate middle|left"
+            "limit is --max_length, else the model's max_position_embeddings, minus --max_new_tokens); raise "
+            "--max_length, use fewer items per prompt (--num_keys / --num_documents), or pass --truncate middle|left"
         )
 
 
@@ -216,7 +216,7 @@ def prompt_limit(model: PreTrainedModel, settings: DecodeSettings) -> int | None
     if limit < 1:
         raise ValueError(
             f"max_new_tokens={settings.max_new_tokens} leaves no room for a prompt in a length budget of {budget}; "
-            "lower --max-new-tokens or raise --max-length"
+            "lower --max_new_tokens or raise --max_length"
         )
     return limit
 

@@ -23,7 +23,7 @@ def run(options: Namespace, _parser: ConfigParser) -> int:
     """`evaluation run`: the resolved configuration printed (`--print_config`), or checked and run."""
     if not options.print_config:  # the checks of plain options first: building a method's class imports torch
         check_run_directory(options.out)  # another program's folder, or records of unknown settings: before any notice
-        if options.model is None:  # --dtype / --attn-implementation would be ignored by the tiny default
+        if options.model is None:  # --dtype / --attn_implementation would be ignored by the tiny default
             check_tiny_default_options(options.dtype, options.attn_implementation)
     resolved = resolve(options)  # the model's files, the data and the tasks torch-free; then the methods
     text = dump_config(resolved.config)

@@ -93,7 +93,7 @@ class RunConfig:
     tasks: list[Task] | str = "mdqa"
     """task classes, or the short form: comma-separated task names (listed below); one task per name"""
     methods: list[str | Method | list[Method]] = field(default_factory=lambda: ["baseline"])
-    """method stacks: specs (NAME[:k=v,...][+NAME2...]) or classes; --method SPEC (repeatable) replaces the list;
+    """method stacks: specs (NAME[:k=v,...][+NAME2...]) or classes; --methods SPEC (repeatable) replaces the list;
     each stack's label keys its records"""
     num_examples: PositiveInt | None = field(default=None, metadata=SHORT_FORM)
     """source examples per task (short-form tasks only)"""
@@ -107,7 +107,7 @@ class RunConfig:
     """a grid name (listed below) or comma-separated 0-based ints (default: the task's own; ends-20-50-80 for a
     task without one; short-form tasks only)"""
     task_param: list[str] = field(default_factory=list, metadata=SHORT_FORM)
-    """TASK:key=value, also --task-param (short-form tasks only)"""
+    """TASK:key=value, repeatable (short-form tasks only)"""
     data_dir: str | None = None
     """folder with the tasks' data files"""
     seed: Seed = 0
@@ -241,7 +241,7 @@ def _gold_positions(value: str | list[int]) -> str | list[int]:
         return [int(x) for x in value.split(",")]
     except ValueError:
         raise ValueError(
-            f"argument --gold-positions: expected one of {list(GRID_NAMES)} or comma-separated 0-based ints, "
+            f"argument --gold_positions: expected one of {list(GRID_NAMES)} or comma-separated 0-based ints, "
             f"got {value!r}"
         ) from None
 
@@ -262,7 +262,7 @@ def short_form_tasks(config: Any) -> list[Task]:
         task, _, assignment = item.partition(":")
         key, eq, value = assignment.partition("=")
         if task not in names or not eq or not key:
-            raise ValueError(f"bad --task-param {item!r}: write TASK:key=value with TASK one of {names}")
+            raise ValueError(f"bad --task_param {item!r}: write TASK:key=value with TASK one of {names}")
         extra.setdefault(task, {})[key] = parse_value(value)
     # each short-form option (and the seed) sets the task parameter of its name; None: not set by the user
     given = {
@@ -285,10 +285,10 @@ def short_form_tasks(config: Any) -> list[Task]:
                 value = COMMAND_DEFAULTS.get(key)  # the command's default where the task has none of its own
             if value is not None:
                 params[key] = value
-        params.update(extra.get(name, {}))  # --task-param as given: a typo fails in build_task
+        params.update(extra.get(name, {}))  # --task_param as given: a typo fails in build_task
         params = with_data_file(name, params, config.data_dir)
         if name == "kv" and params.get("path") is None and params.get("num_examples") is None:
-            raise ValueError("kv without a data file generates its examples: pass --num-examples N")
+            raise ValueError("kv without a data file generates its examples: pass --num_examples N")
         tasks.append(build_task(name, **params))
     return tasks
 

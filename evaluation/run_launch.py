@@ -12,7 +12,7 @@ from evaluation.runner import RunInterrupted, run
 from repo_common.distributed import close_distributed, init_distributed, rank_and_world
 from repo_common.launcher_watch import watch_launcher
 
-#: Exit code of a run stopped early by --max-records (rerunning it resumes).
+#: Exit code of a run stopped early by --max_records (rerunning it resumes).
 EXIT_INTERRUPTED = 3
 
 

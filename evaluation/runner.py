@@ -262,8 +262,8 @@ def refuse_if_first_prompt_too_long(name: str, task: Task, tokenizer, prompt_for
     if length > limit:
         raise ValueError(
             f"task {name!r}: its first prompt has {length} tokens, so its prompts exceed the {limit}-token prompt "
-            "limit (--max-length, else the model's max_position_embeddings, minus --max-new-tokens); use fewer items "
-            "per prompt (--num-keys / --num-documents), raise --max-length, or pass --truncate middle|left"
+            "limit (--max_length, else the model's max_position_embeddings, minus --max_new_tokens); use fewer items "
+            "per prompt (--num_keys / --num_documents), raise --max_length, or pass --truncate middle|left"
         )
 
 
@@ -366,7 +366,7 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
                 if tokens.truncated:
                     raise ValueError(
                         f"{prepared.name}: row {row['id']} is longer than the length budget, and log-likelihood "
-                        "scoring does not truncate; raise --max-length or drop --truncate for this task"
+                        "scoring does not truncate; raise --max_length or drop --truncate for this task"
                     )
                 scores = continuation_scores(model, tokenizer, row["prompt"], row["choices"], use_cache)
                 choice = row["choices"][task.choose(scores, row["choices"])]

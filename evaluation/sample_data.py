@@ -1,8 +1,8 @@
 """Paths of the small Lost-in-the-Middle sample shipped inside the package (`evaluation/data/lost_in_the_middle`).
 
-The CLIs fall back to it when no `--data-dir` is given, so an installed copy runs from any directory without
+The CLIs fall back to it when no `--data_dir` is given, so an installed copy runs from any directory without
 a checkout; tests use the same files. Paths are built from `__file__` rather than `importlib.resources.files`
-because every caller needs a real directory and real files (`--data-dir` globs the folder; gzip and the task
+because every caller needs a real directory and real files (`--data_dir` globs the folder; gzip and the task
 readers open paths): a wheel installs them as plain files, and a zipped import, the one case where only
 `importlib.resources.as_file` would yield a path, cannot hold this package's compiled dependencies anyway.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: One folder for both tasks, with the release's file-name patterns, so it works as `--data-dir` for mdqa and kv.
+#: One folder for both tasks, with the release's file-name patterns, so it works as `--data_dir` for mdqa and kv.
 LOST_IN_THE_MIDDLE_DIR = Path(__file__).resolve().parent / "data" / "lost_in_the_middle"
 #: The first 40 questions of `nq-open-oracle.first2000.jsonl.gz` (one gold passage each).
 NQ_OPEN_ORACLE = LOST_IN_THE_MIDDLE_DIR / "nq-open-oracle.first40.jsonl.gz"
-#: The first 12 examples of `kv-retrieval-75_keys.jsonl.gz`, under the release's name so `--num-keys 75` finds it.
+#: The first 12 examples of `kv-retrieval-75_keys.jsonl.gz`, under the release's name so `--num_keys 75` finds it.
 KV_RETRIEVAL_75_KEYS = LOST_IN_THE_MIDDLE_DIR / "kv-retrieval-75_keys.jsonl.gz"
 
 #: Where the full data comes from: the packaged files above are slices of it.
@@ -25,7 +25,7 @@ NQ_RELEASE_FILE = "qa_data/nq-open-oracle.jsonl.gz"
 KV_RELEASE_FILE = "kv_retrieval_data/kv-retrieval-75_keys.jsonl.gz"
 
 
-def data_folder_hint(option: str = "--data-dir") -> str:
+def data_folder_hint(option: str = "--data_dir") -> str:
     """What a user without a data folder does: one clause naming the files, where they come from and the option."""
     return (
         f"download {NQ_RELEASE_FILE} (mdqa) and {KV_RELEASE_FILE} (kv) of {RELEASE} into one folder, and pass it "

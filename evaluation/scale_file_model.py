@@ -7,7 +7,7 @@ config hash, which leaves out the dtype, the path and the transformers
 version; `model.weight_files`: `evaluation.model_loading.weights_identity` of its
 directory, or the tiny default's seed). `check_scale_file_models` compares
 them with the model a run evaluates and refuses a mismatch in one line naming
-the file and what differs, unless `--allow-other-model-scales` is given (a
+the file and what differs, unless `--allow_other_model_scales` is given (a
 deliberate cross-model use, which the run then states on stderr).
 
 Files written before these keys existed (and hand-made files) carry no such
@@ -22,7 +22,7 @@ from typing import Any
 from evaluation.methods.lpes.scale_file_format import read_scale_json
 
 #: The flag that lets a run apply a scale file searched on another model.
-ALLOW_FLAG = "--allow-other-model-scales"
+ALLOW_FLAG = "--allow_other_model_scales"
 
 
 def scale_file_paths(stacks: Sequence[Any]) -> list[str]:

@@ -9,8 +9,8 @@ content fingerprints (`search.examples_used` in the scale file;
 items), which do not depend on offsets, distractor seeds or file names. Before
 any prompt runs, `check_disjoint` compares them with every task of the run:
 an overlap is a one-line refusal naming how many examples, which ranges the
-search used and the fix (`--example-offset`), unless the run allows it
-(`--allow-search-overlap`), in which case the summary and report say so.
+search used and the fix (`--example_offset`), unless the run allows it
+(`--allow_search_overlap`), in which case the summary and report say so.
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def check_disjoint(
                 if shared and not allow:
                     raise SearchOverlapError(
                         f"{label}: {shared} of the {len(own)} {name} examples of this run were used by its search "
-                        f"({fitted.task} {fitted.ranges} in {fitted.source}); evaluate on others (--example-offset "
+                        f"({fitted.task} {fitted.ranges} in {fitted.source}); evaluate on others (--example_offset "
                         "past the search's examples, or another --seed for generated tasks), or pass "
-                        "--allow-search-overlap to score it anyway"
+                        "--allow_search_overlap to score it anyway"
                     )
     return report
 
@@ -106,7 +106,7 @@ def overlap_lines(report: Mapping[str, Mapping[str, Any]], task: str) -> list[st
         elif entry["shared_examples"]:
             lines.append(
                 f"- {label}: **{entry['shared_examples']} of these {entry['examples']} examples were used by its "
-                f"search** ({entry['search']}); scored anyway (--allow-search-overlap): not a held-out number."
+                f"search** ({entry['search']}); scored anyway (--allow_search_overlap): not a held-out number."
             )
         else:
             lines.append(f"- {label}: its search used {entry['search']}; none of these examples (checked).")

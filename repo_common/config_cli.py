@@ -6,8 +6,10 @@ typed options on a `ConfigParser`, so it accepts the same three things:
 
 - `--config FILE.yaml` (keys are the option names with underscores; later
   `--config` files and options override earlier ones),
-- options on the command line (`--batch_size 4`, also `--batch-size 4`),
-  dotted for nested keys (`--ga.population 12`),
+- options on the command line, each spelt as its config key (`--batch_size 4`;
+  `--batch-size` is refused naming `--batch_size`), dotted for nested keys
+  (`--ga.population 12`); a list option named in `repeatable` also takes its
+  items one at a time (`--methods a --methods b`),
 - `--print_config`, which prints the *resolved* configuration (what the run
   will do, every default filled in) and exits; the same text is stored in the
   run's output directory as `config.yaml`, so `--config OUT/config.yaml`
@@ -130,11 +132,11 @@ class ConfigParser(ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs.setdefault("exit_on_error", False)
         super().__init__(*args, **kwargs)
-        #: Old repeatable flags (e.g. `--method`) -> the list option they fill (see `parse`).
-        self.repeated_flags: dict[str, str] = {}
-        #: Short flags -> the option they stand for (e.g. `--model` -> `--model.path`).
-        self.flag_aliases: dict[str, str] = {}
-        #: Called with the command line (aliases applied) before parsing, e.g. to choose defaults.
+        #: List options that also take one item per occurrence (`--methods a --methods b`; see `parse`).
+        self.repeatable: tuple[str, ...] = ()
+        #: Spellings this command does not take -> the option to write instead (`--method` -> `--methods`).
+        self.spelling_hints: dict[str, str] = {}
+        #: Called with the command line before parsing, e.g. to choose defaults.
         self.before_parse: Callable[[ConfigParser, list[str]], None] | None = None
         #: Whether `--import MODULE` is an option (`add_import_option`), and the modules it imported.
         self.takes_user_code = False
@@ -241,20 +243,17 @@ class ConfigParser(ArgumentParser):
             message = lines[-1].split("error: ", 1)[-1].removesuffix(f" (see {self.prog} --help)")
             raise ValueError(message) from None
 
-    def parse(self, argv: Sequence[str] | None, repeated: Mapping[str, str] | None = None) -> tuple[Namespace, bool]:
+    def parse(self, argv: Sequence[str] | None) -> tuple[Namespace, bool]:
         """(options, whether --print_config was given).
 
-        `repeated` maps an old repeatable flag (e.g. `--method`) to the list
-        option it fills (e.g. `methods`): every occurrence is collected, in
-        order, and replaces that option's value, as argparse's `append` did.
+        Each option of `repeatable` (a list) may be given several times, each occurrence one item or a list
+        (`--methods baseline --methods '[pi:scale=2, ms_poe]'`); together, in order, they replace the option's
+        value from the config files.
         """
         args = list(sys.argv[1:] if argv is None else argv)
         show = PRINT_CONFIG in args
         args = [a for a in args if a != PRINT_CONFIG]
-        for alias, option in self.flag_aliases.items():
-            args = [
-                option if a == alias else option + a[len(alias) :] if a.startswith(alias + "=") else a for a in args
-            ]
+        self._refuse_other_spellings(args)
         if self.before_parse is not None:
             self.before_parse(self, args)
         args = self._config_files_first(args)
@@ -264,9 +263,9 @@ class ConfigParser(ArgumentParser):
             args = self._help_names_as_class_paths(args)
         except ValueError as err:
             self.fail(f"{err}")
-        for flag, dest in (repeated or self.repeated_flags).items():
-            values, args = self._take(args, flag)
-            args += [f"--{dest}", yaml.safe_dump(values, default_flow_style=True).strip()] if values else []
+        for dest in self.repeatable:
+            values, args = self._take(args, f"--{dest}")
+            args += [f"--{dest}", json.dumps(self._list_items(dest, values))] if values else []
         try:
             with self._nothing_required() if show else contextlib.nullcontext():
                 options = self.parse_args(args)
@@ -280,6 +279,38 @@ class ConfigParser(ArgumentParser):
             ):
                 options[key] = int(value) if isinstance(value, int) else float(value)
         return options, show
+
+    def _list_items(self, dest: str, values: list[str]) -> list[Any]:
+        """The occurrences of a repeatable option as one list: a `[...]` value is a YAML list of items."""
+        items: list[Any] = []
+        for value in values:
+            if not value.lstrip().startswith("["):
+                items.append(value)
+                continue
+            try:
+                items += yaml.safe_load(value)
+            except yaml.YAMLError as err:
+                self.fail(f"option --{dest}: {value!r} is not a YAML list ({one_line_error(str(err))})")
+        return items
+
+    def _is_option(self, flag: str) -> bool:
+        """Whether `flag` is an option of this parser, or a key inside one (`--ga.racing.resamples`)."""
+        return any(
+            flag == option or flag.startswith(option + ".")
+            for option in (*self._option_string_actions, *(f"--{dest}" for dest in self.repeatable), PRINT_CONFIG)
+        )
+
+    def _refuse_other_spellings(self, args: list[str]) -> None:
+        """One spelling per option, its config key: `--batch-size` is refused naming `--batch_size`, and each flag
+        of `spelling_hints` naming the option to write instead."""
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            hint = self.spelling_hints.get(flag)  # first: a section's own flag (`--model`) may be a hint's
+            underscored = "--" + flag[2:].replace("-", "_")
+            if hint is None and flag.startswith("--") and not self._is_option(flag) and self._is_option(underscored):
+                hint = underscored
+            if hint is not None:
+                self.fail(f"{flag} is spelt {hint} (an option is spelt as its config key)")
 
     def _help_names_as_class_paths(self, args: list[str]) -> list[str]:
         """`--methods.help pcd` -> `--methods.help evaluation.methods.pcd.PCD` (see `help_names`)."""
@@ -402,7 +433,7 @@ def parse_script(
     argv: Sequence[str] | None,
     check: Callable[[argparse.Namespace], None] | None = None,
 ) -> argparse.Namespace:
-    """A script's options, taken as every command takes them: `--config`, old flag spellings, `--print_config`.
+    """A script's options, taken as every command takes them: `--config`, one spelling per option, `--print_config`.
 
     `check` holds the script's domain checks (its ValueError is the one-line error, exit code 2) and may add
     values it derives; `--print_config` then prints `script_config` and exits 0. Without a required option,

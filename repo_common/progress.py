@@ -14,7 +14,7 @@ A task that ends before the first line is due stays silent, so short runs
 writes a closing line with the total time.
 
 Modes (`progress=` of the callers): True / "bar" = a bar on a terminal, lines
-elsewhere; False / "lines" = lines only (a `--no-progress` run still needs its
+elsewhere; False / "lines" = lines only (a `--no_progress` run still needs its
 log lines, they cost nothing); "off" = nothing (a loop inside one that reports).
 """
 

@@ -32,9 +32,9 @@ _check_paths = deferred("repo_train.training.settings_checks", "check_paths_befo
 def _add_demo(parser: ConfigParser) -> None:
     parser.add_argument("--preset", type=Literal[tuple(sorted(PRESETS))], default="tiny", help="model size")
     parser.add_argument("--method", type=str, default="repo", help="position method: rope, nope, r2n1, n2r1, repo")
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=64, help="training sequence length")
+    parser.add_argument("--seq_len", type=PositiveInt, default=64, help="training sequence length")
     parser.add_argument("--steps", type=PositiveInt, default=40, help="AdamW steps on a fixed batch")
-    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=12, help="tokens to generate")
+    parser.add_argument("--new_tokens", type=PositiveInt, default=12, help="tokens to generate")
     parser.add_argument("--seed", type=Seed, default=0)
 
 
@@ -48,15 +48,13 @@ def _add_export(parser: ConfigParser) -> None:
         help="directory whose tokenizer files are copied alongside, or 'byte' for the built-in byte tokenizer "
         "(default: the tokenizer the run used)",
     )
-    parser.add_argument(
-        "--no_tokenizer", "--no-tokenizer", action="store_true", help="export the weights without a tokenizer"
-    )
+    parser.add_argument("--no_tokenizer", action="store_true", help="export the weights without a tokenizer")
     parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
 
 
 def _check_export(options: Namespace, parser: ConfigParser) -> int:
     if options.no_tokenizer and options.tokenizer is not None:
-        raise ValueError("--tokenizer and --no-tokenizer contradict each other: pass one of them")
+        raise ValueError("--tokenizer and --no_tokenizer contradict each other: pass one of them")
     check_out(options.out)  # a foreign --out is refused before torch loads
     return _export(options, parser)
 

@@ -26,11 +26,11 @@ def _copy_batch(vocab: int, seq_len: int, batch: int, generator: torch.Generator
 def check_lengths(seq_len: int, new_tokens: int, context: int) -> None:
     """Refuse at once, with the numbers, lengths the tiny model's context cannot hold (they would run for hours)."""
     if not 8 <= seq_len <= context:
-        raise ValueError(f"--seq-len {seq_len}: the tiny model trains on 8 to {context} tokens (its context)")
+        raise ValueError(f"--seq_len {seq_len}: the tiny model trains on 8 to {context} tokens (its context)")
     prompt = seq_len // 2 + 4
     if prompt + new_tokens > context:
         raise ValueError(
-            f"--new-tokens {new_tokens}: the {prompt}-token prompt plus {new_tokens} new tokens exceed the tiny model's "
+            f"--new_tokens {new_tokens}: the {prompt}-token prompt plus {new_tokens} new tokens exceed the tiny model's "
             f"{context}-token context; ask for at most {context - prompt}"
         )
 

@@ -18,7 +18,7 @@ tokenizer files); a hub name is taken from the local Hugging Face cache, never
 downloaded here; `byte` names the built-in byte tokenizer (the tiny configs'
 data, `SyntheticTextData`, uses it), whose files are written here. The tokenizer
 must load and fit the model's vocabulary. A run on synthetic token ids
-(`SyntheticData`) has none; `--no-tokenizer` exports the weights alone.
+(`SyntheticData`) has none; `--no_tokenizer` exports the weights alone.
 
 `--out` is written atomically (`repo_common.atomic.atomic_directory`): built in
 a hidden staging directory next to it, moved into place complete, with the
@@ -89,13 +89,13 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
     if not local and not hub_name:
         raise FileNotFoundError(
             f"the tokenizer {what} {location!r}: {no_such_directory(location)}; pass --tokenizer DIR (a directory "
-            "with tokenizer.json), or --no-tokenizer to export the weights alone"
+            "with tokenizer.json), or --no_tokenizer to export the weights alone"
         )
     files = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
     if local and not files:
         raise FileNotFoundError(
             f"the tokenizer {what} {location!r} has none of {', '.join(TOKENIZER_FILES[:2])}, ...: pass --tokenizer "
-            "DIR (a directory with tokenizer.json), or --no-tokenizer to export the weights alone"
+            "DIR (a directory with tokenizer.json), or --no_tokenizer to export the weights alone"
         )
     if local:
         check_tokenizer_files(directory)  # garbage JSON or the directory's own code: one line naming the file
@@ -107,7 +107,7 @@ def _load_tokenizer(location: str, what: str, vocab_size: int):
         state = "does not load" if local else "is not a directory here nor a hub tokenizer in the local cache"
         raise FileNotFoundError(
             f"the tokenizer {what} {location!r} {state} ({detail}): pass --tokenizer DIR (a directory with "
-            "tokenizer.json), or --no-tokenizer to export the weights alone"
+            "tokenizer.json), or --no_tokenizer to export the weights alone"
         ) from err
     _check_fits(tokenizer, location, what, vocab_size)
     return (files, None) if local else ([], tokenizer)

@@ -2,7 +2,7 @@
 """REPO §5.2 analyses of a trained REPO model: position range per head and chunk patterns, with plots.
 
     python scripts/analyze_repo_positions.py --model outputs/reversal/models/repo-seed0 \\
-        --task reversal --task-param min_length=20 --task-param max_length=20 --out outputs/repo-positions
+        --task reversal --task_param min_length=20 --task_param max_length=20 --out outputs/repo-positions
 
 Runs the model on prompts of one harness task (built with the model's own
 tokenizer), records the positions z every REPO layer assigns
@@ -33,7 +33,7 @@ PROG = "scripts/analyze_repo_positions.py"
 
 
 def build_parser() -> ConfigParser:
-    """The analysis's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The analysis's options (each also a key of a `--config` file)."""
     parser = ConfigParser.for_command(PROG, __doc__)
     parser.add_argument("--model", type=str, required=True, help="HF directory of a REPO model (with its tokenizer)")
     parser.add_argument("--task", type=str, default="kv", help="harness task whose prompts are fed (default kv)")
@@ -41,19 +41,17 @@ def build_parser() -> ConfigParser:
         "--task_param",
         type=list[str],
         default=[],
-        help="task parameters KEY=VALUE (on the command line: --task-param KEY=VALUE, repeatable)",
+        help="task parameters KEY=VALUE (on the command line: --task_param KEY=VALUE, repeatable)",
     )
-    parser.add_argument(
-        "--num_examples", "--num-examples", type=PositiveInt, default=8, help="prompts to record (per task row grid)"
-    )
+    parser.add_argument("--num_examples", type=PositiveInt, default=8, help="prompts to record (per task row grid)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the task's prompts")
     parser.add_argument("--out", type=str, required=True, help="output directory (created)")
-    parser.repeated_flags = {"--task-param": "task_param"}
+    parser.repeatable = ("task_param",)
     return parser
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """A malformed --task-param is a usage error before the model loads."""
+    """A malformed --task_param is a usage error before the model loads."""
     _task_params(args.task_param)
 
 
@@ -68,7 +66,7 @@ def _task_params(pairs: list[str]) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--task-param expects KEY=VALUE, got {pair!r}")
+            raise ValueError(f"--task_param expects KEY=VALUE, got {pair!r}")
         params[key] = int(value) if value.lstrip("-").isdigit() else value
     return params
 

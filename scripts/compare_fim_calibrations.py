@@ -46,21 +46,17 @@ def build_parser() -> ConfigParser:
     parser = ConfigParser.for_command(PROG, __doc__)
     parser.add_argument("--model", type=str, required=True, help="HF model directory")
     parser.add_argument("--task", type=str, default="kv", help="task with item spans (kv, mdqa)")
-    parser.add_argument("--task_params", "--task-params", type=dict, default={}, help="the task's parameters")
-    parser.add_argument("--eval_examples", "--eval-examples", type=PositiveInt, default=10, help="evaluated examples")
-    parser.add_argument("--eval_seed", "--eval-seed", type=int, default=3000, help="task seed of the evaluated ones")
-    parser.add_argument(
-        "--eval_offset", "--eval-offset", type=int, default=0, help="source examples skipped (evaluation)"
-    )
-    parser.add_argument("--calibration_examples", "--calibration-examples", type=PositiveInt, default=8)
-    parser.add_argument("--calibration_seed", "--calibration-seed", type=int, default=5000)
-    parser.add_argument(
-        "--calibration_offset", "--calibration-offset", type=int, default=0, help="source examples skipped"
-    )
-    parser.add_argument("--gold_positions", "--gold-positions", type=list[int] | None, default=None)
-    parser.add_argument("--chat_template", "--chat-template", type=bool, default=False)
+    parser.add_argument("--task_params", type=dict, default={}, help="the task's parameters")
+    parser.add_argument("--eval_examples", type=PositiveInt, default=10, help="evaluated examples")
+    parser.add_argument("--eval_seed", type=int, default=3000, help="task seed of the evaluated ones")
+    parser.add_argument("--eval_offset", type=int, default=0, help="source examples skipped (evaluation)")
+    parser.add_argument("--calibration_examples", type=PositiveInt, default=8)
+    parser.add_argument("--calibration_seed", type=int, default=5000)
+    parser.add_argument("--calibration_offset", type=int, default=0, help="source examples skipped")
+    parser.add_argument("--gold_positions", type=list[int] | None, default=None)
+    parser.add_argument("--chat_template", type=bool, default=False)
     parser.add_argument("--method", type=str, default="fim", help="the exact fim spec; amortised adds the bias file")
-    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=8)
+    parser.add_argument("--batch_size", type=PositiveInt, default=8)
     parser.add_argument(
         "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
     )

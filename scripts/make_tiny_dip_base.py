@@ -46,7 +46,7 @@ PROG = "scripts/make_tiny_dip_base.py"
 
 
 def build_parser() -> ConfigParser:
-    """The asset's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The asset's options (each also a key of a `--config` file)."""
     parser = ConfigParser.for_command(PROG, __doc__)
     parser.add_argument(
         "--out", type=str, default=str(TINY_KV_DIP), help="HF model directory to write (left alone if it exists)"
@@ -57,9 +57,7 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--base", type=str, default=str(recipe.BASE), help="RoPE HF model to continue")
     parser.add_argument("--seed", type=int, default=0, help="training seed (data, gold placement, seed_everything)")
     parser.add_argument("--steps", type=int, default=400, help="continual-training steps")
-    parser.add_argument(
-        "--eval_examples", "--eval-examples", type=int, default=50, help="held-out examples per gold position"
-    )
+    parser.add_argument("--eval_examples", type=int, default=50, help="held-out examples per gold position")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
     return parser
 
@@ -68,7 +66,7 @@ def check_options(args: argparse.Namespace) -> None:
     """The domain checks, each a ValueError naming the option (jsonargparse checked the types)."""
     for name in ("steps", "eval_examples", "threads"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name} must be >= 1")
     if args.seed < 0:
         raise ValueError("--seed must be >= 0")
     if not (Path(args.base) / "config.json").is_file():
@@ -83,7 +81,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
     """The position-bias recipe's settings (its defaults: 64 pairs, 8 keys, edges of 4, lr 1e-3) with ours."""
     return recipe.parse_args(
-        ["--base", args.base, "--steps", str(args.steps), "--eval-examples", str(args.eval_examples),
+        ["--base", args.base, "--steps", str(args.steps), "--eval_examples", str(args.eval_examples),
          "--threads", str(args.threads), "--seeds", "1"]
     )  # fmt: skip
 

@@ -64,14 +64,11 @@ def build_parser() -> ConfigParser:
     parser.add_argument("--steps", type=int, default=600, help="training steps of each model")
     parser.add_argument(
         "--curriculum_steps",
-        "--curriculum-steps",
         type=int,
         default=100,
         help="REPO: steps over which linear positions hand over",
     )
-    parser.add_argument(
-        "--eval_examples", "--eval-examples", type=int, default=30, help="held-out questions per gold position"
-    )
+    parser.add_argument("--eval_examples", type=int, default=30, help="held-out questions per gold position")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
     return parser
 
@@ -79,9 +76,9 @@ def build_parser() -> ConfigParser:
 def check_options(args: argparse.Namespace) -> None:
     for name in ("steps", "eval_examples", "threads"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name} must be >= 1")
     if not 0 <= args.curriculum_steps <= args.steps:
-        raise ValueError(f"--curriculum-steps must be in [0, --steps={args.steps}]")
+        raise ValueError(f"--curriculum_steps must be in [0, --steps={args.steps}]")
     if not (Path(args.base) / "config.json").is_file():
         raise ValueError(f"--base {args.base!r} is not an HF model directory (make one: scripts/make_tiny_dip_base.py)")
 
@@ -93,7 +90,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def settings_for(args: argparse.Namespace) -> argparse.Namespace:
     """The quickstart's tiny-loop settings at this script's steps and evaluation size."""
     return recipe.parse_args(
-        ["--base", args.base, "--seeds", "1", "--steps", str(args.steps), "--eval-examples", str(args.eval_examples)]
+        ["--base", args.base, "--seeds", "1", "--steps", str(args.steps), "--eval_examples", str(args.eval_examples)]
     )
 
 

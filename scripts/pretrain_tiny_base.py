@@ -18,7 +18,7 @@ predictable tokens only):
 - half: key-value streams in the harness's "pairs" KV format (key letters a–p,
   upper-case hex values, e.g. "c3 aF c3 k0 ..."), 8 keys per stream, 24 pairs
   drawn with repetition (the loss is on the values of keys seen before).
-Every `--eval-every` steps it reports accuracy on held-out "pairs" prompts
+Every `--eval_every` steps it reports accuracy on held-out "pairs" prompts
 (8 keys, gold at each position), the harness's own format.
 
 A plain PyTorch loop (no Lightning): this stands in for the pre-training of the
@@ -52,7 +52,7 @@ PROG = "scripts/pretrain_tiny_base.py"
 
 
 def build_parser() -> ConfigParser:
-    """The pre-training options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The pre-training options (each also a key of a `--config` file)."""
     parser = ConfigParser.for_command(PROG, __doc__)
     parser.add_argument("--out", type=str, default="workflows/assets/tiny-kv-base", help="HF model directory to write")
     parser.add_argument("--steps", type=PositiveInt, default=2500, help="optimizer steps")
@@ -65,9 +65,7 @@ def build_parser() -> ConfigParser:
         "--keys", type=PositiveInt, default=8, help="distinct keys per stream (and per held-out prompt)"
     )
     parser.add_argument("--pairs", type=PositiveInt, default=24, help="pairs per training stream")
-    parser.add_argument(
-        "--eval_every", "--eval-every", type=PositiveInt, default=250, help="steps between held-out evaluations"
-    )
+    parser.add_argument("--eval_every", type=PositiveInt, default=250, help="steps between held-out evaluations")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the generated data")
     parser.add_argument("--threads", type=NonNegativeInt, default=0, help="torch threads (0 = torch's default)")
     return parser

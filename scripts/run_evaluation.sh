@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run an evaluation: `python -m evaluation run ...` on one process, or under torchrun on several.
 #
-#   scripts/run_evaluation.sh --model DIR --tasks mdqa --method baseline --method pcd --out results/NAME
+#   scripts/run_evaluation.sh --model DIR --tasks mdqa --methods baseline --methods pcd --out results/NAME
 #   NPROC_PER_NODE=8 scripts/run_evaluation.sh --model DIR --config run.yaml --out results/NAME   # 8 GPUs
 #
 # Environment (defaults = one process):

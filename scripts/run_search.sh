@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run an LPES search: `python -m search run ...` on one process, or under torchrun on several.
 #
-#   scripts/run_search.sh --model DIR --config configs/search/lpes.yaml --out scales/NAME.json [--resume] ...
-#   NPROC_PER_NODE=4 scripts/run_search.sh --model DIR --config ... --out ...   # 4 GPUs (or CPU processes)
+#   scripts/run_search.sh --model.path DIR --config configs/search/lpes.yaml --out scales/NAME.json [--resume] ...
+#   NPROC_PER_NODE=4 scripts/run_search.sh --model.path DIR --config ... --out ...   # 4 GPUs (or CPU processes)
 #
 # Environment (defaults = one process):
 #   NPROC_PER_NODE  processes on this node; > 1 launches torchrun (ranks split the prompts)   (1)

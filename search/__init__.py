@@ -2,5 +2,5 @@
 
 `python -m search run` scores candidate scale vectors with the evaluation
 harness (the only fitness), and writes a versioned scale file that the
-harness applies as `--method lpes:scale_file=PATH`. See docs/methods/lpes.md.
+harness applies as `--methods lpes:scale_file=PATH`. See docs/methods/lpes.md.
 """

@@ -36,12 +36,10 @@ from search.search_task import task_data_file
 EPILOG = """\
 configs: configs/search/lpes.yaml (paper defaults), lpes-vicuna-mdqa10.yaml (32 layers, 10 MDQA documents),
   lpes-qwen-kv50.yaml (28 layers, 50 KV pairs), tiny.yaml (the tiny random model, seconds on a CPU).
-  Without --config: the paper defaults with --model, tiny.yaml without. Any key can be set on the command line too (--ga.population 12, --task.num_items 10);
-  --print_config prints the resolved config, which the search also writes as NAME.config.yaml
-  (--config NAME.config.yaml replays it). docs/configuring.md.
-short flags: --model DIR = --model.path, --task = --task.name, --num-examples = --task.num_examples,
-  --num-items = --task.num_items, --data-dir = --task.data_dir, --generations = --ga.generations,
-  --seed = --ga.seed.
+  Without --config: the paper defaults with --model.path, tiny.yaml without. Any key can be set on the
+  command line too, spelt as in the file (--model.path DIR, --task.name kv, --task.num_items 10,
+  --ga.population 12); --print_config prints the resolved config, which the search also writes as
+  NAME.config.yaml (--config NAME.config.yaml replays it). docs/configuring.md.
 data: mdqa reads DATA_DIR/nq-open-oracle*.jsonl(.gz) (Lost in the Middle release; without a data dir, the
   packaged 40-question sample in evaluation/data/lost_in_the_middle); kv reads
   DATA_DIR/kv-retrieval-<k>_keys.jsonl(.gz) or generates UUID pairs.
@@ -72,7 +70,7 @@ def _run(options: Namespace, parser: ConfigParser) -> int:
         )
     model = config.model.path
     if model is not None:  # config.json and tokenizer files, before torch: a hub id gets the download hint
-        check_model_files("--model", model)
+        check_model_files("--model.path", model)
     task_data_file(config.task)  # a missing data folder or file: what to download, before the model loads
     imports = list(options.get(user_code.KEY) or [])  # the user's modules (a task): a replay imports them first
     text = dump_config(
@@ -98,10 +96,10 @@ def _add_diagnose(parser: ConfigParser) -> None:
     )
     add_search_sections(parser)
     parser.add_import_option()  # a user's task, as in run
-    parser.flag_aliases.update({"--seed": "--variant_seed", "--scale-file": "--scale_file"})
+    parser.spelling_hints["--seed"] = "--variant_seed"
     parser.add_argument("--scale_file", type=str, required=True, help="a scale file of `python -m search run`")
     parser.add_argument("--out", type=str, required=True, help="directory for structure.json and structure.png")
-    parser.add_argument("--variant_seed", type=int, default=0, help="seed of noisy/shuffled/random (also --seed)")
+    parser.add_argument("--variant_seed", type=int, default=0, help="seed of noisy/shuffled/random")
 
 
 def _diagnose(options: Namespace, parser: ConfigParser) -> int:
@@ -111,7 +109,7 @@ def _diagnose(options: Namespace, parser: ConfigParser) -> int:
 
 def _add_show(parser: ConfigParser) -> None:
     parser.add_argument("scale_file", type=str, help="the scale file")
-    parser.add_argument("--num_layers", "--num-layers", type=PositiveInt | None, help="also check the layer count")
+    parser.add_argument("--num_layers", type=PositiveInt | None, help="also check the layer count")
 
 
 COMMANDS = {

@@ -227,16 +227,16 @@ class SearchConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-#: Short flags of `run` and `diagnose` and the config keys they set.
-SECTION_ALIASES = {
+#: Short flags that `run` and `diagnose` refuse, naming the config key to write (one spelling per option).
+SECTION_HINTS = {
     "--model": "--model.path",
     "--task": "--task.name",
-    "--num-examples": "--task.num_examples",
-    "--num-items": "--task.num_items",
-    "--data-dir": "--task.data_dir",
+    "--num_examples": "--task.num_examples",
+    "--num_items": "--task.num_items",
+    "--data_dir": "--task.data_dir",
 }
-#: `run`'s short flags besides those.
-RUN_ALIASES = {"--generations": "--ga.generations", "--seed": "--ga.seed"}
+#: `run`'s besides those.
+RUN_HINTS = {"--generations": "--ga.generations", "--seed": "--ga.seed"}
 
 
 def add_search_options(parser: ConfigParser) -> None:
@@ -263,28 +263,28 @@ def _tiny_unless_configured(parser: ConfigParser, args: list[str]) -> None:
 
 
 def add_search_sections(parser: ConfigParser) -> None:
-    """The sections with their short flags (`--model DIR`, `--task NAME`, ...) and the tiny defaults without a
-    config or a model: what `run` and `diagnose` share."""
-    parser.flag_aliases = dict(SECTION_ALIASES)
+    """The sections (`--model.path DIR`, `--task.name NAME`, ...) and the tiny defaults without a config or a
+    model: what `run` and `diagnose` share."""
+    parser.spelling_hints = dict(SECTION_HINTS)
     parser.before_parse = _tiny_unless_configured
     add_search_options(parser)
 
 
 def add_run_command(parser: ConfigParser, *, out_required: bool) -> None:
-    """`python -m search run`'s options: the sections, `run`'s short flags and its own keys (also in its
+    """`python -m search run`'s options: the sections and its own keys (also in its
     NAME.config.yaml): `--import` (the user's modules, e.g. a task), `--out`, `--resume`, `--no_progress`."""
     add_search_sections(parser)
-    parser.flag_aliases.update(RUN_ALIASES)
+    parser.spelling_hints.update(RUN_HINTS)
     parser.add_import_option()
     parser.add_argument(
         "--out", type=str | None, required=out_required, help="scale file to write, e.g. scales/NAME.json"
     )
     parser.add_argument("--resume", action="store_true", help="continue NAME.state.json if it exists")
-    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
 def search_parser(prog: str = "search config") -> ConfigParser:
-    """The parser of a search config, built as `python -m search run` builds its own (short flags, `--import`,
+    """The parser of a search config, built as `python -m search run` builds its own (`--import`,
     tiny defaults without a config or model), with `--out` optional, so a run's NAME.config.yaml loads as
     it is."""
     parser = ConfigParser.for_command(prog, "an LPES search config (search/config.py)")

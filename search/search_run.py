@@ -65,7 +65,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
     if config.model.num_layers is not None and config.model.num_layers != num_layers:
         raise ValueError(
             f"the config is for a {config.model.num_layers}-layer model, but the model has {num_layers} layers: "
-            "pass --model the model it was written for, or another config"
+            "pass --model.path the model it was written for, or another config"
         )
     task = config.task
     fitness = search_fitness(

@@ -69,7 +69,7 @@ def task_data_file(task) -> str | None:
     """
     if task.data_dir is None:
         return None
-    check_data_dir("task.data_dir (--data-dir)", task.data_dir)
+    check_data_dir("--task.data_dir", task.data_dir)
     name = task_name(task.name)
     cls = TASKS[name]
     if name not in ITEM_PARAMETER and cls.data_file_pattern is None:

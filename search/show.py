@@ -90,7 +90,7 @@ def evaluation_command(data: ScaleFile, path: str, mean: float) -> tuple[list[st
     if not str(model).startswith(TINY_DEFAULT_NAME):
         argv += ["--model", str(model)]
     argv += evaluation_task_flags(task, search.get("run_config") or {}, data.model, offset, count)
-    argv += ["--method", "baseline", "--method", f"lpes:scale_file={path}", "--method", f"pi:scale={mean:.6g}"]
+    argv += ["--methods", "baseline", "--methods", f"lpes:scale_file={path}", "--methods", f"pi:scale={mean:.6g}"]
     argv += ["--out", str(Path("results") / Path(path).stem)]  # a folder of its own, resumed if run again
     note = f"examples {offset}-{offset + count - 1}: after the search's own ({_ranges(used) or 'not recorded'})"
     return argv, note + (f"; {why}" if why else "")
@@ -155,9 +155,9 @@ def evaluation_task_flags(
     `example_offset`, with the search's prompt options: the chat template and system prompt, the score, the
     token budgets, truncation, the batch size, and a loaded model's dtype and attention.
 
-    Every build parameter goes through --task-param (it overrides the CLI's defaults), so generated and
+    Every build parameter goes through --task_param (it overrides the CLI's defaults), so generated and
     release-file tasks come back the same. The tiny default's weights come from `--seed`, so its seed is the
-    model's and the task's own seed, where it differs, goes through --task-param.
+    model's and the task's own seed, where it differs, goes through --task_param.
     """
     name, params = task["task"], task["params"]
     run_task = (run_config or {}).get("task") or {}
@@ -167,29 +167,29 @@ def evaluation_task_flags(
     seed = int(weights["tiny_default_seed"]) if "tiny_default_seed" in weights else task_seed
     count = int(task["num_examples"]) if num_examples is None else num_examples
     flags = ["--import", task["import"]] if task.get("import") else []  # a user's task: its module first
-    flags += ["--tasks", name, "--num-examples", str(count), "--seed", str(seed)]
+    flags += ["--tasks", name, "--num_examples", str(count), "--seed", str(seed)]
     if example_offset:
-        flags += ["--example-offset", str(example_offset)]
-    flags += ["--gold-positions", "all"]
+        flags += ["--example_offset", str(example_offset)]
+    flags += ["--gold_positions", "all"]
     for key, value in params.items():
         if key not in ("seed", "gold_positions", "num_examples", "example_offset") and value is not None:
-            flags += ["--task-param", f"{name}:{key}={value}"]
+            flags += ["--task_param", f"{name}:{key}={value}"]
     if seed != task_seed:
-        flags += ["--task-param", f"{name}:seed={task_seed}"]
+        flags += ["--task_param", f"{name}:seed={task_seed}"]
     prompt = task.get("prompt_format") or {}
     if prompt.get("chat_template"):
-        flags += ["--chat-template", "true"]
+        flags += ["--chat_template", "true"]
         if prompt.get("system_prompt") is not None:
-            flags += ["--system-prompt", str(prompt["system_prompt"])]
+            flags += ["--system_prompt", str(prompt["system_prompt"])]
     if task.get("score", "metric") != "metric":
         flags += ["--score", str(task["score"])]
     if task.get("max_new_tokens") is not None:
-        flags += ["--max-new-tokens", str(task["max_new_tokens"])]
+        flags += ["--max_new_tokens", str(task["max_new_tokens"])]
     for key in ("max_length", "truncate", "batch_size"):
         if run_task.get(key) is not None:
-            flags += [f"--{key.replace('_', '-')}", str(run_task[key])]
+            flags += [f"--{key}", str(run_task[key])]
     if "tiny_default_seed" not in weights:  # the tiny default is built in float32 with sdpa; a loaded model may not
         for key in ("dtype", "attn_implementation"):
             if run_model.get(key) is not None:
-                flags += [f"--{key.replace('_', '-')}", str(run_model[key])]
+                flags += [f"--{key}", str(run_model[key])]
     return flags

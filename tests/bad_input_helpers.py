@@ -197,8 +197,8 @@ def row_params(rows: list[BadInput]) -> list:
     return [pytest.param(row, id=row.id, marks=[pytest.mark.slow] if row.slow else []) for row in rows]
 
 
-EVAL = ["run", "--tasks", "kv", "--num-examples", "2", "--num-keys", "2", "--max-new-tokens", "2", "--no-progress"]
-EVAL += ["--no-report"]
+EVAL = ["run", "--tasks", "kv", "--num_examples", "2", "--num_keys", "2", "--max_new_tokens", "2", "--no_progress"]
+EVAL += ["--no_report"]
 
 
 TINY_SEARCH = str(ROOT / "configs" / "search" / "tiny.yaml")

@@ -31,8 +31,8 @@ def _saved_model(path: Path, method: str) -> Path:
 def test_repo_model_statistics_and_files(tmp_path):
     model = _saved_model(tmp_path / "repo", "repo")
     out = tmp_path / "out"
-    args = ["--model", str(model), "--task", "kv", "--task-param", "num_keys=4", "--task-param", "key_chars=2"]
-    _script().main([*args, "--num-examples", "3", "--out", str(out)])
+    args = ["--model", str(model), "--task", "kv", "--task_param", "num_keys=4", "--task_param", "key_chars=2"]
+    _script().main([*args, "--num_examples", "3", "--out", str(out)])
     result = json.loads((out / "positions.json").read_text())
     layers = result["layers"]
     assert len(layers) == 4 and len(result["tokens"]) == 3
@@ -56,5 +56,5 @@ def test_model_without_repo_layers_is_a_clear_error(tmp_path):
     model = _saved_model(tmp_path / "rope", "rope")
     with pytest.raises(SystemExit, match="no REPO layer"):
         _script().main(
-            ["--model", str(model), "--task-param", "num_keys=3", "--num-examples", "1", "--out", str(tmp_path / "out")]
+            ["--model", str(model), "--task_param", "num_keys=3", "--num_examples", "1", "--out", str(tmp_path / "out")]
         )

@@ -136,24 +136,24 @@ def _ev_with(make: Callable[[Context], list[str]]) -> Callable[[Context], list[s
 
 
 def _ev_data_dir(files: dict[str, str], *extra: str) -> Callable[[Context], list[str]]:
-    """`--data-dir ctx.tmp/data` holding `files` (name -> text), plus `extra` options."""
+    """`--data_dir ctx.tmp/data` holding `files` (name -> text), plus `extra` options."""
 
     def make(ctx: Context) -> list[str]:
         data = ctx.tmp / "data"
         data.mkdir()
         for name, text in files.items():
             (data / name).write_text(text)
-        return ["--data-dir", str(data), *extra]
+        return ["--data_dir", str(data), *extra]
 
     return _ev_with(make)
 
 
 def _ev_earlier(edit: Callable[[Path], None]) -> Callable[[Context], list[str]]:
-    """An earlier run of the same command stopped after one record (`--max-records 1`), then `edit(out)`."""
+    """An earlier run of the same command stopped after one record (`--max_records 1`), then `edit(out)`."""
 
     def make(ctx: Context) -> list[str]:
         argv = [*EVAL, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
-        assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+        assert run_cli("evaluation", [*argv, "--max_records", "1"]) == 3
         edit(ctx.tmp / "out")
         return argv
 
@@ -208,13 +208,13 @@ def _added_tokens_in_prompt(ctx: Context) -> list[str]:
     data.mkdir()
     rows = [{"question": "q <new>", "answers": ["b"], "ctxs": [{"title": "t", "text": "x", "hasanswer": True}]}]
     (data / "nq-open-oracle.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return [*EVAL, "--model", str(path), "--tasks", "mdqa", "--data-dir", str(data), "--num-documents", "1",
-            "--num-examples", "1", "--out", str(ctx.tmp / "out")]  # fmt: skip
+    return [*EVAL, "--model", str(path), "--tasks", "mdqa", "--data_dir", str(data), "--num_documents", "1",
+            "--num_examples", "1", "--out", str(ctx.tmp / "out")]  # fmt: skip
 
 
 def _ev_lpes(data: dict) -> Callable[[Context], list[str]]:
     """baseline and `lpes:scale_file=` a scale file holding `data`."""
-    return _ev_with(lambda ctx: ["--method", "baseline", "--method", f"lpes:scale_file={scale_file_at(data)(ctx)}"])
+    return _ev_with(lambda ctx: ["--methods", "baseline", "--methods", f"lpes:scale_file={scale_file_at(data)(ctx)}"])
 
 
 def _ev_config(text: str) -> Callable[[Context], list[str]]:
@@ -223,17 +223,17 @@ def _ev_config(text: str) -> Callable[[Context], list[str]]:
     def make(ctx: Context) -> list[str]:
         config = file_at("eval.yaml", text)(ctx)
         model = repo_model(ctx.tmp)
-        return ["run", "--config", str(config), "--model", str(model), "--out", str(ctx.tmp / "out"), "--no-progress"]
+        return ["run", "--config", str(config), "--model", str(model), "--out", str(ctx.tmp / "out"), "--no_progress"]
 
     return make
 
 
 def _kv_file(data: bytes, name: str = "kv-retrieval-2_keys.jsonl") -> Callable[[Context], list[str]]:
-    """`--data-dir ctx.tmp/data` whose KV file (`name`) holds the bytes `data`."""
+    """`--data_dir ctx.tmp/data` whose KV file (`name`) holds the bytes `data`."""
 
     def make(ctx: Context) -> list[str]:
         file_at(f"data/{name}", data)(ctx)
-        return ["--data-dir", str(ctx.tmp / "data")]
+        return ["--data_dir", str(ctx.tmp / "data")]
 
     return _ev_with(make)
 
@@ -289,9 +289,9 @@ ROWS = [
     BadInput(
         "eval-kv-75-keys-over-max-length",
         "evaluation",
-        _ev_fresh("--num-keys", "75", "--max-length", "2048"),
+        _ev_fresh("--num_keys", "75", "--max_length", "2048"),
         EXIT_USAGE,
-        "its first prompt has 6231 tokens, so its prompts exceed the 2046-token prompt limit (--max-length",
+        "its first prompt has 6231 tokens, so its prompts exceed the 2046-token prompt limit (--max_length",
     ),
     # -- evaluation: the model directory
     BadInput(
@@ -322,7 +322,7 @@ ROWS = [
     BadInput(
         "eval-flash-attention-on-cpu",
         "evaluation",
-        _ev_with(lambda ctx: ["--attn-implementation", "flash_attention_2"]),
+        _ev_with(lambda ctx: ["--attn_implementation", "flash_attention_2"]),
         EXIT_USAGE,
         "flash_attention_2 needs",
     ),
@@ -339,7 +339,7 @@ ROWS = [
     BadInput(
         "eval-pi-on-gpt2",
         "evaluation",
-        _ev_fresh("--method", "pi:scale=2", model=gpt2_model),
+        _ev_fresh("--methods", "pi:scale=2", model=gpt2_model),
         EXIT_USAGE,
         "GPT2LMHeadModel does not look like a HF decoder",
     ),
@@ -347,7 +347,7 @@ ROWS = [
     BadInput(
         "eval-empty-mdqa-file",
         "evaluation",
-        _ev_data_dir({"nq-open-oracle.jsonl": ""}, "--tasks", "mdqa", "--num-documents", "3"),
+        _ev_data_dir({"nq-open-oracle.jsonl": ""}, "--tasks", "mdqa", "--num_documents", "3"),
         EXIT_USAGE,
         "nq-open-oracle.jsonl' is empty (no JSON lines)",
     ),
@@ -363,43 +363,43 @@ ROWS = [
         "evaluation",
         _ev_data_dir({"README": "not the data\n"}),
         EXIT_USAGE,
-        "no kv-retrieval-2_keys.jsonl(.gz) in --data-dir",
+        "no kv-retrieval-2_keys.jsonl(.gz) in --data_dir",
     ),
     BadInput(
         "eval-data-dir-without-mdqa-file",
         "evaluation",
-        _ev_data_dir({"README": "not the data\n"}, "--tasks", "mdqa", "--num-documents", "3"),
+        _ev_data_dir({"README": "not the data\n"}, "--tasks", "mdqa", "--num_documents", "3"),
         EXIT_USAGE,
-        "no nq-open-oracle*.jsonl(.gz) in --data-dir '{tmp}/data'; download qa_data/nq-open-oracle.jsonl.gz of the "
+        "no nq-open-oracle*.jsonl(.gz) in --data_dir '{tmp}/data'; download qa_data/nq-open-oracle.jsonl.gz of the "
         "Lost in the Middle release (Liu et al., TACL 2024) from github.com/nelson-liu/lost-in-the-middle into it",
     ),
     BadInput(
         "eval-data-dir-missing",
         "evaluation",
-        _ev_fresh("--data-dir", "{tmp}/no_such_dir"),
+        _ev_fresh("--data_dir", "{tmp}/no_such_dir"),
         EXIT_USAGE,
         "no_such_dir' is not a directory; download qa_data/nq-open-oracle.jsonl.gz (mdqa) and "
         "kv_retrieval_data/kv-retrieval-75_keys.jsonl.gz (kv) of the Lost in the Middle release (Liu et al., TACL "
-        "2024) from github.com/nelson-liu/lost-in-the-middle into one folder, and pass it as --data-dir",
+        "2024) from github.com/nelson-liu/lost-in-the-middle into one folder, and pass it as --data_dir",
     ),
     BadInput(
         "eval-batch-size-zero",
         "evaluation",
-        _ev_fresh("--batch-size", "0"),
+        _ev_fresh("--batch_size", "0"),
         EXIT_USAGE,
         "option --batch_size: expected a positive integer, got 0 (see python -m evaluation run --help)",
     ),
     BadInput(
         "eval-bad-gold-positions",
         "evaluation",
-        _ev_fresh("--gold-positions", "first"),
+        _ev_fresh("--gold_positions", "first"),
         EXIT_USAGE,
-        "argument --gold-positions: expected one of ['ends-20-50-80', 'quartiles', 'all'] or comma-separated",
+        "argument --gold_positions: expected one of ['ends-20-50-80', 'quartiles', 'all'] or comma-separated",
     ),
     BadInput(
         "eval-gold-positions-old-grid-name",
         "evaluation",
-        _ev_fresh("--gold-positions", "caliope"),
+        _ev_fresh("--gold_positions", "caliope"),
         EXIT_USAGE,
         "the gold-position grid 'caliope' is now called 'ends-20-50-80' (ends-20-50-80 = first, 20%, 50%, 80%, last;",
     ),
@@ -416,17 +416,31 @@ ROWS = [
     BadInput(
         "eval-gold-position-out-of-range",
         "evaluation",
-        _ev_fresh("--gold-positions", "0,5"),
+        _ev_fresh("--gold_positions", "0,5"),
         EXIT_USAGE,
         "gold position(s) [5] outside [0, 1] for 2 items",
     ),
     BadInput(
-        "eval-unknown-method", "evaluation", _ev_fresh("--method", "nosuch"), EXIT_USAGE, "unknown method 'nosuch'"
+        "eval-dashed-option",
+        "evaluation",
+        _ev_fresh("--batch-size", "4"),
+        EXIT_USAGE,
+        "--batch-size is spelt --batch_size (an option is spelt as its config key)",
+    ),
+    BadInput(
+        "eval-method-flag-of-old-versions",
+        "evaluation",
+        _ev_fresh("--method", "baseline"),
+        EXIT_USAGE,
+        "--method is spelt --methods (an option is spelt as its config key)",
+    ),
+    BadInput(
+        "eval-unknown-method", "evaluation", _ev_fresh("--methods", "nosuch"), EXIT_USAGE, "unknown method 'nosuch'"
     ),
     BadInput(
         "eval-unknown-method-parameter",
         "evaluation",
-        _ev_fresh("--method", "pi:factor=2"),
+        _ev_fresh("--methods", "pi:factor=2"),
         EXIT_USAGE,
         "unknown parameter(s) ['factor'] for method 'pi'; valid parameters are ['scale']",
     ),

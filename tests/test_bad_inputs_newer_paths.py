@@ -42,7 +42,7 @@ def _fim_bias(text: str) -> Callable[[Context], list[str]]:
         path = ctx.tmp / "bias.json"
         path.write_text(text)
         spec = f"fim:calibration=amortised,bias_file={path}"
-        return [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+        return [*EVAL, "--methods", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
 
     return make
 
@@ -65,7 +65,7 @@ def _mdqa_line(**fields) -> Callable[[Context], list[str]]:
         data = ctx.tmp / "data"
         data.mkdir()
         (data / "nq-open-oracle.jsonl").write_text(json.dumps(line) + "\n")
-        return [*EVAL, "--tasks", "mdqa", "--data-dir", str(data), "--num-documents", "1", "--num-examples", "1",
+        return [*EVAL, "--tasks", "mdqa", "--data_dir", str(data), "--num_documents", "1", "--num_examples", "1",
                 "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]  # fmt: skip
 
     return make
@@ -128,14 +128,14 @@ def _multiple_choice_line(line: dict) -> Callable[[Context], list[str]]:
     def make(ctx: Context) -> list[str]:
         path = ctx.tmp / "mc.jsonl"
         path.write_text((json.dumps(line) + "\n") * 2)  # EVAL asks for two examples
-        return [*EVAL, "--tasks", "multiple_choice", "--task-param", f"multiple_choice:path={path}",
+        return [*EVAL, "--tasks", "multiple_choice", "--task_param", f"multiple_choice:path={path}",
                 "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]  # fmt: skip
 
     return make
 
 
 def _method(spec: str) -> Callable[[Context], list[str]]:
-    return lambda ctx: [*EVAL, "--method", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
+    return lambda ctx: [*EVAL, "--methods", spec, "--model", str(repo_model(ctx.tmp)), "--out", str(ctx.tmp / "out")]
 
 
 @functools.cache
@@ -461,7 +461,7 @@ ROWS = [
     BadInput(
         "eval-a-billion-examples",
         "evaluation",
-        lambda ctx: [*EVAL, "--num-examples", "1000000000", "--out", str(ctx.tmp / "out")],
+        lambda ctx: [*EVAL, "--num_examples", "1000000000", "--out", str(ctx.tmp / "out")],
         EXIT_USAGE,
         "num_examples=1,000,000,000 is more than one run builds",
         absent="out",
@@ -482,7 +482,7 @@ def test_summarize_reports_a_torn_last_line_and_leaves_it_for_the_resume(tmp_pat
     records = out / "records.jsonl"
     records.write_bytes(records.read_bytes() + b'{"id": "torn')
     before = records.read_bytes()
-    assert run_cli("evaluation", ["summarize", "--out", str(out), "--no-report"]) == 0
+    assert run_cli("evaluation", ["summarize", "--out", str(out), "--no_report"]) == 0
     assert "ends in a torn line" in capsys.readouterr().err
     assert records.read_bytes() == before  # the run that resumes repairs it, not summarize
 
@@ -545,7 +545,7 @@ def test_a_record_written_twice_is_counted_once_and_named(tmp_path, capsys):
     first = records.read_text().splitlines()[0]
     records.write_text(records.read_text() + first + "\n")
     lines = len(records.read_text().splitlines())
-    assert run_cli("evaluation", ["summarize", "--out", str(out), "--no-report"]) == 0
+    assert run_cli("evaluation", ["summarize", "--out", str(out), "--no_report"]) == 0
     assert f"records.jsonl:{lines} repeats line 1 exactly (one record written twice); counted once" in (
         capsys.readouterr().err
     )

@@ -72,7 +72,7 @@ def _stopped_run(edit: Callable[[Context], None], *extra: str, method: str = "ro
 
     def setup(ctx: Context) -> list[str]:
         argv = _eval_argv(ctx, tiny_model(ctx.tmp, "model", method), *extra)
-        assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+        assert run_cli("evaluation", [*argv, "--max_records", "1"]) == 3
         ctx.first_records = records_of(ctx.tmp / "out")
         edit(ctx)
         return argv
@@ -83,7 +83,7 @@ def _stopped_run(edit: Callable[[Context], None], *extra: str, method: str = "ro
 def _stopped_lpes_run(ctx: Context) -> list[str]:
     """An earlier lpes run stopped after one record, then its scale file replaced at the same path."""
     spec = f"lpes:scale_file={_scale_file_at(ctx, [1.2] * 4)}"
-    return _stopped_run(_replace_scale_file, "--method", spec)(ctx)
+    return _stopped_run(_replace_scale_file, "--methods", spec)(ctx)
 
 
 def _kv_file(ctx: Context, value: str) -> Path:
@@ -107,7 +107,7 @@ def _stopped_data_run(ctx: Context) -> list[str]:
         evaluation.runner._DATASETS.clear()  # a new process builds the task again; this one has it in memory
         evaluation.runner._TOKENS_CACHE.clear()
 
-    return _stopped_run(replace, "--data-dir", str(_kv_file(ctx, "value")))(ctx)
+    return _stopped_run(replace, "--data_dir", str(_kv_file(ctx, "value")))(ctx)
 
 
 def _only_the_first_run(ctx: Context) -> None:
@@ -142,7 +142,7 @@ def _lpes_run(scales: list[float], **model) -> Callable[[Context], list[str]]:
     def setup(ctx: Context) -> list[str]:
         path = _scale_file_at(ctx, scales, **model)
         return _eval_argv(
-            ctx, tiny_model(ctx.tmp, "model"), "--method", "baseline", "--method", f"lpes:scale_file={path}"
+            ctx, tiny_model(ctx.tmp, "model"), "--methods", "baseline", "--methods", f"lpes:scale_file={path}"
         )
 
     return setup
@@ -181,7 +181,7 @@ def _tiny_search(ctx: Context) -> Path:
     """The outputs of a finished `search run` of configs/search/tiny.yaml, in ctx.tmp/scales (run once, copied)."""
     if not SEARCH_CACHE:
         cache = ctx.tmp.parent / "tiny-search-cache"
-        argv = ["run", "--config", TINY_SEARCH, "--out", str(cache / "s.json"), "--no-progress"]
+        argv = ["run", "--config", TINY_SEARCH, "--out", str(cache / "s.json"), "--no_progress"]
         assert run_cli("search", argv) == 0
         SEARCH_CACHE.append(cache)
     shutil.copytree(SEARCH_CACHE[0], ctx.tmp / "scales")
@@ -195,7 +195,7 @@ FULL_SCALE = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart" 
 
 
 def _search_argv(ctx: Context, *extra: str) -> list[str]:
-    return ["run", "--config", TINY_SEARCH, "--out", str(ctx.tmp / "scales" / "s.json"), "--no-progress", *extra]
+    return ["run", "--config", TINY_SEARCH, "--out", str(ctx.tmp / "scales" / "s.json"), "--no_progress", *extra]
 
 
 def _in_scales(name: str, text: str) -> Callable[[Context], list[str]]:
@@ -216,7 +216,7 @@ def _hf_directory(ctx: Context) -> Path:
 
 
 def _export_argv(ctx: Context, out: str) -> list[str]:
-    return ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt")), "--out", out, "--no-tokenizer"]
+    return ["export", "--checkpoint", str(lightning_like(ctx.tmp / "run.ckpt")), "--out", out, "--no_tokenizer"]
 
 
 def _earlier_fit_root(name: str) -> Callable[[Context], list[str]]:
@@ -415,14 +415,14 @@ ROWS = [
     BadInput(
         "summarize-empty-records",
         "evaluation",
-        lambda ctx: ["summarize", "--out", str(_emptied(_summarized_run(ctx))), "--no-report"],
+        lambda ctx: ["summarize", "--out", str(_emptied(_summarized_run(ctx))), "--no_report"],
         EXIT_USAGE,
         "holds no records of the tasks and methods in",
     ),
     BadInput(
         "summarize-under-a-running-run",
         "evaluation",
-        lambda ctx: ["summarize", "--out", str(_held(ctx, _summarized_run(ctx))), "--no-report"],
+        lambda ctx: ["summarize", "--out", str(_held(ctx, _summarized_run(ctx))), "--no_report"],
         EXIT_USAGE,
         "is in use by pid",
     ),
@@ -439,7 +439,7 @@ ROWS = [
         "evaluation",
         _lpes_run([1.5] * 4, weight_files={"model.safetensors": {"size": 1, "sha256": "f" * 32}}),
         EXIT_USAGE,
-        "pass --allow-other-model-scales to apply it deliberately",
+        "pass --allow_other_model_scales to apply it deliberately",
     ),
     BadInput(
         "eval-lpes-tiny-default-scales-on-a-model",
@@ -461,21 +461,21 @@ ROWS = [
     BadInput(
         "eval-pi-scale-1e300",
         "evaluation",
-        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", "pi:scale=1e300"),
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--methods", "pi:scale=1e300"),
         EXIT_USAGE,
         "pi: layer 0's scale must be a finite number within [0.001, 1000]",
     ),
     BadInput(
         "eval-pi-stacked-beyond-range",
         "evaluation",
-        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", "pi:scale=100+pi:scale=100"),
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--methods", "pi:scale=100+pi:scale=100"),
         EXIT_USAGE,
         "got 10000.0",
     ),
     BadInput(
         "eval-pi-on-nope-model",
         "evaluation",
-        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model", "nope"), "--method", "pi:scale=2"),
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model", "nope"), "--methods", "pi:scale=2"),
         EXIT_USAGE,
         "pi scales RoPE positions, but none of the model's 4 layers uses RoPE",
     ),
@@ -483,7 +483,7 @@ ROWS = [
         "eval-lpes-on-nope-model",
         "evaluation",
         lambda ctx: _eval_argv(
-            ctx, tiny_model(ctx.tmp, "model", "nope"), "--method", f"lpes:scale_file={_scale_file_at(ctx, [2.0] * 4)}"
+            ctx, tiny_model(ctx.tmp, "model", "nope"), "--methods", f"lpes:scale_file={_scale_file_at(ctx, [2.0] * 4)}"
         ),
         EXIT_USAGE,
         "lpes scales RoPE positions, but none of the model's 4 layers uses RoPE",
@@ -548,7 +548,7 @@ ROWS = [
     BadInput(
         "eval-searched-scales-on-another-model",
         "evaluation",
-        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--method", f"lpes:scale_file={_tiny_search(ctx)}"),
+        lambda ctx: _eval_argv(ctx, tiny_model(ctx.tmp, "model"), "--methods", f"lpes:scale_file={_tiny_search(ctx)}"),
         EXIT_USAGE,
         "weights (the tiny default of seed 0 in the file",
     ),
@@ -559,7 +559,7 @@ ROWS = [
             "diagnose",
             "--config",
             TINY_SEARCH,
-            "--model",
+            "--model.path",
             str(tiny_model(ctx.tmp, "model")),
             "--scale_file",
             str(_tiny_search(ctx)),
@@ -659,7 +659,7 @@ def test_an_older_run_json_resumes_once_with_a_note_and_gives_a_clean_runs_recor
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"
     assert run_cli("evaluation", [*EVAL, "--model", str(model), "--out", str(clean)]) == 0
     argv = [*EVAL, "--model", str(model), "--out", str(resumed)]
-    assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+    assert run_cli("evaluation", [*argv, "--max_records", "1"]) == 3
     manifest = json.loads((resumed / "run.json").read_text())
     for key in ("weights", "tokenizer", "methods"):
         del manifest[key]
@@ -676,8 +676,8 @@ def test_an_older_run_json_resumes_once_with_a_note_and_gives_a_clean_runs_recor
 def test_a_run_made_before_the_grids_were_renamed_resumes_under_the_new_name(tmp_path, one_thread):
     """run.json naming the grid 'caliope' (an older version's): the same positions as 'ends-20-50-80', so resumed."""
     model = tiny_model(tmp_path, "model")
-    argv = [*EVAL, "--gold-positions", "ends-20-50-80", "--model", str(model), "--out", str(tmp_path / "out")]
-    assert run_cli("evaluation", [*argv, "--max-records", "1"]) == 3
+    argv = [*EVAL, "--gold_positions", "ends-20-50-80", "--model", str(model), "--out", str(tmp_path / "out")]
+    assert run_cli("evaluation", [*argv, "--max_records", "1"]) == 3
     manifest = json.loads((tmp_path / "out" / "run.json").read_text())
     assert manifest["tasks"]["kv"]["params"]["gold_positions"] == "ends-20-50-80"
     manifest["tasks"]["kv"]["params"]["gold_positions"] = "caliope"
@@ -693,9 +693,9 @@ def test_a_scale_file_of_another_model_applies_when_asked(tmp_path, capsys, one_
     ctx = Context(tmp_path)
     argv = _lpes_run([1.5] * 4, identity_sha256="0123456789abcdef")(ctx)
     capsys.readouterr()
-    assert run_cli("evaluation", [*argv, "--allow-other-model-scales"]) == 0
+    assert run_cli("evaluation", [*argv, "--allow_other_model_scales"]) == 0
     err = capsys.readouterr().err
-    assert "was searched for another model" in err and "applied anyway (--allow-other-model-scales)" in err
+    assert "was searched for another model" in err and "applied anyway (--allow_other_model_scales)" in err
     assert {r["method"] for r in records_of(tmp_path / "out")} == {
         "baseline",
         f"lpes:scale_file={tmp_path}/scales.json",
@@ -736,7 +736,7 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path):
     before = tree_bytes(tmp_path)
     for given in (str(folder), str(folder / "report.md"), ""):
         with pytest.raises(SystemExit) as stop:
-            workflows_main(["quickstart", "--config", FULL_SCALE, "--dry-run", "--out", given])
+            workflows_main(["quickstart", "--config", FULL_SCALE, "--dry_run", "--out", given])
         assert str(stop.value).startswith("python -m workflows quickstart: --out"), stop.value
     assert tree_bytes(tmp_path) == before
     for manifest in ("steps.json", "commands.sh"):
@@ -752,10 +752,10 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path):
     [
         ('"caliope:calibrator=hourglass", fim,', '"caliope:calibrator=hourglass", fimm,', "unknown method 'fimm'"),
         ('"lpes:scale_file={scale_file}"', '"lpes:scale_fil={scale_file}"', "unknown parameter(s) ['scale_fil']"),
-        ('--num-keys, "50"', '--num-keyz, "50"', "unrecognized arguments: --num-keyz 50"),
+        ('--num_keys, "50"', '--num_keyz, "50"', "unrecognized arguments: --num_keyz 50"),
         ('"mdqa,kv"', '"mdqa,kvv"', "kvv"),
-        ("args: [--task, mdqa,", "args: [--task, mdqq,", "task.name 'mdqq' is not a registered task"),
-        ("args: [--task, mdqa,", "args: [--task, mdqa, --ga.populaton, '8',", "--ga.populaton"),
+        ("args: [--task.name, mdqa,", "args: [--task.name, mdqq,", "task.name 'mdqq' is not a registered task"),
+        ("args: [--task.name, mdqa,", "args: [--task.name, mdqa, --ga.populaton, '8',", "--ga.populaton"),
     ],
 )
 def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, before, after, phrase):
@@ -763,7 +763,7 @@ def test_a_loop_files_dry_run_checks_every_evaluation(tmp_path, capsys, before, 
     loop = Path(FULL_SCALE).read_text()
     assert before in loop
     (tmp_path / "loop.yaml").write_text(loop.replace(before, after))
-    argv = ["quickstart", "--config", str(tmp_path / "loop.yaml"), "--dry-run", "--out", str(tmp_path / "qs")]
+    argv = ["quickstart", "--config", str(tmp_path / "loop.yaml"), "--dry_run", "--out", str(tmp_path / "qs")]
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
         workflows_main(argv)

@@ -40,7 +40,7 @@ from repo_common.cli_errors import EXIT_USAGE
 
 
 def _search(model: Callable[[Path], Path]) -> Callable[[Context], list[str]]:
-    return lambda ctx: ["run", "--model", str(model(ctx.tmp)), "--out", str(ctx.tmp / "scales" / "s.json")]
+    return lambda ctx: ["run", "--model.path", str(model(ctx.tmp)), "--out", str(ctx.tmp / "scales" / "s.json")]
 
 
 def _locked_search(ctx: Context) -> list[str]:
@@ -48,7 +48,7 @@ def _locked_search(ctx: Context) -> list[str]:
     scales.mkdir()
     (scales / "s.state.json").write_text('{"earlier": true}\n')
     ctx.hold(scales / "s.lock")
-    return ["run", "--model", str(repo_model(ctx.tmp)), "--out", str(scales / "s.json"), "--resume"]
+    return ["run", "--model.path", str(repo_model(ctx.tmp)), "--out", str(scales / "s.json"), "--resume"]
 
 
 def _se_run(*extra: str, make: Callable[[Context], list[str]] | None = None) -> Callable[[Context], list[str]]:
@@ -115,7 +115,7 @@ def _out_in(where: str) -> Callable[[Context], list[str]]:
         (ctx.tmp / "notes").write_text("my notes\n")
         (ctx.tmp / "results").mkdir()
         (ctx.tmp / "results" / "table.csv").write_text("a,b\n1,2\n")
-        return ["run", "--model", str(llama_as_olmo2(ctx.tmp)), "--out", str(ctx.tmp / where)]
+        return ["run", "--model.path", str(llama_as_olmo2(ctx.tmp)), "--out", str(ctx.tmp / where)]
 
     return make
 
@@ -154,7 +154,7 @@ ROWS = [
     BadInput(
         "search-huge-seed",
         "search",
-        _se_run("--seed", "100000000000000000000000"),
+        _se_run("--ga.seed", "100000000000000000000000"),
         EXIT_USAGE,
         "ga.seed must be an integer seed",
     ),
@@ -200,7 +200,7 @@ ROWS = [
     BadInput(
         "search-unsupported-architecture",
         "search",
-        lambda ctx: _se_run("--model", str(gpt2_model(ctx.tmp)))(ctx),
+        lambda ctx: _se_run("--model.path", str(gpt2_model(ctx.tmp)))(ctx),
         EXIT_USAGE,
         "GPT2LMHeadModel does not look like a HF decoder",
     ),
@@ -235,30 +235,30 @@ ROWS = [
     BadInput(
         "search-data-dir-missing",
         "search",
-        _se_run("--task", "mdqa", "--data-dir", "{tmp}/no_such_dir"),
+        _se_run("--task.name", "mdqa", "--task.data_dir", "{tmp}/no_such_dir"),
         EXIT_USAGE,
-        "task.data_dir (--data-dir) '{tmp}/no_such_dir' is not a directory; download qa_data/nq-open-oracle.jsonl.gz "
+        "--task.data_dir '{tmp}/no_such_dir' is not a directory; download qa_data/nq-open-oracle.jsonl.gz "
         "(mdqa) and kv_retrieval_data/kv-retrieval-75_keys.jsonl.gz (kv) of the Lost in the Middle release",
     ),
     BadInput(
         "search-data-dir-without-mdqa-file",
         "search",
-        _se_run("--task", "mdqa", "--num-items", "3", "--data-dir", "{tmp}"),
+        _se_run("--task.name", "mdqa", "--task.num_items", "3", "--task.data_dir", "{tmp}"),
         EXIT_USAGE,
-        "no nq-open-oracle*.jsonl(.gz) in --data-dir '{tmp}'; download qa_data/nq-open-oracle.jsonl.gz of the Lost in "
+        "no nq-open-oracle*.jsonl(.gz) in --data_dir '{tmp}'; download qa_data/nq-open-oracle.jsonl.gz of the Lost in "
         "the Middle release",
     ),
     BadInput(
         "search-held-out-beyond-the-data",
         "search",
-        _se_run(make=lambda ctx: ["--data-dir", str(_kv_release_file(ctx, examples=6).parent)]),
+        _se_run(make=lambda ctx: ["--task.data_dir", str(_kv_release_file(ctx, examples=6).parent)]),
         EXIT_USAGE,
         "the held-out check after the search needs 8 source examples",
     ),
     BadInput(
         "search-unknown-task",
         "search",
-        _se_run("--task", "ruler"),
+        _se_run("--task.name", "ruler"),
         EXIT_USAGE,
         "task.name 'ruler' is not a registered task; choose from ['babi_qa2', ",
     ),
@@ -280,14 +280,21 @@ ROWS = [
     BadInput(  # a misspelt local path looks like org/name, but is no hub id: no download hint
         "search-model-misspelt-local-path",
         "search",
-        lambda ctx: ["run", "--model", "models/no-such-model", "--out", str(ctx.tmp / "scales" / "s.json")],
+        lambda ctx: ["run", "--model.path", "models/no-such-model", "--out", str(ctx.tmp / "scales" / "s.json")],
         EXIT_USAGE,
-        "--model 'models/no-such-model': no such directory; pass a local HF model directory",
+        "--model.path 'models/no-such-model': no such directory; pass a local HF model directory",
+    ),
+    BadInput(
+        "search-short-flag-of-old-versions",
+        "search",
+        lambda ctx: ["run", "--model", "models/m", "--out", str(ctx.tmp / "scales" / "s.json")],
+        EXIT_USAGE,
+        "--model is spelt --model.path (an option is spelt as its config key)",
     ),
     BadInput(
         "search-model-hub-id",
         "search",
-        lambda ctx: ["run", "--model", HUB_ID, "--out", str(ctx.tmp / "scales" / "s.json")],
+        lambda ctx: ["run", "--model.path", HUB_ID, "--out", str(ctx.tmp / "scales" / "s.json")],
         EXIT_USAGE,
         "is not a local directory; this project loads local model directories only",
     ),
@@ -397,7 +404,7 @@ def test_search_on_a_full_disk_names_the_state_file(tmp_path, monkeypatch, capsy
         "held_out: {num_examples: 0}\n"
     )
     out = tmp_path / "scales" / "s.json"
-    code = main(["run", "--config", str(config), "--out", str(out), "--no-progress"])
+    code = main(["run", "--config", str(config), "--out", str(out), "--no_progress"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"No space left on device while writing {out.with_suffix('')}.state.json; free space" in err

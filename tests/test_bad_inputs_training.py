@@ -329,11 +329,11 @@ ROWS = [
         EXIT_USAGE,
         "seed in [0, 2**32)",
     ),
-    BadInput("demo-huge-seq-len", "repo_train", lambda ctx: ["demo", "--seq-len", "10000000"], EXIT_USAGE, "8 to 2048"),
+    BadInput("demo-huge-seq-len", "repo_train", lambda ctx: ["demo", "--seq_len", "10000000"], EXIT_USAGE, "8 to 2048"),
     BadInput(
         "demo-huge-new-tokens",
         "repo_train",
-        lambda ctx: ["demo", "--new-tokens", "100000000"],
+        lambda ctx: ["demo", "--new_tokens", "100000000"],
         EXIT_USAGE,
         "ask for at most 2012",
     ),

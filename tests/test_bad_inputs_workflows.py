@@ -27,7 +27,7 @@ from workflows.lm_eval_crosscheck import command as crosscheck
 from workflows.real_model_study import command as study
 from workflows.reversal import command as reversal
 
-STUDY = ["study-real-model", "--quick", "--dry-run"]
+STUDY = ["study-real-model", "--quick", "--dry_run"]
 REVERSAL = ["reproduce-reversal", "--seeds", "1", "--methods", "rope", "--steps", "3"]
 
 

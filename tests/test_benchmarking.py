@@ -104,7 +104,7 @@ def test_trace_allocations_follows_allocations_and_frees_from_zero():
 
 
 def test_repo_overhead_benchmark_prints_every_ratio_on_a_tiny_shape(capsys):
-    args = ["--hidden", "32", "--layers", "2", "--heads", "2", "--seq-len", "16", "--vocab", "64"]
+    args = ["--hidden", "32", "--layers", "2", "--heads", "2", "--seq_len", "16", "--vocab", "64"]
     models = script.build_models(parse_args("benchmark-repo-overhead", args))
     ids = torch.randint(2, 64, (2, 16))
     with torch.no_grad():  # HF and RoPE share every weight and RoPE runs HF's arithmetic: the same logits

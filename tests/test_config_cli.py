@@ -22,12 +22,13 @@ class Section:
 def _parser() -> ConfigParser:
     parser = ConfigParser.for_command("prog run", "a test command")
     parser.add_argument("--out", type=str, required=True)
-    parser.add_argument("--count", "--count-alias", type=PositiveInt, default=1)
+    parser.add_argument("--count", type=PositiveInt, default=1)
+    parser.add_argument("--max_size", type=PositiveInt, default=1)
     parser.add_argument("--mode", type=Literal["a", "b"] | None, default=None)
     parser.add_argument("--words", type=list[str], default=[])
     parser.add_argument("--section", type=Section | None, default=None)
-    parser.repeated_flags = {"--word": "words"}
-    parser.flag_aliases = {"--size": "--section.size"}
+    parser.repeatable = ("words",)
+    parser.spelling_hints = {"--size": "--section.size", "--word": "--words"}
     return parser
 
 
@@ -56,14 +57,38 @@ def test_a_message_that_is_not_jsonargparse_s_passes_through():
     assert one_line_error("plain\n  words") == "plain words" and one_line_error("") == "invalid configuration"
 
 
-def test_old_repeated_flags_aliases_and_files_before_options(tmp_path):
+def test_repeatable_lists_and_files_before_options(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("out: from-file\ncount: 3\nwords: [z]\nsection: {size: 1}\n")
     options, show = _parser().parse(
-        ["--count", "5", "--word", "a", "--size", "7", "--config", str(config), "--word=b", "--print_config"]
-    )
+        ["--count", "5", "--words", "a", "--section.size", "7", "--config", str(config), "--words=[b, c]",
+         "--words", "d", "--print_config"]
+    )  # fmt: skip
     assert show and options.out == "from-file" and options.count == 5 and type(options.count) is int
-    assert options.words == ["a", "b"] and options.section.size == 7
+    assert options.words == ["a", "b", "c", "d"] and options.section.size == 7
+    assert _parser().parse(["--out", "o", "--words", "[x, y]"])[0].words == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "hint"),
+    [
+        ("--max-size", "--max_size"),
+        ("--max-size=2", "--max_size"),
+        ("--section-size", None),  # no option --section_size: jsonargparse's own "unrecognized"
+        ("--size", "--section.size"),
+        ("--word", "--words"),
+        ("--print-config", "--print_config"),
+    ],
+)
+def test_one_spelling_per_option_the_other_named(capsys, flag, hint):
+    with pytest.raises(SystemExit) as stop:
+        _parser().parse(["--out", "o", flag, *([] if "=" in flag else ["2"])])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    expected = (
+        f"{flag.split('=')[0]} is spelt {hint} (an option is spelt as its config key)" if hint else "unrecognized"
+    )
+    assert expected in err
 
 
 def test_config_files_are_checked(tmp_path, capsys):

@@ -31,8 +31,8 @@ def crosscheck(lm_eval_installed):
 
 def test_lm_eval_reads_the_same_tokens_and_continues_the_same_text(crosscheck, real_model_dir, tmp_path):
     out = tmp_path / "crosscheck.json"
-    argv = ["--model", str(real_model_dir), "--num-documents", "3", "--num-examples", "2", "--gold-positions", "0,2",
-            "--max-new-tokens", "16", "--batch-size", "4", "--repeats", "0", "--out", str(out)]  # fmt: skip
+    argv = ["--model", str(real_model_dir), "--num_documents", "3", "--num_examples", "2", "--gold_positions", "0,2",
+            "--max_new_tokens", "16", "--batch_size", "4", "--repeats", "0", "--out", str(out)]  # fmt: skip
     report = crosscheck(argv)
 
     assert report["command"] == "python -m workflows crosscheck-lm-eval"
@@ -52,8 +52,8 @@ def test_lm_eval_gives_the_gold_answers_the_same_log_likelihood(crosscheck, real
     """--score gold_loglik: lm-eval's `loglikelihood` on the same (prompt, gold answer) strings, chat template on
     (the gold answer then starts the assistant's turn): the same token ids, sums equal to float noise."""
     out = tmp_path / "crosscheck.json"
-    argv = ["--model", str(real_model_dir), "--num-documents", "3", "--num-examples", "2", "--gold-positions", "0,2",
-            "--batch-size", "4", "--chat-template", "true", "--score", "gold_loglik", "--repeats", "0",
+    argv = ["--model", str(real_model_dir), "--num_documents", "3", "--num_examples", "2", "--gold_positions", "0,2",
+            "--batch_size", "4", "--chat_template", "true", "--score", "gold_loglik", "--repeats", "0",
             "--out", str(out)]  # fmt: skip
     report = crosscheck(argv)
 

@@ -19,7 +19,7 @@ def test_help(package):
 
 
 def test_demo_trains_generates_and_reports_positions(capsys):
-    assert cli.main(["demo", "--steps", "25", "--new-tokens", "6"]) == 0
+    assert cli.main(["demo", "--steps", "25", "--new_tokens", "6"]) == 0
     out = capsys.readouterr().out
     assert "olmo2-1b + repo: 1,496,496,128 parameters (1,484,916,736 base + 11,579,392 position predictor" in out
     assert "cached generation equals recomputation: True" in out

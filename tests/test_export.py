@@ -156,8 +156,8 @@ def test_an_export_of_a_text_run_is_accepted_by_evaluation(tmp_path, one_thread,
     assert repo_train_main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf")]) == 0
     assert "the tokenizer of data.train.tokenizer" in capsys.readouterr().out
     evaluation = [
-        "run", "--model", str(tmp_path / "hf"), "--tasks", "kv", "--num-examples", "2", "--num-keys", "2",
-        "--max-new-tokens", "2", "--no-progress", "--no-report", "--out", str(tmp_path / "eval"),
+        "run", "--model", str(tmp_path / "hf"), "--tasks", "kv", "--num_examples", "2", "--num_keys", "2",
+        "--max_new_tokens", "2", "--no_progress", "--no_report", "--out", str(tmp_path / "eval"),
     ]  # fmt: skip
     assert evaluation_main(evaluation) == 0, capsys.readouterr().err
     assert (tmp_path / "eval" / "records.jsonl").read_text().count("\n") >= 1

@@ -35,10 +35,10 @@ def _records(out: Path) -> list[tuple[str, str, int, str]]:
 def test_a_users_task_and_calibrator_run_and_replay_through_evaluation_run(tmp_path):
     """Short forms after --import; then `--config OUT/config.yaml` (class_paths + its import list) replays it."""
     first, replay = tmp_path / "first", tmp_path / "replay"
-    command = [sys.executable, "-m", "evaluation", "run", "--no-progress", "--no-report"]
+    command = [sys.executable, "-m", "evaluation", "run", "--no_progress", "--no_report"]
     subprocess.run(
-        [*command, "--import", f"{TASK},{CALIBRATOR}", "--tasks", "colour_lookup", "--num-examples", "2",
-         "--task-param", "colour_lookup:num_items=4", "--gold-positions", "0,3",
+        [*command, "--import", f"{TASK},{CALIBRATOR}", "--tasks", "colour_lookup", "--num_examples", "2",
+         "--task_param", "colour_lookup:num_items=4", "--gold_positions", "0,3",
          "--methods", "[baseline, 'clamp:limit=3']", "--out", str(first)],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )  # fmt: skip
@@ -150,7 +150,7 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
     assert [round(e.value, 3) for e in events.Scalars("train/head_scale_blend")] == [0.0, 0.5, 1.0]
     checkpoint = next((tmp_path / "run").rglob("last.ckpt"))
     export = _tool("repo_train", "export", "--import", POLICY, "--checkpoint", str(checkpoint), "--out", "hf",
-                   "--no-tokenizer", cwd=tmp_path)  # fmt: skip
+                   "--no_tokenizer", cwd=tmp_path)  # fmt: skip
     assert export.returncode == 0, export.stderr[-2000:]
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["position_method"] == "head_scale"
@@ -160,8 +160,8 @@ def test_a_users_trainable_policy_trains_exports_and_evaluates(tmp_path):
     unknown = _tool("evaluation", "run", "--model", "hf", "--out", "ev0", cwd=tmp_path)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert "unknown position_method 'head_scale'" in unknown.stderr and "--import MODULE" in unknown.stderr
-    evaluated = _tool("evaluation", "run", "--import", POLICY, "--model", "hf", "--tasks", "kv", "--num-keys", "3",
-                      "--num-examples", "1", "--max-new-tokens", "2", "--no-report", "--no-progress", "--out", "ev",
+    evaluated = _tool("evaluation", "run", "--import", POLICY, "--model", "hf", "--tasks", "kv", "--num_keys", "3",
+                      "--num_examples", "1", "--max_new_tokens", "2", "--no_report", "--no_progress", "--out", "ev",
                       cwd=tmp_path)  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert yaml.safe_load((tmp_path / "ev" / "config.yaml").read_text())["import"] == [POLICY]
@@ -229,9 +229,10 @@ def test_a_users_task_runs_through_search_run_by_name_or_class_path(tmp_path, mo
     from search.harness_fitness import HarnessFitness
 
     out = tmp_path / "scales" / "colour.json"
-    args = ["--task", "colour_lookup", "--num-items", "4", "--num-examples", "2", "--generations", "1", "--ga",
+    args = ["--task.name", "colour_lookup", "--task.num_items", "4", "--task.num_examples", "2", "--ga.generations", "1",
+            "--ga",
             "{population: 3, parents: 2, mutation_offspring: 1, crossover_offspring: 0}"]  # fmt: skip
-    code = search(["run", "--import", TASK, *args, "--held_out.num_examples", "0", "--no-progress", "--out", str(out)])
+    code = search(["run", "--import", TASK, *args, "--held_out.num_examples", "0", "--no_progress", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     capsys.readouterr()
     task = json.loads(out.read_text())["search"]["task"]
@@ -274,10 +275,10 @@ def test_an_evaluation_run_option_is_one_field_of_run_config(tmp_path, monkeypat
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    assert "--run_note RUN_NOTE, --run-note RUN_NOTE a note kept with the run (type: str, default: none)" in shown
+    assert "--run_note RUN_NOTE a note kept with the run (type: str, default: none)" in shown
     out = tmp_path / "out"
-    argv = ["run", "--out", str(out), "--run-note", "hello", "--tasks", "kv", "--num-keys", "2", "--num-examples", "1",
-            "--gold-positions", "0", "--max-new-tokens", "1", "--no-report", "--no-progress"]  # fmt: skip
+    argv = ["run", "--out", str(out), "--run_note", "hello", "--tasks", "kv", "--num_keys", "2", "--num_examples", "1",
+            "--gold_positions", "0", "--max_new_tokens", "1", "--no_report", "--no_progress"]  # fmt: skip
     assert cli.main([*argv, "--print_config"]) == 0
     printed = capsys.readouterr().out
     assert yaml.safe_load(printed)["run_note"] == "hello" and not out.exists()

@@ -52,16 +52,16 @@ def test_train_interrupt_resume_export_evaluate_search_and_the_printed_command(t
     # 2. export, then evaluate the export as it is (its tokenizer travelled with it)
     _run([python, "-m", "repo_train", "export", "--checkpoint", str(checkpoint), "--out", "hf/tiny"], tmp_path)
     assert (tmp_path / "hf/tiny/tokenizer.json").is_file()
-    _run([python, "-m", "evaluation", "run", "--model", "hf/tiny", "--tasks", "kv", "--num-keys", "4",
-          "--num-examples", "2", "--method", "baseline", "--method", "caliope:calibrator=hourglass", "--out", "results/tiny",
-          "--no-progress"], tmp_path)  # fmt: skip
+    _run([python, "-m", "evaluation", "run", "--model", "hf/tiny", "--tasks", "kv", "--num_keys", "4",
+          "--num_examples", "2", "--methods", "baseline", "--methods", "caliope:calibrator=hourglass", "--out", "results/tiny",
+          "--no_progress"], tmp_path)  # fmt: skip
     records = (tmp_path / "results/tiny/records.jsonl").read_text().splitlines()
     assert len(records) == 2 * 2 * 4 and (tmp_path / "results/tiny/report.md").is_file()
 
     # 3. a small search on the quickstart's base, and the evaluation `search show` prints for it, as printed
     base = ROOT / "workflows/assets/tiny-kv-dip"
-    _run([python, "-m", "search", "run", "--model", str(base), "--config", str(ROOT / "configs/search/quick.yaml"),
-          "--out", "scales/quick.json", "--no-progress"], tmp_path)  # fmt: skip
+    _run([python, "-m", "search", "run", "--model.path", str(base), "--config", str(ROOT / "configs/search/quick.yaml"),
+          "--out", "scales/quick.json", "--no_progress"], tmp_path)  # fmt: skip
     shown = _run([python, "-m", "search", "show", "scales/quick.json"], tmp_path).stdout
     printed = [line.split("evaluate", 1)[1].strip() for line in shown.splitlines() if line.startswith("evaluate")]
     assert len(printed) == 1, shown

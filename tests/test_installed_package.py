@@ -122,12 +122,12 @@ def test_wheel_install_runs_the_clis_outside_the_checkout(installed):
     assert check["samples"] == [True, True]  # the Lost-in-the-Middle sample is package data
     assert check["zero_stage"] == 2  # so is the default DeepSpeed config
 
-    demo = _run([python, "-m", "repo_train", "demo", "--steps", "2", "--new-tokens", "4"], cwd=work, env=env)
+    demo = _run([python, "-m", "repo_train", "demo", "--steps", "2", "--new_tokens", "4"], cwd=work, env=env)
     assert "cached generation equals recomputation: True" in demo.stdout
 
-    # Without --model and --data-dir, mdqa reads the packaged 40-question sample.
+    # Without --model and --data_dir, mdqa reads the packaged 40-question sample.
     _run(
-        [python, "-m", "evaluation", "run", "--out", "eval", "--num-examples", "1", "--no-progress"], cwd=work, env=env
+        [python, "-m", "evaluation", "run", "--out", "eval", "--num_examples", "1", "--no_progress"], cwd=work, env=env
     )
     packaged_nq = site / "evaluation" / "data" / "lost_in_the_middle" / "nq-open-oracle.first40.jsonl.gz"
     with gzip.open(packaged_nq, "rt", encoding="utf-8") as f:
@@ -136,7 +136,7 @@ def test_wheel_install_runs_the_clis_outside_the_checkout(installed):
     assert first_record["task"] == "mdqa" and first_record["answers"] == first_question["answers"]
     assert (work / "eval" / "report.md").is_file()
 
-    search = [python, "-m", "search", "run", "--out", "scales/tiny.json", "--generations", "0", "--no-progress"]
+    search = [python, "-m", "search", "run", "--out", "scales/tiny.json", "--ga.generations", "0", "--no_progress"]
     _run(search, cwd=work, env=env)
     scale_file = json.loads((work / "scales" / "tiny.json").read_text())
     assert len(scale_file["scales"]) == scale_file["num_layers"] == 4  # the tiny model's layers
@@ -144,7 +144,7 @@ def test_wheel_install_runs_the_clis_outside_the_checkout(installed):
 
 
 #: The quickstart's smallest run that still runs every step: 1 training step per model, one question per position.
-SMALLEST = ["--steps", "1", "--eval-examples", "1", "--fim-examples", "1", "--generations", "0", "--population", "4"]
+SMALLEST = ["--steps", "1", "--eval_examples", "1", "--fim_examples", "1", "--generations", "0", "--population", "4"]
 
 
 @pytest.mark.slow  # the whole loop at its smallest: ~2 min on 2 cores, ~6 min on busy ones

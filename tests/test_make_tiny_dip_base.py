@@ -35,7 +35,7 @@ def _records(method: str, accuracy_by_position: dict[int, float], questions: int
 
 
 def test_recipe_is_the_reproductions_with_our_settings():
-    args = dip.parse_args(["--steps", "7", "--eval-examples", "3", "--seed", "2"])
+    args = dip.parse_args(["--steps", "7", "--eval_examples", "3", "--seed", "2"])
     settings = dip.recipe_settings(args)
     assert (settings.pairs, settings.distinct_keys, settings.edge_width, settings.edge_share) == (64, 8, 4, 1.0)
     assert (settings.steps, settings.eval_examples, settings.threads) == (7, 3, 1)
@@ -45,7 +45,7 @@ def test_recipe_is_the_reproductions_with_our_settings():
 def test_parse_args_errors(capsys):
     for argv, message in (
         (["--steps", "0"], "--steps must be >= 1"),
-        (["--eval-examples", "0"], "--eval-examples must be >= 1"),
+        (["--eval_examples", "0"], "--eval_examples must be >= 1"),
         (["--seed", "-1"], "--seed must be >= 0"),
         (["--base", "/nowhere"], "is not an HF model directory"),
     ):
@@ -83,7 +83,7 @@ def test_readme_reports_every_method_with_intervals_and_times():
     text = tiny_dip.readme(args, dip.recipe_settings(args), summary, records, timings)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "python scripts/make_tiny_dip_base.py --seed 0 --steps 400" in text and "for 400 steps" in text
-    assert "12,800 prompt/completion lines" in text and "--gold-positions 0,9,18,27,36,45,54,63" in text
+    assert "12,800 prompt/completion lines" in text and "--gold_positions 0,9,18,27,36,45,54,63" in text
     assert set(rows) >= {name for name, _ in tiny_dip.METHODS}
     assert rows["accuracy"].startswith("| accuracy | 1.00 |") and rows["accuracy"].endswith("| 1.00 |")
     assert (
@@ -107,14 +107,14 @@ def test_smoke_run_writes_the_asset_resumes_and_is_deterministic(tmp_path):
 
     def make(out: Path) -> subprocess.CompletedProcess:
         command = [sys.executable, str(SCRIPT), "--out", str(out), "--work", str(work), "--steps", "2",
-                   "--eval-examples", "1"]  # fmt: skip
+                   "--eval_examples", "1"]  # fmt: skip
         return subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
 
     result = make(first)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert {p.name for p in first.iterdir()} == ASSET_FILES
     readme = (first / "README.md").read_text()
-    assert "--steps 2 --eval-examples 1" in readme and "| baseline |" in readme
+    assert "--steps 2 --eval_examples 1" in readme and "| baseline |" in readme
     commands = (work / "commands.sh").read_text()
     assert commands.count("python -m repo_train fit") == 1 and commands.count("python -m evaluation run") == 9
     again = make(first)  # the asset exists: nothing runs

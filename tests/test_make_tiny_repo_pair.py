@@ -15,7 +15,7 @@ pair = load_script("make_tiny_repo_pair")
 
 
 def test_readme_states_losses_spans_and_accuracy():
-    args = pair.parse_args(["--steps", "20", "--curriculum-steps", "5", "--eval-examples", "2"])
+    args = pair.parse_args(["--steps", "20", "--curriculum_steps", "5", "--eval_examples", "2"])
     measured = {
         "losses": {"rope": [0.01, 0.02], "repo": [0.9, 0.7]},
         "tokens": 193,
@@ -33,7 +33,7 @@ def test_readme_states_losses_spans_and_accuracy():
 def test_smoke_run_writes_the_pair_and_leaves_it_alone_after(tmp_path):
     out, work = tmp_path / "pair", tmp_path / "work"
     command = [sys.executable, str(ROOT / "scripts" / "make_tiny_repo_pair.py"), "--out", str(out), "--work",
-               str(work), "--steps", "3", "--curriculum-steps", "2", "--eval-examples", "1"]  # fmt: skip
+               str(work), "--steps", "3", "--curriculum_steps", "2", "--eval_examples", "1"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     made = json.loads((out / "pair.json").read_text())

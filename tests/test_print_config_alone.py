@@ -110,7 +110,7 @@ def test_evaluation_run_template_plus_out_runs(tmp_path, capsys):
     template.write_text(capsys.readouterr().out)
     assert yaml.safe_load(template.read_text())["out"] is None
     out = tmp_path / "result"
-    assert evaluation_main(["run", "--config", str(template), "--out", str(out), "--no-report", "--no-progress"]) == 0
+    assert evaluation_main(["run", "--config", str(template), "--out", str(out), "--no_report", "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["results"]) == ["mdqa"] and list(summary["results"]["mdqa"]) == ["baseline"]
     stored = yaml.safe_load((out / "config.yaml").read_text())

@@ -22,7 +22,7 @@ QUICKSTART = [sys.executable, "-m", "workflows", "quickstart"]
 
 
 #: The smallest quickstart that still shows the base's lost middle.
-SMALL = ["--steps", "4", "--eval-examples", "10", "--generations", "0", "--population", "4"]
+SMALL = ["--steps", "4", "--eval_examples", "10", "--generations", "0", "--population", "4"]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_quickstart_runs_the_whole_loop_and_its_base_loses_the_middle(small_run)
     commands = (out / "commands.sh").read_text()
     assert "python -m repo_train fit" in commands and "python -m search run" in commands
     full_scale = report[report.index("## The same at full scale") :]  # commands that run as printed: no <...>
-    assert "quickstart --config configs/quickstart/olmo2-1b.yaml --dry-run" in full_scale and "<" not in full_scale
+    assert "quickstart --config configs/quickstart/olmo2-1b.yaml --dry_run" in full_scale and "<" not in full_scale
     config = yaml.safe_load((out / "configs" / "train-repo.yaml").read_text())
     assert config["model"]["init_from"].endswith("workflows/assets/tiny-kv-dip-continued/repo")
     assert config["model"]["position"] == "repo"  # learned predictors: no curriculum handing over from RoPE again
@@ -122,7 +122,7 @@ def quickstart(*args, cwd=ROOT, timeout=120):
 @pytest.mark.slow  # the quickstart in a subprocess
 def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_path):
     out = tmp_path / "dry"
-    result = quickstart("--config", FULL_SCALE, "--dry-run", "--out", out)
+    result = quickstart("--config", FULL_SCALE, "--dry_run", "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
     commands = (out / "commands.sh").read_text()
     steps = [
@@ -139,10 +139,10 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
             f'python -m repo_train export --checkpoint "$({PYTHON} -c {shlex.quote(loop_file.NEWEST_CHECKPOINT)} '
             f'{out}/runs/repo)" --out {out}/models/repo'
         ),
-        f"scripts/run_search.sh --model {out}/models/rope --config configs/search/lpes.yaml --out {out}/scales/rope.json",
+        f"scripts/run_search.sh --model.path {out}/models/rope --config configs/search/lpes.yaml --out {out}/scales/rope.json",
         f"scripts/run_evaluation.sh --model {out}/models/rope --tasks mdqa,kv",
         (
-            f'--method lpes:scale_file={out}/scales/rope.json --method "pi:scale=$({PYTHON} -c '
+            f'--methods lpes:scale_file={out}/scales/rope.json --methods "pi:scale=$({PYTHON} -c '
             f'{shlex.quote(loop_file.MEAN_SCALE)} {out}/scales/rope.json)"'
         ),
         f"scripts/run_evaluation.sh --model {out}/models/repo",
@@ -152,7 +152,7 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
     positions = [commands.index(step) for step in steps]  # each present, in this order
     assert positions == sorted(positions)
     assert commands.count("--device cuda") == 3 and "Dry run" in commands
-    assert commands.count("--example-offset 700 ") == 3 and "../" not in commands  # disjoint; no outside path
+    assert commands.count("--example_offset 700 ") == 3 and "../" not in commands  # disjoint; no outside path
     assert all(step.split(" --")[0] in result.stdout for step in steps)  # printed too
     assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]  # nothing ran
     # the base exists only on the GPU machine: a warning here, a one-line refusal for a real run
@@ -205,11 +205,11 @@ def write_tiny_loop_config(tmp_path, **changes) -> Path:
             "args": ["--trainer.logger", "false"],
         },
         "search": {"model": "rope", "launcher": ["{python}", "-m", "search", "run"],
-                   "config": str(tmp_path / "search.yaml"), "args": ["--no-progress"]},
+                   "config": str(tmp_path / "search.yaml"), "args": ["--no_progress"]},
         "evaluate": {
-            "args": ["--tasks", "kv", "--num-keys", 8, "--num-examples", 1, "--task-param", "kv:key_chars=1",
-                     "--task-param", "kv:template=pairs", "--seed", 3000, "--gold-positions", "all",
-                     "--batch-size", 64, "--no-progress"],
+            "args": ["--tasks", "kv", "--num_keys", 8, "--num_examples", 1, "--task_param", "kv:key_chars=1",
+                     "--task_param", "kv:template=pairs", "--seed", 3000, "--gold_positions", "all",
+                     "--batch_size", 64, "--no_progress"],
             "methods": {"rope": ["baseline", "lpes:scale_file={scale_file}", "pi:scale={mean_scale}"],
                         "repo": ["baseline"], "base": ["baseline"]},
         },
@@ -255,7 +255,7 @@ def test_config_mode_runs_the_loop_on_cpu(config_loop_run):
     positions = [commands.index(step) for step in steps]
     assert positions == sorted(positions) and "--trainer.logger false" in commands
     mean = json.loads((out / "scales" / "rope.json").read_text())["scales"]
-    assert f"--method pi:scale={sum(mean) / len(mean):.6g} " in commands
+    assert f"--methods pi:scale={sum(mean) / len(mean):.6g} " in commands
 
 
 @pytest.mark.slow  # the quickstart killed in each of its steps, then rerun to the end
@@ -326,14 +326,14 @@ def test_config_errors_name_the_key_or_file(tmp_path):
         assert result.returncode == 2 and message in result.stderr, (message, result.stderr[-2000:])
         assert "Traceback" not in result.stderr and not (tmp_path / f"out{i}").exists()
     # relative --config paths are taken from the repository root, whatever the current directory
-    no_file = quickstart("--config", "configs/quickstart/nowhere.yaml", "--dry-run", cwd=tmp_path)
+    no_file = quickstart("--config", "configs/quickstart/nowhere.yaml", "--dry_run", cwd=tmp_path)
     assert no_file.returncode == 2 and f"no config file at {ROOT / 'configs/quickstart/nowhere.yaml'}" in no_file.stderr
     assert "Traceback" not in no_file.stderr
 
 
 @pytest.mark.slow  # the quickstart in a subprocess
 def test_config_refuses_tiny_options(tmp_path):
-    result = quickstart("--config", FULL_SCALE, "--steps", "10", "--dry-run", "--out", tmp_path / "x")
+    result = quickstart("--config", FULL_SCALE, "--steps", "10", "--dry_run", "--out", tmp_path / "x")
     assert result.returncode == 2 and "--steps: built-in tiny loop only" in result.stderr
     assert not (tmp_path / "x").exists()
 
@@ -342,7 +342,7 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
     """The dry run's plan: torchrun on every GPU for training, the search and every evaluation, bf16, the
     evaluation's questions after the search's, an estimate per step; nothing written but commands.sh."""
     out = tmp_path / "dry"
-    args = options.parse_args(["--config", FULL_SCALE, "--dry-run", "--out", str(out), "--data_dir", str(tmp_path)])
+    args = options.parse_args(["--config", FULL_SCALE, "--dry_run", "--out", str(out), "--data_dir", str(tmp_path)])
     command.run_config(args, out)
     printed = capsys.readouterr().out
     plan = printed[printed.index("plan (") :].splitlines()[2:10]
@@ -357,14 +357,14 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
             assert "8 processes on 8 GPUs, " in line and (" h (" in line or " min (" in line), line
     assert "≈ 37.2 h (50.0B tokens at 40% MFU)" in plan[0]  # docs/training.md: ≈ 37 h on 8 H100
     assert "examples: the search uses mdqa fitness 0-199, held-out 200-699 (seed 0); every evaluation uses " \
-        "700-1199 (--example-offset 700)" in printed  # fmt: skip
+        "700-1199 (--example_offset 700)" in printed  # fmt: skip
     assert all("bfloat16 (--dtype auto)" in line for line in plan[5:])
     commands = (out / "commands.sh").read_text()
     assert commands.count("NPROC_PER_NODE=8 scripts/run_evaluation.sh") == 3
     assert (
         "NPROC_PER_NODE=8 scripts/run_search.sh" in commands and "NPROC_PER_NODE=8 scripts/launch_train.sh" in commands
     )
-    assert commands.count("--example-offset 700 ") == 3 and f"--data-dir {tmp_path} " in commands
+    assert commands.count("--example_offset 700 ") == 3 and f"--data_dir {tmp_path} " in commands
     assert sorted(p.name for p in out.iterdir()) == ["commands.sh"]
 
 
@@ -376,11 +376,11 @@ def test_search_args_decide_the_example_ranges(tmp_path, capsys):
     path = tmp_path / "held-out-800.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "o"
-    command.run_config(options.parse_args(["--config", str(path), "--dry-run", "--out", str(out), "--data_dir",
+    command.run_config(options.parse_args(["--config", str(path), "--dry_run", "--out", str(out), "--data_dir",
                                            str(tmp_path)]), out)  # fmt: skip
     printed = capsys.readouterr().out
-    assert "held-out 200-999 (seed 0); every evaluation uses 1000-1499 (--example-offset 1000)" in printed
-    assert (out / "commands.sh").read_text().count("--example-offset 1000 ") == 3
+    assert "held-out 200-999 (seed 0); every evaluation uses 1000-1499 (--example_offset 1000)" in printed
+    assert (out / "commands.sh").read_text().count("--example_offset 1000 ") == 3
 
 
 def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
@@ -390,7 +390,7 @@ def test_evaluations_that_share_the_node_in_the_dry_run_plan(tmp_path, capsys):
     path = tmp_path / "shared.yaml"
     path.write_text(yaml.safe_dump(config))
     args = options.parse_args(
-        ["--config", str(path), "--dry-run", "--out", str(tmp_path / "o"), "--data_dir", str(tmp_path)]
+        ["--config", str(path), "--dry_run", "--out", str(tmp_path / "o"), "--data_dir", str(tmp_path)]
     )
     command.run_config(args, tmp_path / "o")
     printed = capsys.readouterr().out
@@ -431,7 +431,7 @@ def test_options_parse_in_process(capsys, tmp_path):
         (dict(train__lancher=["x"]), "unknown key 'train.lancher'"),
         (dict(search__config=None), "missing key 'search.config'"),
         (dict(search__model="repo2"), "search.model: 'repo2' is not one of rope, repo, base"),
-        (dict(search__args=["--data-dir", "{scale_file}"]), "search.args[1]: unknown placeholder {scale_file}"),
+        (dict(search__args=["--data_dir", "{scale_file}"]), "search.args[1]: unknown placeholder {scale_file}"),
         (dict(evaluate__methods={"rpoe": ["pcd"]}), "evaluate.methods.rpoe: not a model; use one of rope, repo, base"),
         (dict(train__args=["--model.init_from", "x"]), "train.args: --model.init_from is set by the loop itself"),
         (dict(evaluate__args=["--seed", "{nope}"]), "evaluate.args[1]: unknown placeholder {nope}"),
@@ -439,11 +439,11 @@ def test_options_parse_in_process(capsys, tmp_path):
             dict(evaluate__args=["--seed", "{out:>99999999999}"]),
             "evaluate.args[1]: placeholder {out:>99999999999} in '{out:>99999999999}' has a format spec",
         ),
-        (dict(search__args=["--data-dir", "x{base!r}"]), "search.args[1]: placeholder {base!r} in 'x{base!r}' has"),
+        (dict(search__args=["--data_dir", "x{base!r}"]), "search.args[1]: placeholder {base!r} in 'x{base!r}' has"),
         (dict(train__launcher=["{python:d}"]), "train.launcher[0]: placeholder {python:d} in '{python:d}' has"),
         (dict(train__methods={"base": "x.yaml"}), "train.methods.base: rename it"),
-        (dict(search__args=["--data-dir", "{data_dir}"]), "data_dir: not set, but the arguments use {data_dir}"),
-        (dict(evaluate__args=["--example-offset", "3"]), "evaluate.args: --example-offset is set by the loop"),
+        (dict(search__args=["--data_dir", "{data_dir}"]), "data_dir: not set, but the arguments use {data_dir}"),
+        (dict(evaluate__args=["--example_offset", "3"]), "evaluate.args: --example_offset is set by the loop"),
         (dict(gpus=0), "gpus"),
         (dict(evaluate__at_once=3), "evaluate.at_once: must divide gpus (1) into equal slices"),
         (  # a value beside a placeholder is judged now, not after training and the search
@@ -480,7 +480,7 @@ def test_a_train_config_typo_is_refused_before_the_first_run_trains(tmp_path, ca
     train["trainer"]["max_stepz"] = train["trainer"].pop("max_steps")
     (tmp_path / "train-repo.yaml").write_text(yaml.safe_dump(train))
     with pytest.raises(SystemExit) as stop:
-        options.parse_args(["--config", str(path), "--dry-run", "--out", str(tmp_path / "o")])
+        options.parse_args(["--config", str(path), "--dry_run", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "train.methods.repo (" in err and "does not accept option 'trainer.max_stepz'" in err
@@ -499,10 +499,10 @@ def test_a_loop_file_parses_into_its_sections_and_prints_resolved(tmp_path, caps
 
 
 def test_data_a_loop_reads_is_checked_before_training(tmp_path, capsys):
-    """Missing shard lists and --data-dir folders are machine problems: fatal for a real run, listed by a dry run."""
+    """Missing shard lists and --data_dir folders are machine problems: fatal for a real run, listed by a dry run."""
     from workflows import loop_checks
 
-    path = write_tiny_loop_config(tmp_path, search__args=["--data-dir", str(tmp_path / "no-such-dir")])
+    path = write_tiny_loop_config(tmp_path, search__args=["--task.data_dir", str(tmp_path / "no-such-dir")])
     train = yaml.safe_load((tmp_path / "train-rope.yaml").read_text())
     train["data"]["train"] = {"class_path": "OlmoNumpyData", "init_args": {"mix_file": "data/nowhere/mix.txt"}}
     (tmp_path / "train-rope.yaml").write_text(yaml.safe_dump(train))
@@ -517,6 +517,6 @@ def test_data_a_loop_reads_is_checked_before_training(tmp_path, capsys):
     problems = loop_checks.machine_problems(args.loop, ROOT, values)
     missing = "data.train.init_args.mix_file: data/nowhere/mix.txt does not exist here"
     assert any(missing in p for p in problems), problems
-    assert any(f"search.args: --data-dir {tmp_path / 'no-such-dir'} is not a directory" in p for p in problems)
+    assert any(f"search.args: --task.data_dir {tmp_path / 'no-such-dir'} is not a directory" in p for p in problems)
     assert any("data.val: the 'source:' form was replaced by class_path + init_args; write" in p for p in problems)
     assert len(problems) == 3  # the base, the launchers and the other run's data are fine

@@ -22,12 +22,12 @@ def test_edge_and_evaluated_positions():
     args = pb.parse_args([])
     assert pb.edge_positions(args) == [0, 1, 2, 3, 60, 61, 62, 63]
     assert pb.eval_positions(args) == [0, 9, 18, 27, 36, 45, 54, 63]
-    narrow = pb.parse_args(["--pairs", "10", "--edge-width", "2", "--eval-positions", "10"])
+    narrow = pb.parse_args(["--pairs", "10", "--edge_width", "2", "--eval_positions", "10"])
     assert pb.edge_positions(narrow) == [0, 1, 8, 9] and pb.eval_positions(narrow) == list(range(10))
 
 
 def test_training_data_puts_the_gold_at_the_edges(tmp_path):
-    args = pb.parse_args(["--pairs", "12", "--edge-width", "2", "--steps", "2", "--edge-share", "1.0"])
+    args = pb.parse_args(["--pairs", "12", "--edge_width", "2", "--steps", "2", "--edge_share", "1.0"])
     counts = pb.write_training_data(tmp_path / "train.jsonl", seed=0, args=args)
     lines = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert counts == {"examples": 64, "gold_at_edge": 64} and len(lines) == 64
@@ -38,7 +38,7 @@ def test_training_data_puts_the_gold_at_the_edges(tmp_path):
         gold = [i for i, p in enumerate(pairs) if p[0] == key]
         assert len(gold) == 1 and gold[0] in (0, 1, 10, 11)
         assert pairs[gold[0]][1:] == line["completion"]
-    args = pb.parse_args(["--pairs", "12", "--edge-width", "2", "--steps", "2", "--edge-share", "0.0"])
+    args = pb.parse_args(["--pairs", "12", "--edge_width", "2", "--steps", "2", "--edge_share", "0.0"])
     pb.write_training_data(tmp_path / "middle.jsonl", seed=0, args=args)
     for line in (tmp_path / "middle.jsonl").read_text().splitlines():
         record = json.loads(line)
@@ -89,9 +89,9 @@ def test_method_results_refuses_a_missing_method():
 
 def test_parse_args_errors(capsys):
     for argv, message in (
-        (["--distinct-keys", "9"], "--distinct-keys must be in"),
-        (["--pairs", "8", "--edge-width", "4"], "--edge-width must be"),
-        (["--edge-share", "1.5"], "--edge-share must be in"),
+        (["--distinct_keys", "9"], "--distinct_keys must be in"),
+        (["--pairs", "8", "--edge_width", "4"], "--edge_width must be"),
+        (["--edge_share", "1.5"], "--edge_share must be in"),
         (["--base", "/nowhere"], "is not an HF model directory"),
     ):
         with pytest.raises(SystemExit):
@@ -100,25 +100,25 @@ def test_parse_args_errors(capsys):
 
 
 def test_the_command_takes_its_options_as_every_command_does(tmp_path, capsys):
-    """--print_config prints the defaults, the dashed spellings parse, a bad value is one line with exit code 2."""
+    """--print_config prints the defaults, the options parse, a bad value is one line with exit code 2."""
     with pytest.raises(SystemExit) as stop:  # the options checked, then printed, as every command prints them
-        workflows_main(["reproduce-position-bias", "--edge-width", "2", "--seeds=1", "--print_config"])
+        workflows_main(["reproduce-position-bias", "--edge_width", "2", "--seeds=1", "--print_config"])
     assert stop.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["out"] == "outputs/position-bias" and printed["steps"] == 400 and printed["lr"] == 0.001
     assert printed["edge_width"] == 2 and printed["seeds"] == 1 and printed["base"] == str(pb.BASE)
     with pytest.raises(SystemExit) as stop:
-        workflows_main(["reproduce-position-bias", "--out", str(tmp_path / "pb"), "--eval-positions", "99"])
+        workflows_main(["reproduce-position-bias", "--out", str(tmp_path / "pb"), "--eval_positions", "99"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and not (tmp_path / "pb").exists()
-    assert err.startswith(f"{pb.PROG}: error: --eval-positions must be in [3, --pairs]"), err
+    assert err.startswith(f"{pb.PROG}: error: --eval_positions must be in [3, --pairs]"), err
 
 
 @pytest.mark.slow  # the whole command in a subprocess: trains, searches, evaluates, reruns
 def test_smoke_run_writes_results_and_resumes(tmp_path):
     out = tmp_path / "pb"
     command = [*COMMAND, "--out", str(out), "--seeds", "1", "--steps", "2", "--pairs", "16",
-               "--eval-examples", "1", "--search-examples", "1", "--generations", "0", "--population", "4"]  # fmt: skip
+               "--eval_examples", "1", "--search_examples", "1", "--generations", "0", "--population", "4"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())

@@ -97,8 +97,8 @@ def test_parse_args_errors():
     with pytest.raises(SystemExit):
         parse_args(["--methods", "alibi"])
     with pytest.raises(SystemExit):
-        parse_args(["--train-lengths", "20-2"])
-    args = parse_args(["--methods", "rope, repo", "--test-lengths", "3-9"])
+        parse_args(["--train_lengths", "20-2"])
+    args = parse_args(["--methods", "rope, repo", "--test_lengths", "3-9"])
     assert args.methods == ["rope", "repo"] and (args.test_min, args.test_max) == (3, 9)
 
 
@@ -124,8 +124,8 @@ def test_smoke_run_trains_exports_evaluates_and_resumes(tmp_path):
     """The whole command at the smallest settings: 1 seed, 1 method, 3 steps, lengths 2-3 (train) / 2-4 (test)."""
     out = tmp_path / "rev"
     command = [sys.executable, "-m", "workflows", "reproduce-reversal", "--out", str(out), "--seeds", "1", "--methods", "repo", "--steps", "3",
-               "--hidden", "32", "--batch-size", "4", "--train-examples", "16", "--examples-per-length", "1",
-               "--train-lengths", "2-3", "--test-lengths", "2-4"]  # fmt: skip
+               "--hidden", "32", "--batch_size", "4", "--train_examples", "16", "--examples_per_length", "1",
+               "--train_lengths", "2-3", "--test_lengths", "2-4"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[1/1] repo-seed0: train" in result.stdout

@@ -1,7 +1,7 @@
 """The scripts and the script-like `python -m workflows` commands take their options as every command does
 (`repo_common.config_cli.parse_script`, `script_options`).
 
-For each: `--print_config` prints the resolved defaults, the old dashed flags still parse, a bad
+For each: `--print_config` prints the resolved defaults, the documented flags parse, a bad
 value is one line with exit code 2, and `--config` of a printed config sets the same options. Only the
 parsers run here, never a script's work (except the REPO analysis and the calibrator benchmark, on random
 tiny models).
@@ -47,23 +47,23 @@ CASES = [
     Case(
         "reproduce-position-bias",
         {"out": "outputs/position-bias", "seeds": 3, "steps": 400, "lr": 0.001, "distinct_keys": 8, "edge_share": 1.0},
-        ["--edge-width", "2", "--eval-examples=7", "--seeds", "1"],
+        ["--edge_width", "2", "--eval_examples=7", "--seeds", "1"],
         {"edge_width": 2, "eval_examples": 7, "seeds": 1},
-        ["--eval-positions", "99"],
-        "--eval-positions must be in [3, --pairs]",
+        ["--eval_positions", "99"],
+        "--eval_positions must be in [3, --pairs]",
     ),
     Case(
         "reproduce-reversal",
         {"out": "outputs/reversal", "methods": ["nope", "rope", "repo"], "steps": 1500, "train_lengths": "2-20"},
-        ["--methods", "rope,repo", "--examples-per-length", "7", "--test-lengths", "2-9"],
+        ["--methods", "rope,repo", "--examples_per_length", "7", "--test_lengths", "2-9"],
         {"methods": ["rope", "repo"], "examples_per_length": 7, "test_lengths": "2-9", "test_max": 9},
-        ["--train-lengths", "2to20"],
-        "--train-lengths must look like 2-20, got '2to20'",
+        ["--train_lengths", "2to20"],
+        "--train_lengths must look like 2-20, got '2to20'",
     ),
     Case(
         "make_tiny_dip_base",
         {"work": "outputs/tiny-kv-dip-work", "seed": 0, "steps": 400, "eval_examples": 50, "threads": 1},
-        ["--eval-examples", "3", "--seed", "2"],
+        ["--eval_examples", "3", "--seed", "2"],
         {"eval_examples": 3, "seed": 2},
         ["--threads", "0"],
         "--threads must be >= 1",
@@ -71,10 +71,10 @@ CASES = [
     Case(
         "make_tiny_repo_pair",
         {"work": "outputs/tiny-pair-work", "steps": 600, "curriculum_steps": 100, "eval_examples": 30, "threads": 1},
-        ["--curriculum-steps", "50", "--eval-examples", "3"],
+        ["--curriculum_steps", "50", "--eval_examples", "3"],
         {"curriculum_steps": 50, "eval_examples": 3},
-        ["--curriculum-steps", "700"],
-        "--curriculum-steps must be in [0, --steps=600]",
+        ["--curriculum_steps", "700"],
+        "--curriculum_steps must be in [0, --steps=600]",
     ),
     Case(
         "pretrain_tiny_base",
@@ -86,7 +86,7 @@ CASES = [
             "eval_every": 250,
             "threads": 0,
         },
-        ["--eval-every", "5", "--keys", "4"],
+        ["--eval_every", "5", "--keys", "4"],
         {"eval_every": 5, "keys": 4},
         ["--batch", "0"],
         "option --batch: expected a positive integer, got 0",
@@ -94,10 +94,10 @@ CASES = [
     Case(
         "analyze_repo_positions",
         {"model": "m", "task": "kv", "task_param": [], "num_examples": 8, "seed": 0, "out": "o"},
-        ["--task-param", "num_keys=4", "--task-param=key_chars=1", "--num-examples", "3"],
+        ["--task_param", "num_keys=4", "--task_param=key_chars=1", "--num_examples", "3"],
         {"task_param": ["num_keys=4", "key_chars=1"], "num_examples": 3},
-        ["--task-param", "num_keys"],
-        "--task-param expects KEY=VALUE, got 'num_keys'",
+        ["--task_param", "num_keys"],
+        "--task_param expects KEY=VALUE, got 'num_keys'",
         required=["--model", "m", "--out", "o"],
     ),
     Case(
@@ -111,7 +111,7 @@ CASES = [
             "batch_size": 4,
             "rounds": 5,
         },
-        ["--methods", "pcd", "pi:scale=2", "--doc-words", "5", "--batch-size", "2"],
+        ["--methods", "pcd", "pi:scale=2", "--doc_words", "5", "--batch_size", "2"],
         {"methods": ["pcd", "pi:scale=2"], "doc_words": 5, "batch_size": 2},
         ["--methods", "pcd", "nope"],
         "unknown method 'nope'; registered methods are",
@@ -119,7 +119,7 @@ CASES = [
     Case(
         "benchmark-fim",
         {"docs": 4, "examples": 2, "new_tokens": 8, "hidden": 256, "rounds": 2},
-        ["--new-tokens", "3", "--docs", "2"],
+        ["--new_tokens", "3", "--docs", "2"],
         {"new_tokens": 3, "docs": 2},
         ["--docs", "0"],
         "option --docs: expected a positive integer, got 0",
@@ -127,15 +127,15 @@ CASES = [
     Case(
         "benchmark-harness",
         {"family": "olmo2", "prompts": 16, "min_chars": 200, "max_chars": 800, "new_tokens": 32, "rounds": 5},
-        ["--min-chars", "100", "--new-tokens", "4", "--family", "repo_olmo2"],
+        ["--min_chars", "100", "--new_tokens", "4", "--family", "repo_olmo2"],
         {"min_chars": 100, "new_tokens": 4, "family": "repo_olmo2"},
-        ["--min-chars", "900"],
-        "--min-chars 900 is above --max-chars 800",
+        ["--min_chars", "900"],
+        "--min_chars 900 is above --max_chars 800",
     ),
     Case(
         "benchmark-training",
         {"rounds": 3, "steps": 8, "seq_len": 1024, "batch": 2, "skip_ddp": False},
-        ["--seq-len", "64", "--skip-ddp"],
+        ["--seq_len", "64", "--skip_ddp"],
         {"seq_len": 64, "skip_ddp": True},
         ["--rounds", "x"],
         "option --rounds: expected a positive integer, got 'x'",
@@ -143,7 +143,7 @@ CASES = [
     Case(
         "benchmark-repo-overhead",
         {"seq_len": 1024, "batch": 2, "hidden": 256, "heads": 4, "layers": 6, "rounds": 10, "clock": "wall"},
-        ["--seq-len", "4096", "--heads", "8", "--clock", "cpu"],
+        ["--seq_len", "4096", "--heads", "8", "--clock", "cpu"],
         {"seq_len": 4096, "heads": 8, "clock": "cpu"},
         ["--clock", "sundial"],
         "argument --clock: invalid choice: 'sundial' (choose from 'cpu', 'wall')",
@@ -151,7 +151,7 @@ CASES = [
     Case(
         "benchmark-search",
         {"questions": 40, "held_out": 40, "population": 8, "generations": 4, "seeds": [0], "min_questions": 8},
-        ["--held-out", "8", "--min-questions", "2", "--fractions", "[0.5, 1.0]"],
+        ["--held_out", "8", "--min_questions", "2", "--fractions", "[0.5, 1.0]"],
         {"held_out": 8, "min_questions": 2, "fractions": [0.5, 1.0]},
         ["--fractions", "[0.5, 0.9]"],
         "ga.racing.fractions must lie in (0, 1] and end with 1.0 (the whole set), got [0.5, 0.9]",
@@ -159,10 +159,10 @@ CASES = [
     Case(
         "crosscheck-lm-eval",
         {"model": "models/smollm2-135m-instruct", "num_documents": 5, "gold_positions": "all", "repeats": 3},
-        ["--num-documents", "3", "--gold-positions", "0,2", "--chat-template", "true", "--max-new-tokens", "16"],
+        ["--num_documents", "3", "--gold_positions", "0,2", "--chat_template", "true", "--max_new_tokens", "16"],
         {"num_documents": 3, "gold_positions": [0, 2], "chat_template": True, "max_new_tokens": 16},
-        ["--system-prompt", "Answer briefly."],
-        "--system-prompt needs --chat-template true",
+        ["--system_prompt", "Answer briefly."],
+        "--system_prompt needs --chat_template true",
     ),
 ]
 MODULES = {case.script: load_script(case.script) for case in CASES if case.script not in COMMANDS}
@@ -240,7 +240,7 @@ def test_the_repo_analysis_stores_its_config_and_the_file_replays_it(tmp_path):
     RePoOlmo2ForCausalLM(config).save_pretrained(model)
     tokenizer.save_pretrained(model)
     analysis = MODULES["analyze_repo_positions"]
-    argv = ["--model", str(model), "--task-param", "num_keys=3", "--num-examples", "1", "--out", str(tmp_path / "out")]
+    argv = ["--model", str(model), "--task_param", "num_keys=3", "--num_examples", "1", "--out", str(tmp_path / "out")]
     analysis.main(argv)
     stored = Path(tmp_path / "out" / "config.yaml")
     assert vars(analysis.parse_args(["--config", str(stored)])) == vars(analysis.parse_args(argv))

@@ -31,7 +31,7 @@ COMMANDS = {
     "python -m repo_train real-model": (["--dtype", "int3"], "--dtype"),
     "python -m repo_train check-gpu": None,  # moved: the refusal alone (below)
     "python -m evaluation": (["nope"], "unknown command 'nope'"),
-    "python -m evaluation run": (["--out", "x", "--method", "pi:scale=2", "--tasks", "nope"], "unknown task(s)"),
+    "python -m evaluation run": (["--out", "x", "--methods", "pi:scale=2", "--tasks", "nope"], "unknown task(s)"),
     "python -m evaluation report": ([], "missing option --out"),
     "python -m evaluation summarize": (["--out", "r", "--colour"], "--colour"),
     "python -m evaluation calibrate-fim": (["--model", "m", "--method", "pi", "--out", "b.json"], "give a fim spec"),
@@ -47,20 +47,20 @@ COMMANDS = {
     # the benchmarks import their measuring module (torch) only after their model-free checks
     "python -m workflows benchmark-calibrators": (["--methods", "nope"], "unknown method 'nope'"),
     "python -m workflows benchmark-fim": (["--docs", "0"], "--docs"),
-    "python -m workflows benchmark-harness": (["--min-chars", "900"], "is above --max-chars 800"),
+    "python -m workflows benchmark-harness": (["--min_chars", "900"], "is above --max_chars 800"),
     "python -m workflows benchmark-repo-overhead": (["--clock", "sun"], "--clock"),
     "python -m workflows benchmark-search": (["--population", "3"], "leaves no mutation children"),
     "python -m workflows benchmark-training": (["--steps", "0"], "--steps"),
     "python -m workflows study-real-model": (["--questions", "0"], "--questions must be >= 1"),
-    "python -m workflows crosscheck-lm-eval": (["--gold-positions", "nowhere"], "--gold-positions expects"),
+    "python -m workflows crosscheck-lm-eval": (["--gold_positions", "nowhere"], "--gold_positions expects"),
     "python -m workflows reproduce-reversal": (["--methods", "alibi"], "--methods: unknown ['alibi']"),
     "python -m workflows quickstart": (["--steps", "none"], "--steps"),
-    "python -m workflows reproduce-position-bias": (["--eval-examples", "0"], "--eval-examples must be"),
+    "python -m workflows reproduce-position-bias": (["--eval_examples", "0"], "--eval_examples must be"),
     "scripts/make_tiny_dip_base.py": (["--seed", "x"], "--seed"),
     "scripts/make_tiny_repo_pair.py": (["--steps", "x"], "--steps"),
     "scripts/check_gpu.py": (["--pairs", "0"], "--pairs"),
     # the scripts that import torch only after parsing (their model-free checks included)
-    "scripts/analyze_repo_positions.py": (["--model", "m", "--out", "o", "--task-param", "x"], "expects KEY=VALUE"),
+    "scripts/analyze_repo_positions.py": (["--model", "m", "--out", "o", "--task_param", "x"], "expects KEY=VALUE"),
     "scripts/compare_fim_calibrations.py": (
         ["--model", "m", "--task", "mdqa", "--task_params", '{"max_new_tokens": 24}', "--out", "c"],
         "unknown parameter(s) ['max_new_tokens']",
@@ -105,7 +105,7 @@ def test_a_refusal_that_needs_no_model_loads_no_heavy_package(command):
     "args",
     [
         ["--print_config"],  # the template: the default task and method resolved without their heavy packages
-        ["--out", "x", "--method", "nope"],  # an unknown method name: the registry's names alone
+        ["--out", "x", "--methods", "nope"],  # an unknown method name: the registry's names alone
         ["--out", "x", "--batch_size", "0"],
         ["--out", "x", "--dtype", "bfloat16"],  # a dtype the tiny default would ignore
         ["--out", "{folder}"],  # a folder of other files
@@ -130,23 +130,31 @@ _MODEL = "workflows/assets/tiny-kv-dip"
     [
         (
             "python -m evaluation run",
-            ["--model", _NO_TOKENIZER, "--tasks", "kv", "--num-examples", "2"],
+            ["--model", _NO_TOKENIZER, "--tasks", "kv", "--num_examples", "2"],
             "has no tokenizer",
         ),
         ("python -m evaluation run", ["--model", "models/no-such-model"], "'models/no-such-model': no such directory"),
         (
             "python -m evaluation run",
-            ["--model", _MODEL, "--data-dir", "{tmp}/nowhere"],
+            ["--model", _MODEL, "--data_dir", "{tmp}/nowhere"],
             "is not a directory; download",
         ),
         (
             "python -m evaluation run",
-            ["--model", _MODEL, "--tasks", "mdqa", "--data-dir", "{tmp}"],
+            ["--model", _MODEL, "--tasks", "mdqa", "--data_dir", "{tmp}"],
             "no nq-open-oracle",
         ),
-        ("python -m search run", ["--model", _NO_TOKENIZER], "has no tokenizer"),
-        ("python -m search run", ["--model", _MODEL, "--task", "mdqa", "--data-dir", "{tmp}/nowhere"], "download"),
-        ("python -m search run", ["--model", _MODEL, "--task", "mdqa", "--data-dir", "{tmp}"], "no nq-open-oracle"),
+        ("python -m search run", ["--model.path", _NO_TOKENIZER], "has no tokenizer"),
+        (
+            "python -m search run",
+            ["--model.path", _MODEL, "--task.name", "mdqa", "--task.data_dir", "{tmp}/nowhere"],
+            "download",
+        ),
+        (
+            "python -m search run",
+            ["--model.path", _MODEL, "--task.name", "mdqa", "--task.data_dir", "{tmp}"],
+            "no nq-open-oracle",
+        ),
         ("python -m repo_train fit", ["--ckpt_path", "{tmp}/gone.ckpt"], "gone.ckpt' does not exist"),
         ("python -m repo_train validate", ["--ckpt_path={tmp}/gone.ckpt"], "gone.ckpt' does not exist"),
         ("python -m repo_train fit", ["--config", "{tmp}/resume.yaml"], "gone.ckpt' does not exist"),
@@ -203,7 +211,7 @@ def test_a_built_in_method_s_parameters_are_judged_with_its_module(spec, tmp_pat
     """The known exception: a built-in method's parameters, their types and checks are its class, in a module
     that imports torch (the registry names it by its class path), so such a refusal loads torch; everything the
     run judges without a model comes before it. If this stops importing torch, add it to the list above."""
-    args = ["--model", _MODEL, "--tasks", "kv", "--num-examples", "2", "--method", spec, "--out", f"{tmp_path}/o"]
+    args = ["--model", _MODEL, "--tasks", "kv", "--num_examples", "2", "--methods", spec, "--out", f"{tmp_path}/o"]
     code, err, heavy = probe("python -m evaluation run", args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and spec.split(":")[0] in err, err
     assert "torch" in heavy

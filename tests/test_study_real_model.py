@@ -104,7 +104,7 @@ def test_a_study_directory_of_the_other_score_is_refused_before_anything_is_writ
     (out / "config.yaml").write_text("score: metric\n")
     before = {path.name: path.read_bytes() for path in out.iterdir()}
     with pytest.raises(SystemExit) as stop:
-        study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry-run"])
+        study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry_run"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "holds a study scored by metric, not --score gold_loglik: pass another --out" in err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
@@ -214,7 +214,7 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
     text = (out / "README.md").read_text()
     assert "## Each paper's claim next to what was seen" in text and (out / "study.png").is_file()
     commands = (out / "commands.sh").read_text()
-    assert "--chat-template true" in commands and "search run" in commands
+    assert "--chat_template true" in commands and "search run" in commands
     before = (out / "eval" / "main" / "records.jsonl").stat().st_mtime_ns
     capsys.readouterr()
     study_main(["--quick", "--out", str(out), "--model", str(real_model_dir)])  # resumes: no rerun

@@ -74,7 +74,7 @@ def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> 
 
 def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:
     """The data each step reads, checked before the first step: the train configs' shard lists and folders
-    (`mix_file` and `paths` of `data.train` and `data.val`) and the `--data-dir` of the search and
+    (`mix_file` and `paths` of `data.train` and `data.val`) and the `--data_dir` of the search and
     evaluation arguments. A typo here would otherwise stop the loop after hours of training."""
     problems = []
     for name, train_config in config.train.methods.items():
@@ -94,10 +94,11 @@ def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> lis
                         f"train.methods.{name} ({train_config}): data.{split}.init_args.{key}: {value} does not "
                         "exist here (configs/data/README.md says how to prepare it)"
                     )
-    for key, args in (("search.args", config.search.args), ("evaluate.args", config.evaluate.args)):
+    for key, args, option in (("search.args", config.search.args, "--task.data_dir"),
+                              ("evaluate.args", config.evaluate.args, "--data_dir")):  # fmt: skip
         for flag, value in itertools.pairwise(args):
-            if flag == "--data-dir" and "{data_dir}" not in value and not (root / fill(value, values)).is_dir():
-                problems.append(f"{key}: --data-dir {value} is not a directory here (docs/evaluation.md: the data)")
+            if flag == option and "{data_dir}" not in value and not (root / fill(value, values)).is_dir():
+                problems.append(f"{key}: {option} {value} is not a directory here (docs/evaluation.md: the data)")
     return problems
 
 
@@ -125,7 +126,7 @@ def check_evaluations(config: LoopConfig) -> None:
                     raise LoopConfigError(f"{key}: unknown parameter(s) {unknown} for method {method!r} in {spec!r}")
             now += ["+".join(checked)] if checked else []
         argv = [fill(arg, stand_in) for arg in config.evaluate.args]
-        argv += [flag for spec in now for flag in ("--method", spec)] + ["--out", "unused"]
+        argv += [flag for spec in now for flag in ("--methods", spec)] + ["--out", "unused"]
         help_text, add_options, _ = COMMANDS["run"]
         parser = ConfigParser.for_command("python -m evaluation run", help_text)
         add_options(parser)

@@ -31,8 +31,8 @@ AFTER_SEARCH = ("scale_file", "mean_scale")
 #: Options the loop sets itself; in an `args` list they would clash with (or silently beat) the loop's own.
 RESERVED = {
     "train.args": ("--config", "--trainer.default_root_dir", "--model.init_from"),
-    "search.args": ("--model", "--config", "--out"),
-    "evaluate.args": ("--model", "--method", "--out", "--example-offset", "--example_offset"),
+    "search.args": ("--model.path", "--config", "--out"),
+    "evaluate.args": ("--model", "--methods", "--out", "--example_offset"),
 }
 #: What `data_dir` must hold, and where to get it (named when it is missing).
 DATA_DIR_HINT = (
@@ -40,7 +40,7 @@ DATA_DIR_HINT = (
     "git clone https://github.com/nelson-liu/lost-in-the-middle, docs/evaluation.md#data-preparation) "
     "or pass --data_dir DIR"
 )
-#: A YAML list item may be a number (`[--num-keys, 8]`); the loop passes it on as text.
+#: A YAML list item may be a number (`[--num_keys, 8]`); the loop passes it on as text.
 Word = str | int | float
 
 
@@ -113,7 +113,7 @@ class SearchSection:
     config: str
     """The LPES config, e.g. configs/search/lpes.yaml."""
     args: list[Word] = field(default_factory=list)
-    """Extra search options (not --model, --config, --out)."""
+    """Extra search options (not --model.path, --config, --out)."""
 
     def __post_init__(self) -> None:
         self.launcher = _argv(self.launcher, "search.launcher", required=True)
@@ -128,7 +128,7 @@ class EvaluateSection:
     methods: dict[str, list[Word]]
     """Model name (a run, or base) -> harness methods, e.g. {rope: [baseline, "lpes:scale_file={scale_file}"]}."""
     args: list[Word] = field(default_factory=list)
-    """Options of every evaluation run (not --model, --method, --out, nor --example-offset: the loop starts
+    """Options of every evaluation run (not --model, --method, --out, nor --example_offset: the loop starts
     the evaluation's examples after the search's, read from the search config)."""
     launcher: list[Word] = field(default_factory=lambda: ["scripts/run_evaluation.sh"])
     """The evaluation command, e.g. [scripts/run_evaluation.sh] (torchrun on `gpus` processes)."""

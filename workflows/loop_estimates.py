@@ -134,8 +134,8 @@ def evaluation_shape(args: Sequence[str]) -> tuple[list[str], dict[str, int], in
         return str(option(args, flag, default))
 
     tasks = [t.strip() for t in value("--tasks", "mdqa").split(",") if t.strip()]
-    items = {"mdqa": int(value("--num-documents", "20")), "kv": int(value("--num-keys", "75"))}
-    return tasks, items, int(value("--num-examples", "500")), value("--gold-positions", "ends-20-50-80")
+    items = {"mdqa": int(value("--num_documents", "20")), "kv": int(value("--num_keys", "75"))}
+    return tasks, items, int(value("--num_examples", "500")), value("--gold_positions", "ends-20-50-80")
 
 
 def positions_count(grid: str, items: int) -> int:

@@ -34,7 +34,7 @@ PROG = "python -m workflows reproduce-position-bias"
 #: The default base: it retrieves perfectly in contexts of up to 24 pairs, so it has no position bias of its own.
 BASE = TINY_KV_BASE
 SEARCH_SEED, EVAL_SEED = 2000, 3000
-#: (short name, --method flag template); {scale_file} and {mean_scale} are filled per seed.
+#: (short name, --methods flag template); {scale_file} and {mean_scale} are filled per seed.
 METHODS = (
     ("baseline", "baseline"),
     ("lpes", "lpes:scale_file={scale_file}"),
@@ -51,35 +51,24 @@ METHODS = (
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The recipe's options (each also a key of a `--config` file; the dashed spellings work too)."""
+    """The recipe's options (each also a key of a `--config` file)."""
     parser.add_argument("--out", type=str, default="outputs/position-bias", help="output directory (created; resumes)")
     parser.add_argument("--base", type=str, default=str(BASE), help="RoPE HF model to continue (default: the built-in)")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds (0, 1, ...)")
     parser.add_argument("--steps", type=int, default=400, help="continual-training steps per seed")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (linear decay to 0)")
     parser.add_argument("--pairs", type=int, default=64, help="pairs per prompt (training and evaluation)")
-    parser.add_argument(
-        "--distinct_keys", "--distinct-keys", type=int, default=8, help="distinct keys per prompt (the rest repeat)"
-    )
-    parser.add_argument(
-        "--edge_width", "--edge-width", type=int, default=4, help="training gold in the first/last this many pairs"
-    )
+    parser.add_argument("--distinct_keys", type=int, default=8, help="distinct keys per prompt (the rest repeat)")
+    parser.add_argument("--edge_width", type=int, default=4, help="training gold in the first/last this many pairs")
     parser.add_argument(
         "--edge_share",
-        "--edge-share",
         type=float,
         default=1.0,
         help="share of training examples with the gold at an edge",
     )
-    parser.add_argument(
-        "--eval_positions", "--eval-positions", type=int, default=8, help="evenly spaced gold positions evaluated"
-    )
-    parser.add_argument(
-        "--eval_examples", "--eval-examples", type=int, default=50, help="held-out examples per gold position"
-    )
-    parser.add_argument(
-        "--search_examples", "--search-examples", type=int, default=32, help="search examples per subset (x3 prompts)"
-    )
+    parser.add_argument("--eval_positions", type=int, default=8, help="evenly spaced gold positions evaluated")
+    parser.add_argument("--eval_examples", type=int, default=50, help="held-out examples per gold position")
+    parser.add_argument("--search_examples", type=int, default=32, help="search examples per subset (x3 prompts)")
     parser.add_argument("--generations", type=int, default=20, help="LPES breeding rounds (paper: 20)")
     parser.add_argument("--population", type=int, default=32, help="LPES population (paper: 32 = 12 + 4 + 16)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
@@ -95,17 +84,17 @@ def check_options(args: argparse.Namespace) -> None:
     """The recipe's domain checks (jsonargparse checked the types), each a ValueError naming the option."""
     for name in ("seeds", "steps", "pairs", "eval_examples", "search_examples", "threads", "population"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name} must be >= 1")
     if args.generations < 0:
         raise ValueError("--generations must be >= 0")
     if not 2 <= args.distinct_keys <= min(8, args.pairs):
-        raise ValueError(f"--distinct-keys must be in [2, {min(8, args.pairs)}] (one-character keys give 8)")
+        raise ValueError(f"--distinct_keys must be in [2, {min(8, args.pairs)}] (one-character keys give 8)")
     if not 1 <= args.edge_width or 2 * args.edge_width >= args.pairs:
-        raise ValueError(f"--edge-width must be >= 1 and leave middle positions: 2 x {args.edge_width} < {args.pairs}")
+        raise ValueError(f"--edge_width must be >= 1 and leave middle positions: 2 x {args.edge_width} < {args.pairs}")
     if not 0.0 <= args.edge_share <= 1.0:
-        raise ValueError(f"--edge-share must be in [0, 1], got {args.edge_share}")
+        raise ValueError(f"--edge_share must be in [0, 1], got {args.edge_share}")
     if not 3 <= args.eval_positions <= args.pairs:
-        raise ValueError("--eval-positions must be in [3, --pairs]")
+        raise ValueError("--eval_positions must be in [3, --pairs]")
     if args.population < 4:
         raise ValueError("--population must be >= 4 (parents, crossover and mutation offspring)")
     if not (Path(args.base) / "config.json").is_file():
@@ -199,13 +188,13 @@ def search_config(out: Path, args: argparse.Namespace) -> Path:
 
 def eval_command(model: Path, out: Path, methods: Sequence[str], args: argparse.Namespace) -> list[str]:
     params = [
-        p for key, value in kv_params(args).items() if key != "num_keys" for p in ("--task-param", f"kv:{key}={value}")
+        p for key, value in kv_params(args).items() if key != "num_keys" for p in ("--task_param", f"kv:{key}={value}")
     ]
     return [
-        "evaluation", "run", "--model", str(model), "--tasks", "kv", "--num-keys", str(args.pairs), *params,
-        "--num-examples", str(args.eval_examples), "--seed", str(EVAL_SEED),
-        "--gold-positions", ",".join(map(str, eval_positions(args))), "--batch-size", "50", "--no-progress",
-        *(flag for method in methods for flag in ("--method", method)), "--out", str(out),
+        "evaluation", "run", "--model", str(model), "--tasks", "kv", "--num_keys", str(args.pairs), *params,
+        "--num_examples", str(args.eval_examples), "--seed", str(EVAL_SEED),
+        "--gold_positions", ",".join(map(str, eval_positions(args))), "--batch_size", "50", "--no_progress",
+        *(flag for method in methods for flag in ("--methods", method)), "--out", str(out),
     ]  # fmt: skip
 
 

@@ -68,7 +68,7 @@ def run_seed(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace)
     model = recipe.train_model(seed, out, run, args)
     scale_file = out / "scales" / f"seed{seed}.json"
     if not scale_file.is_file():
-        run(f"seed {seed}: LPES search", "search", "run", "--model", str(model), "--config",
+        run(f"seed {seed}: LPES search", "search", "run", "--model.path", str(model), "--config",
             str(recipe.search_config(out, args)), "--out", str(scale_file), "--resume",
             log=out / "logs" / f"search-seed{seed}.log")  # fmt: skip
     scales = [float(s) for s in json.loads(scale_file.read_text())["scales"]]

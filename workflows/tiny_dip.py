@@ -19,7 +19,7 @@ from evaluation.statistics import PositionTable, cluster_bootstrap_curves, perce
 from workflows import position_bias as recipe
 from workflows.commands import CommandRunner
 
-#: (short name, --method flag), baseline first. CALIOPE's gaps are sized to this context (the added positions stay
+#: (short name, --methods flag), baseline first. CALIOPE's gaps are sized to this context (the added positions stay
 #: within the ~200 the model was trained on, the rule of workflows/position_bias.py); the published ones add
 #: thousands and are kept to show that; PI at a few scales.
 METHODS = (
@@ -88,7 +88,7 @@ def readme(args: argparse.Namespace, settings: argparse.Namespace, summary: Mapp
     positions = sorted(int(p) for p in base["by_position"])
     cells = [base["by_position"][str(p)] for p in positions]
     command = ["python", "scripts/make_tiny_dip_base.py", "--seed", str(args.seed), "--steps", str(args.steps),
-               "--eval-examples", str(args.eval_examples), "--threads", str(args.threads)]  # fmt: skip
+               "--eval_examples", str(args.eval_examples), "--threads", str(args.threads)]  # fmt: skip
     lines = [
         "# tiny-kv-dip",
         "",
@@ -166,9 +166,9 @@ def _recipe_paragraph(args: argparse.Namespace, settings: argparse.Namespace) ->
 def _measurement_paragraph(args: argparse.Namespace, settings: argparse.Namespace, positions: Sequence[int]) -> str:
     seed = recipe.EVAL_SEED
     return (
-        "`python -m evaluation run --tasks kv --task-param kv:template=pairs --task-param kv:key_chars=1 "
-        f"--task-param kv:distinct_keys={settings.distinct_keys} --num-keys {settings.pairs} --num-examples "
-        f"{settings.eval_examples} --seed {seed} --gold-positions {','.join(map(str, positions))}`: "
+        "`python -m evaluation run --tasks kv --task_param kv:template=pairs --task_param kv:key_chars=1 "
+        f"--task_param kv:distinct_keys={settings.distinct_keys} --num_keys {settings.pairs} --num_examples "
+        f"{settings.eval_examples} --seed {seed} --gold_positions {','.join(map(str, positions))}`: "
         f"{settings.eval_examples} questions × {len(positions)} gold positions (seed {seed}; training used "
         f"{1000 + args.seed}), scored by the release's case-insensitive containment. Intervals: 95% percentile "
         "bootstrap, by question for pooled numbers."

@@ -87,7 +87,7 @@ def refuse_renamed_grid(spec: object) -> None:
     if isinstance(spec, str) and spec.lower() in RENAMED_GRIDS:
         new = RENAMED_GRIDS[spec.lower()]
         raise ValueError(
-            f"the gold-position grid {spec!r} is now called {new!r} ({GRID_HELP}); pass --gold-positions {new} "
+            f"the gold-position grid {spec!r} is now called {new!r} ({GRID_HELP}); pass --gold_positions {new} "
             f"(gold_positions: {new} in a config)"
         )
 
@@ -206,10 +206,10 @@ class Task(ABC):
     scoring: ClassVar[str] = "generation"
     #: Log-likelihood tasks: score the options through the KV cache (a field of the tasks that offer the choice).
     use_kv_cache: ClassVar[bool] = False
-    #: The task's file in a data folder (`--data-dir`), a glob formatted with the task's parameters; None = none.
+    #: The task's file in a data folder (`--data_dir`), a glob formatted with the task's parameters; None = none.
     data_file_pattern: ClassVar[str | None] = None
     #: What to do when the data folder lacks that file (appended to the error).
-    data_file_hint: ClassVar[str] = "pass another --data-dir, or the file itself as path="
+    data_file_hint: ClassVar[str] = "pass another --data_dir, or the file itself as path="
 
     num_examples: int | None = None
     """Number of source examples to use (each gives one row per gold position); None = all."""
@@ -333,5 +333,5 @@ class Task(ABC):
         matches = sorted(p for p in Path(data_dir).glob(pattern) if p.is_file())
         if not matches:
             shown = pattern.replace(".jsonl*", ".jsonl(.gz)")
-            raise FileNotFoundError(f"no {shown} in --data-dir {str(data_dir)!r}; {cls.data_file_hint}")
+            raise FileNotFoundError(f"no {shown} in --data_dir {str(data_dir)!r}; {cls.data_file_hint}")
         return matches[0].resolve()

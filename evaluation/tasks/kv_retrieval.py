@@ -143,8 +143,8 @@ class KVRetrievalTask(Task):
     name = "kv"
     data_file_pattern = "kv-retrieval-{num_keys}_keys.jsonl*"
     data_file_hint = (
-        f"pass the --num-keys of a file there, download {KV_RELEASE_FILE} (or the 140 or 300 keys' file) of {RELEASE} "
-        "into it, or drop --data-dir to generate examples"
+        f"pass the --num_keys of a file there, download {KV_RELEASE_FILE} (or the 140 or 300 keys' file) of {RELEASE} "
+        "into it, or drop --data_dir to generate examples"
     )
 
     path: str | None = None

@@ -156,7 +156,7 @@ def largest_fitting(measure: Callable[[int], int], limit: int, guess: int) -> in
 def depth_grid(depths: int | str | Sequence[float]) -> list[float]:
     """Depth percentages: an int k gives k evenly spaced depths from 0 to 100 (k = 1: the middle).
 
-    A string is a comma-separated list ('0,50,100', as a CLI --task-param gives it).
+    A string is a comma-separated list ('0,50,100', as a CLI --task_param gives it).
     """
     if isinstance(depths, str):
         try:

@@ -2,7 +2,7 @@
 
 A small generated retrieval task, the shape of key-value retrieval in words: k lines "The NAME is
 COLOUR.", then "Question: what colour is NAME? Answer:". One registration line makes it a task of
-every command (`--tasks colour_lookup`, `--task-param colour_lookup:num_items=6`).
+every command (`--tasks colour_lookup`, `--task_param colour_lookup:num_items=6`).
 """
 
 from __future__ import annotations

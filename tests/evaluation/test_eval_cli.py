@@ -10,7 +10,7 @@ import pytest
 
 from evaluation.cli import main
 
-FAST = ["--max-length", "400", "--truncate", "middle", "--no-progress"]
+FAST = ["--max_length", "400", "--truncate", "middle", "--no_progress"]
 
 
 def test_help_lists_the_options(capsys):
@@ -18,7 +18,7 @@ def test_help_lists_the_options(capsys):
         main(["run", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--model", "--tasks", "--method", "--data-dir", "--truncate", "--gold-positions", "--max-records"):
+    for option in ("--model", "--tasks", "--methods", "--data_dir", "--truncate", "--gold_positions", "--max_records"):
         assert option in out
     assert "nq-open-oracle.first40.jsonl.gz" in out  # the fixture fallback is documented
 
@@ -48,7 +48,7 @@ def test_help_of_an_unknown_name_is_one_line(capsys):
 
 def test_tiny_default_run_writes_everything_and_report_rerenders(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["run", "--tasks", "mdqa,kv", "--method", "baseline", "--method", "pi:scale=2", "--out", str(out), *FAST]
+    argv = ["run", "--tasks", "mdqa,kv", "--methods", "baseline", "--methods", "pi:scale=2", "--out", str(out), *FAST]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "mdqa         pi:scale=2" in captured.out and "built-in tiny random model" in captured.err
@@ -63,8 +63,8 @@ def test_tiny_default_run_writes_everything_and_report_rerenders(tmp_path, capsy
 
 
 def test_max_records_stops_with_exit_3_and_a_rerun_finishes(tmp_path, capsys):
-    argv = ["run", "--tasks", "kv", "--out", str(tmp_path), "--max-new-tokens", "2", "--no-report", *FAST]
-    assert main([*argv, "--max-records", "3"]) == 3
+    argv = ["run", "--tasks", "kv", "--out", str(tmp_path), "--max_new_tokens", "2", "--no_report", *FAST]
+    assert main([*argv, "--max_records", "3"]) == 3
     assert "rerun the same command to resume" in capsys.readouterr().err
     assert main(argv) == 0
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 8  # 2 examples × 4 positions
@@ -75,17 +75,17 @@ def test_max_records_stops_with_exit_3_and_a_rerun_finishes(tmp_path, capsys):
     [
         (["--model", "/no/such/dir"], "no such directory; pass a local HF model directory"),
         (["--tasks", "mdqa,nosuch"], "unknown task(s) ['nosuch']"),
-        (["--method", "nosuch"], "unknown method 'nosuch'"),
-        (["--method", "pi:scale"], "write key=value"),
-        (["--method", "pi:scale=2,size=3"], "valid parameters are ['scale']"),
-        (["--task-param", "mdqa:num_documents"], "bad --task-param"),
-        (["--task-param", "mdqa:bogus=1"], "unknown parameter(s) ['bogus'] for task 'mdqa'"),
-        (["--data-dir", "/no/such/dir"], "is not a directory; download qa_data/nq-open-oracle.jsonl.gz"),
-        (["--tasks", "kv", "--num-keys", "50", "--max-length", "300"], "--truncate middle|left"),
+        (["--methods", "nosuch"], "unknown method 'nosuch'"),
+        (["--methods", "pi:scale"], "write key=value"),
+        (["--methods", "pi:scale=2,size=3"], "valid parameters are ['scale']"),
+        (["--task_param", "mdqa:num_documents"], "bad --task_param"),
+        (["--task_param", "mdqa:bogus=1"], "unknown parameter(s) ['bogus'] for task 'mdqa'"),
+        (["--data_dir", "/no/such/dir"], "is not a directory; download qa_data/nq-open-oracle.jsonl.gz"),
+        (["--tasks", "kv", "--num_keys", "50", "--max_length", "300"], "--truncate middle|left"),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_2(tmp_path, capsys, args, message):
-    assert main(["run", "--out", str(tmp_path / "out"), "--no-progress", *args]) == 2
+    assert main(["run", "--out", str(tmp_path / "out"), "--no_progress", *args]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("python -m evaluation")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in err
@@ -99,7 +99,7 @@ def test_report_without_a_run_is_a_usage_error(tmp_path, capsys):
 @pytest.mark.slow  # a fresh interpreter running the CLI
 def test_module_entry_point_exit_code_in_a_subprocess(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "evaluation", "run", "--out", str(tmp_path), "--method", "pi:scale=x"],
+        [sys.executable, "-m", "evaluation", "run", "--out", str(tmp_path), "--methods", "pi:scale=x"],
         capture_output=True,
         text=True,
         timeout=120,

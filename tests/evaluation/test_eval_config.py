@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from evaluation.cli import main
-from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+from evaluation.config import add_run_options, resolve
 from evaluation.run_config import RunConfig, option_fields
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, LOST_IN_THE_MIDDLE_DIR, NQ_OPEN_ORACLE
 from evaluation.tasks import TASKS, Task, register_task
@@ -21,7 +21,7 @@ from repo_common.config_cli import ConfigParser
 def _resolve(argv):
     parser = ConfigParser.for_command("python -m evaluation run", "")
     add_run_options(parser)
-    options, _ = parser.parse(argv, REPEATED_FLAGS)
+    options, _ = parser.parse(argv)
     return resolve(options)
 
 
@@ -38,11 +38,11 @@ def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
             "o",
             "--tasks",
             "kv",
-            "--num-keys",
+            "--num_keys",
             "4",
-            "--num-examples",
+            "--num_examples",
             "2",
-            "--method",
+            "--methods",
             "pi:scale=2+caliope:calibrator=hourglass",
         ]
     )
@@ -80,7 +80,17 @@ def test_the_short_form_and_the_class_form_are_the_same_run(tmp_path):
 
 
 def test_print_config_is_the_resolved_run_and_replays_to_the_same_run(tmp_path, capsys):
-    argv = ["run", "--out", str(tmp_path / "o"), "--tasks", "mdqa,kv", "--method", "baseline", "--method", "pi:scale=2"]
+    argv = [
+        "run",
+        "--out",
+        str(tmp_path / "o"),
+        "--tasks",
+        "mdqa,kv",
+        "--methods",
+        "baseline",
+        "--methods",
+        "pi:scale=2",
+    ]
     assert main([*argv, "--print_config"]) == 0
     printed = capsys.readouterr().out
     resolved = yaml.safe_load(printed)
@@ -102,8 +112,8 @@ def test_print_config_is_the_resolved_run_and_replays_to_the_same_run(tmp_path, 
 
 def test_a_run_stores_its_config_and_replaying_it_writes_the_same_results(tmp_path, capsys):
     first, second = tmp_path / "first", tmp_path / "second"
-    argv = ["--tasks", "kv", "--num-keys", "3", "--num-examples", "2", "--method", "pi:scale=2", "--no-report"]
-    assert main(["run", "--out", str(first), *argv, "--no-progress"]) == 0
+    argv = ["--tasks", "kv", "--num_keys", "3", "--num_examples", "2", "--methods", "pi:scale=2", "--no_report"]
+    assert main(["run", "--out", str(first), *argv, "--no_progress"]) == 0
     stored = first / "config.yaml"
     assert yaml.safe_load(stored.read_text())["out"] == str(first)
     # the stored file with only --out changed: the same records, manifest and summary
@@ -119,7 +129,7 @@ def test_class_tasks_find_their_data_file_in_data_dir(tmp_path):
         [
             "--out",
             "o",
-            "--data-dir",
+            "--data_dir",
             str(LOST_IN_THE_MIDDLE_DIR),
             "--tasks",
             json.dumps([{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_keys": 75}}]),
@@ -132,7 +142,7 @@ def test_class_tasks_find_their_data_file_in_data_dir(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--batch-size", "0"], "option --batch_size: expected a positive integer, got 0"),
+        (["--batch_size", "0"], "option --batch_size: expected a positive integer, got 0"),
         (["--truncate", "right"], "option --truncate: expected one of ['middle', 'left'], got 'right'"),
         (["--dtype", "fp8"], "option --dtype: expected one of ['auto', 'float32', 'bfloat16', 'float16'], got 'fp8'"),
         (["--tasks", '[{"class_path": "evaluation.tasks.KVRetrievalTask", "init_args": {"num_kys": 3}}]'], "num_kys"),
@@ -157,8 +167,8 @@ def test_options_override_config_files_in_any_order_and_an_empty_file_sets_nothi
     config = _write(tmp_path, "run.yaml", {"out": "from-file", "batch_size": 3, "seed": 5})
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
-    before = _resolve(["--batch-size", "7", "--config", config, "--config", str(empty)])
-    after = _resolve(["--config", config, "--batch-size", "7"])
+    before = _resolve(["--batch_size", "7", "--config", config, "--config", str(empty)])
+    after = _resolve(["--config", config, "--batch_size", "7"])
     assert before.config == after.config
     assert (before.config["batch_size"], before.config["seed"], before.config["out"]) == (7, 5, "from-file")
 
@@ -173,12 +183,12 @@ def test_every_option_is_a_run_config_field_with_its_docstring_as_help():
     assert all(helps[item.name] for item in fields) and "bootstrap_resamples" not in helps  # Python callers' only
 
 
-def test_a_true_false_option_alone_means_true_and_two_words_take_dashes():
-    alone = _resolve(["--out", "o", "--no-report", "--allow_search_overlap", "--chat-template", "--max-records", "3"])
-    given = ["--no_report", "true", "--allow-search-overlap", "true", "--chat_template", "true", "--max_records", "3"]
+def test_a_true_false_option_alone_means_true():
+    alone = _resolve(["--out", "o", "--no_report", "--allow_search_overlap", "--chat_template", "--max_records", "3"])
+    given = ["--no_report", "true", "--allow_search_overlap", "true", "--chat_template", "true", "--max_records", "3"]
     assert alone.config == _resolve(["--out", "o", *given]).config
     assert (alone.run.no_report, alone.run.allow_search_overlap, alone.run.chat_template) == (True, True, True)
-    assert alone.run.max_records == 3 and not _resolve(["--out", "o", "--no-report", "false"]).run.no_report
+    assert alone.run.max_records == 3 and not _resolve(["--out", "o", "--no_report", "false"]).run.no_report
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -208,14 +218,14 @@ def test_a_task_s_own_default_wins_unless_the_option_is_given(tmp_path, capsys, 
     """colour_lookup (a user's task, by --import) declares gold_positions: all, kv its own grid; the option given
     sets both; the command's default is only for a task that declares none."""
     argv = ["run", "--out", str(tmp_path / "o"), "--import", "examples.extension.colour_task", "--tasks",
-            "colour_lookup,kv", "--num-examples", "2", "--print_config"]  # fmt: skip
+            "colour_lookup,kv", "--num_examples", "2", "--print_config"]  # fmt: skip
     assert main(argv) == 0
     tasks = {
         t["class_path"].rpartition(".")[2]: t["init_args"] for t in yaml.safe_load(capsys.readouterr().out)["tasks"]
     }
     assert tasks["ColourLookupTask"]["gold_positions"] == "all"
     assert tasks["KVRetrievalTask"]["gold_positions"] == "ends-20-50-80"
-    assert main([*argv, "--gold-positions", "0,3"]) == 0
+    assert main([*argv, "--gold_positions", "0,3"]) == 0
     tasks = [t["init_args"] for t in yaml.safe_load(capsys.readouterr().out)["tasks"]]
     assert [t["gold_positions"] for t in tasks] == [[0, 3], [0, 3]]
     register_task(_NoOwnDefaults)

@@ -118,8 +118,8 @@ def test_a_killed_two_rank_run_resumes_in_one_process_to_the_same_results(tmp_pa
 
 # ---------------------------------------------------------------- torchrun, 2 gloo workers
 
-TASK_ARGS = ["--tasks", "kv", "--task-param", "kv:num_keys=3", "--task-param", "kv:num_examples=6",
-             "--task-param", "kv:gold_positions=all", "--method", "baseline", "--method", "pi:scale=2",
+TASK_ARGS = ["--tasks", "kv", "--task_param", "kv:num_keys=3", "--task_param", "kv:num_examples=6",
+             "--task_param", "kv:gold_positions=all", "--methods", "baseline", "--methods", "pi:scale=2",
              "--max_new_tokens", "4", "--batch_size", "2"]  # fmt: skip
 
 

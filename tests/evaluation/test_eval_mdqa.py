@@ -129,7 +129,7 @@ def test_grids() -> None:
     assert resolve_gold_positions([3, 1, 3], 4) == [1, 3]
     assert resolve_gold_positions(2, 4) == [2]
     for old, new in (("caliope", "ends-20-50-80"), ("LPES", "quartiles")):  # the names of earlier versions
-        with pytest.raises(ValueError, match=f"grid '{old}' is now called '{new}'.*--gold-positions {new}"):
+        with pytest.raises(ValueError, match=f"grid '{old}' is now called '{new}'.*--gold_positions {new}"):
             resolve_gold_positions(old, 20)
     with pytest.raises(ValueError, match=r"unknown gold-position grid 'middle'"):
         resolve_gold_positions("middle", 4)

@@ -19,10 +19,10 @@ from evaluation.cli import main
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "eval_run_before_typed_config"
 STORED = ("records.jsonl", "run.json")
 SHORT_FORMS = [
-    *("--tasks", "kv", "--num-keys", "3", "--num-examples", "2", "--gold-positions", "all"),
-    *("--max-new-tokens", "3", "--batch-size", "4", "--no-report", "--no-progress"),
-    *("--method", "baseline", "--method", "pi:scale=2", "--method", "pi:scale=3"),
-    *("--method", "caliope:calibrator=hourglass+pi:scale=2"),
+    *("--tasks", "kv", "--num_keys", "3", "--num_examples", "2", "--gold_positions", "all"),
+    *("--max_new_tokens", "3", "--batch_size", "4", "--no_report", "--no_progress"),
+    *("--methods", "baseline", "--methods", "pi:scale=2", "--methods", "pi:scale=3"),
+    *("--methods", "caliope:calibrator=hourglass+pi:scale=2"),
 ]
 
 

@@ -171,14 +171,14 @@ def test_search_config_checks_the_format():
 
 
 def test_the_cli_takes_the_options(tmp_path):
-    from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+    from evaluation.config import add_run_options, resolve
     from repo_common.config_cli import ConfigParser
 
     parser = ConfigParser.for_command("python -m evaluation run", "")
     add_run_options(parser)
-    argv = ["--out", str(tmp_path), "--chat-template", "true", "--system-prompt", "Hi"]
-    resolved = resolve(parser.parse(argv, REPEATED_FLAGS)[0])
+    argv = ["--out", str(tmp_path), "--chat_template", "true", "--system_prompt", "Hi"]
+    resolved = resolve(parser.parse(argv)[0])
     assert resolved.run.prompt_format == PromptFormat(chat_template=True, system_prompt="Hi")
     assert resolved.config["chat_template"] is True and resolved.config["system_prompt"] == "Hi"
     with pytest.raises(ValueError, match="system prompt needs the chat template"):
-        resolve(parser.parse(["--out", str(tmp_path), "--system-prompt", "Hi"], REPEATED_FLAGS)[0])
+        resolve(parser.parse(["--out", str(tmp_path), "--system_prompt", "Hi"])[0])

@@ -159,7 +159,7 @@ def test_layout_and_fitting_helpers():
     assert layout.insert_spans == {0: (4, 5), 1: (10, 11)}
     assert layout.bucket_spans == [[0, 3], [4, 11]]
     assert depth_grid(3) == [0.0, 50.0, 100.0] and depth_grid(1) == [50.0] and depth_grid([75, 10]) == [10.0, 75.0]
-    assert depth_grid("0,50,100") == [0.0, 50.0, 100.0]  # as a CLI --task-param gives it
+    assert depth_grid("0,50,100") == [0.0, 50.0, 100.0]  # as a CLI --task_param gives it
     for guess in (1, 7, 30, 500):
         assert largest_fitting(lambda n: 5 + 3 * n, 50, guess) == 15
     assert largest_fitting(lambda n: 60 + n, 50, 4) == -1

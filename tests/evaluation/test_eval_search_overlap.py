@@ -97,7 +97,7 @@ def test_check_disjoint_refuses_reports_and_allows():
 @pytest.mark.slow  # a search and an evaluation end to end (~7 s)
 def test_a_searched_scale_file_is_not_scored_on_its_search_examples(tmp_path, capsys):
     scale = tmp_path / "tiny.json"
-    assert search_main(["run", "--config", TINY_SEARCH, "--out", str(scale), "--no-progress"]) == 0
+    assert search_main(["run", "--config", TINY_SEARCH, "--out", str(scale), "--no_progress"]) == 0
     used = json.loads(scale.read_text())["search"]["examples_used"]
     assert used["task"] == "kv" and len(used["fingerprints"]) == 8  # 4 fitness + 4 held-out examples
     assert used["fitness"] == {"example_offset": 0, "num_examples": 4, "seed": 0}
@@ -105,17 +105,17 @@ def test_a_searched_scale_file_is_not_scored_on_its_search_examples(tmp_path, ca
     capsys.readouterr()
 
     def evaluate(out: str, *extra: str) -> int:
-        argv = ["run", "--out", str(tmp_path / out), "--tasks", "kv", "--num-keys", "4", "--num-examples", "4"]
-        return evaluation_main([*argv, "--method", "baseline", "--method", f"lpes:scale_file={scale}",
-                                "--no-progress", *extra])  # fmt: skip
+        argv = ["run", "--out", str(tmp_path / out), "--tasks", "kv", "--num_keys", "4", "--num_examples", "4"]
+        return evaluation_main([*argv, "--methods", "baseline", "--methods", f"lpes:scale_file={scale}",
+                                "--no_progress", *extra])  # fmt: skip
 
-    assert evaluate("on-search", "--example-offset", "2") == 2  # examples 2-5: 2 fitness, 2 held-out
+    assert evaluate("on-search", "--example_offset", "2") == 2  # examples 2-5: 2 fitness, 2 held-out
     error = capsys.readouterr().err.strip().splitlines()[-1]  # (after the tiny model's notice)
     assert "error: lpes:scale_file=" in error and "4 of the 4 kv examples of this run were used by its search" in error
-    assert "kv fitness 0-3 (seed 0), held-out 4-7 (seed 0)" in error and "--example-offset" in error
+    assert "kv fitness 0-3 (seed 0), held-out 4-7 (seed 0)" in error and "--example_offset" in error
     assert not (tmp_path / "on-search" / "records.jsonl").exists()  # refused before any prompt ran
 
-    assert evaluate("after", "--example-offset", "8") == 0
+    assert evaluate("after", "--example_offset", "8") == 0
     summary = json.loads((tmp_path / "after" / "summary.json").read_text())
     label = next(label for label in summary["search_overlap"])
     assert summary["search_overlap"][label]["kv"]["shared_examples"] == 0
@@ -124,6 +124,6 @@ def test_a_searched_scale_file_is_not_scored_on_its_search_examples(tmp_path, ca
     report = (tmp_path / "after" / "report.md").read_text()
     assert "Source examples 8-11 (4)." in report and "none of these examples (checked)" in report
 
-    assert evaluate("allowed", "--allow-search-overlap") == 0
+    assert evaluate("allowed", "--allow_search_overlap") == 0
     report = (tmp_path / "allowed" / "report.md").read_text()
     assert "**4 of these 4 examples were used by its search**" in report and "not a held-out number" in report

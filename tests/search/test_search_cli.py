@@ -90,7 +90,7 @@ def test_help(capsys):
 @pytest.mark.slow  # a whole tiny search (~5 s)
 def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
     out = tmp_path / "scales" / "tiny.json"
-    assert main(["run", "--config", TINY, "--out", str(out), "--no-progress"]) == 0
+    assert main(["run", "--config", TINY, "--out", str(out), "--no_progress"]) == 0
     printed = capsys.readouterr().out
     assert "generation 2/2" in printed and "best fitness 0.0000" in printed and "held-out (4 examples" in printed
     assert "unscaled model on the same search set: 0.0000" in printed
@@ -108,21 +108,21 @@ def test_tiny_search_end_to_end_with_the_task_metric(tmp_path, capsys):
         assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(paths["state"].read_text())["generation"] == 2
 
-    assert main(["show", str(out), "--num-layers", "4"]) == 0
+    assert main(["show", str(out), "--num_layers", "4"]) == 0
     shown = capsys.readouterr().out
     assert "valid (format_version 1)" in shown and f"lpes:scale_file={out}" in shown and "pi:scale=" in shown
     # the printed evaluate command rebuilds the search's task (same build parameters, gold at every position) on
     # the examples after the search's fitness (0-3) and held-out (4-7) ones
     import shlex
 
-    from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+    from evaluation.config import add_run_options, resolve
     from evaluation.tasks import build_task
     from repo_common.config_cli import ConfigParser
 
     command = shlex.split(next(line for line in shown.splitlines() if line.startswith("evaluate")))
     parser = ConfigParser.for_command("python -m evaluation run", "")
     add_run_options(parser)
-    eval_args, _ = parser.parse(command[command.index("run") + 1 :], REPEATED_FLAGS)
+    eval_args, _ = parser.parse(command[command.index("run") + 1 :])
     task = scale.search["task"]
     (rebuilt,) = resolve(eval_args).run.tasks
     expected = {key: value for key, value in task["params"].items() if value is not None}  # None = the default
@@ -136,7 +136,7 @@ def test_gold_loglik_search_races_and_records_its_score(tmp_path, capsys):
     out = tmp_path / "loglik.json"
     racing = "{fractions: [0.5, 1.0], min_questions: 2}"
     argv = ["run", "--config", TINY, "--task.score", "gold_loglik", "--ga.racing", racing, "--out", str(out)]
-    assert main([*argv, "--ga.generations", "1", "--no-progress"]) == 0
+    assert main([*argv, "--ga.generations", "1", "--no_progress"]) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line.endswith("racing in stages of 2, 4 questions, none dropped before 2"), first_line
     scale = load_scale_file(out, expected_num_layers=4)
@@ -148,7 +148,7 @@ def test_gold_loglik_search_races_and_records_its_score(tmp_path, capsys):
     assert main(["show", str(out)]) == 0
     assert "(gold answer's mean log-probability per token)" in capsys.readouterr().out
     # another score is another fitness: the state refuses it
-    assert main(["run", "--config", TINY, "--ga.racing", racing, "--out", str(out), "--resume", "--no-progress"]) == 2
+    assert main(["run", "--config", TINY, "--ga.racing", racing, "--out", str(out), "--resume", "--no_progress"]) == 2
     assert "metric or task.score): resume with the same ones" in capsys.readouterr().err
 
 
@@ -216,8 +216,8 @@ def test_two_processes_equal_one(tmp_path, reference):
         ("ga: {population: 7}", [], "change the counts so they add up"),
         ("task: {name: qa}", [], "task.name 'qa' is not a registered task; choose from ['babi_qa2', "),
         ("- a list", [], "top level must be a mapping"),
-        ("", ["--model", "/no/such/model"], "no such directory; pass a local HF model directory"),
-        ("", ["--data-dir", "/no/such/dir"], "is not a directory; download qa_data/nq-open-oracle.jsonl.gz"),
+        ("", ["--model.path", "/no/such/model"], "no such directory; pass a local HF model directory"),
+        ("", ["--task.data_dir", "/no/such/dir"], "is not a directory; download qa_data/nq-open-oracle.jsonl.gz"),
         ("model: {num_layers: 32}", [], "config is for a 32-layer model, but the model has 4 layers"),
     ],
 )
@@ -230,7 +230,7 @@ def test_user_mistakes_are_one_line_and_exit_2(tmp_path, capsys, config_text, ar
 
 
 def test_other_mistakes(tmp_path, capsys):
-    assert main(["run", "--out", str(tmp_path / "s.json"), "--generations", "many"]) == 2
+    assert main(["run", "--out", str(tmp_path / "s.json"), "--ga.generations", "many"]) == 2
     assert capsys.readouterr().err == (
         "python -m search run: error: option --ga.generations: expected int, got 'many' "
         "(see python -m search run --help)\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bad_input_helpers import scale_json
 
-from evaluation.config import REPEATED_FLAGS, add_run_options, resolve
+from evaluation.config import add_run_options, resolve
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.search_overlap import FittedExamples, SearchOverlapError, check_disjoint
 from evaluation.tasks import build_task
@@ -62,7 +62,7 @@ def parsed_run(argv: list[str]):
     """The printed command as `python -m evaluation run` resolves it."""
     parser = ConfigParser.for_command("python -m evaluation run", "")
     add_run_options(parser)
-    options, _ = parser.parse(argv[argv.index("run") + 1 :], REPEATED_FLAGS)
+    options, _ = parser.parse(argv[argv.index("run") + 1 :])
     return resolve(options).run
 
 
@@ -81,9 +81,9 @@ def test_the_printed_command_evaluates_past_every_example_the_search_used(tmp_pa
     data = load_scale_file(path)
     argv, note = evaluation_command(data, str(path), 1.5)
     assert argv[:4] == ["python", "-m", "evaluation", "run"] and "--model" not in argv  # the tiny default
-    assert argv[argv.index("--example-offset") + 1] == "8" and argv[argv.index("--num-examples") + 1] == "4"
+    assert argv[argv.index("--example_offset") + 1] == "8" and argv[argv.index("--num_examples") + 1] == "4"
     assert (
-        argv[argv.index("--seed") + 1] == "0" and "--max-new-tokens" in argv and argv[-2:] == ["--out", "results/tiny"]
+        argv[argv.index("--seed") + 1] == "0" and "--max_new_tokens" in argv and argv[-2:] == ["--out", "results/tiny"]
     )
     assert "examples 8-11: after the search's own (fitness 0-3, held-out 4-7)" in note
     run = parsed_run(argv)
@@ -107,12 +107,12 @@ def test_the_command_carries_every_prompt_option_of_the_search():
     model = {"name": "models/m", "weight_files": {"model.safetensors": {}}}
     flags = evaluation_task_flags(task, run_config, model, example_offset=14, num_examples=20)
     pairs = dict(zip(flags[::2], flags[1::2]))
-    assert pairs["--chat-template"] == "true" and pairs["--system-prompt"] == "Answer briefly."
-    assert pairs["--score"] == "gold_loglik" and pairs["--max-new-tokens"] == "24" and pairs["--max-length"] == "900"
-    assert pairs["--truncate"] == "middle" and pairs["--batch-size"] == "2"
-    assert pairs["--dtype"] == "bfloat16" and pairs["--attn-implementation"] == "eager"
-    assert pairs["--example-offset"] == "14" and pairs["--num-examples"] == "20" and pairs["--seed"] == "3"
-    # the tiny default's weights follow --seed: its seed is the model's, the task's goes through --task-param
+    assert pairs["--chat_template"] == "true" and pairs["--system_prompt"] == "Answer briefly."
+    assert pairs["--score"] == "gold_loglik" and pairs["--max_new_tokens"] == "24" and pairs["--max_length"] == "900"
+    assert pairs["--truncate"] == "middle" and pairs["--batch_size"] == "2"
+    assert pairs["--dtype"] == "bfloat16" and pairs["--attn_implementation"] == "eager"
+    assert pairs["--example_offset"] == "14" and pairs["--num_examples"] == "20" and pairs["--seed"] == "3"
+    # the tiny default's weights follow --seed: its seed is the model's, the task's goes through --task_param
     tiny = {"name": "tiny-default(seed=7)", "weight_files": {"tiny_default_seed": 7}}
     flags = evaluation_task_flags(task, run_config, tiny)
     assert flags[flags.index("--seed") + 1] == "7" and "mdqa:seed=3" in flags and "--dtype" not in flags
@@ -140,7 +140,7 @@ def test_a_data_file_with_no_unused_example_gets_no_command(tmp_path):
         if expected is None:
             assert argv is None and note.startswith("no evaluation command: its data has no example after the 40")
         else:
-            assert argv[argv.index("--num-examples") + 1] == "5" and "the data has 5 unused examples there" in note
+            assert argv[argv.index("--num_examples") + 1] == "5" and "the data has 5 unused examples there" in note
 
 
 def test_show_warns_when_the_result_scores_below_the_unscaled_model(tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_a_file_without_a_task_record_says_why_it_has_no_command(tmp_path, capsy
 @pytest.mark.slow  # a tiny search, its printed evaluation command in a subprocess, both again (~60 s)
 def test_a_tiny_search_s_printed_command_runs_as_printed(tmp_path, capsys):
     out = tmp_path / "scales" / "tiny.json"
-    assert main(["run", "--config", TINY, "--out", str(out), "--no-progress"]) == 0
+    assert main(["run", "--config", TINY, "--out", str(out), "--no_progress"]) == 0
     err = capsys.readouterr().err
     assert "warning: the searched scales score the same as the unscaled model on the 4 held-out questions" in err
     outcome = load_scale_file(out).search["outcome"]
@@ -194,7 +194,7 @@ def test_a_tiny_search_s_printed_command_runs_as_printed(tmp_path, capsys):
     # replayed (a commands.sh run again): the finished search changes nothing, so the evaluation that pinned its
     # scale file resumes instead of refusing a file that changed under it
     before = out.read_bytes()
-    assert main(["run", "--config", TINY, "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert main(["run", "--config", TINY, "--out", str(out), "--resume", "--no_progress"]) == 0
     assert "is this search's finished result (state at generation 2, same config): nothing to do" in (
         capsys.readouterr().out
     )

@@ -189,8 +189,8 @@ def tiny_dir(tmp_path_factory, tiny):
 def test_cli_end_to_end(tmp_path, tiny_dir, capsys):
     scale_file = _scale_file(tmp_path / "scales.json", (10, 13, 20, 11))
     out = tmp_path / "diag"
-    argv = ["diagnose", "--model", str(tiny_dir), "--config", TINY, "--scale-file", str(scale_file)]
-    assert main([*argv, "--out", str(out), "--seed", "3"]) == 0
+    argv = ["diagnose", "--model.path", str(tiny_dir), "--config", TINY, "--scale_file", str(scale_file)]
+    assert main([*argv, "--out", str(out), "--variant_seed", "3"]) == 0
     printed = capsys.readouterr().out
     print(printed)  # the D of every variant, shown by `pytest -rP`
     data = json.loads((out / "structure.json").read_text())
@@ -212,7 +212,7 @@ def test_cli_end_to_end(tmp_path, tiny_dir, capsys):
     ("layers", "extra", "message"),
     [
         (8, [], "has 8 layers, model has 4: run the search for this model"),
-        (4, ["--model", "/no/such/model"], "model directory '/no/such/model': no such directory"),
+        (4, ["--model.path", "/no/such/model"], "model directory '/no/such/model': no such directory"),
         (None, [], "no scale file at"),
         (4, ["--out-is-a-file"], "is a file, not a directory"),
     ],
@@ -225,8 +225,8 @@ def test_cli_mistakes_are_one_line_and_exit_2(tmp_path, tiny_dir, capsys, layers
     if extra == ["--out-is-a-file"]:
         out.write_text("")
         extra = []
-    model = [] if "--model" in extra else ["--model", str(tiny_dir)]
-    argv = ["diagnose", *model, *extra, "--config", TINY, "--scale-file", str(scale_file), "--out", str(out)]
+    model = [] if "--model.path" in extra else ["--model.path", str(tiny_dir)]
+    argv = ["diagnose", *model, *extra, "--config", TINY, "--scale_file", str(scale_file), "--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -139,8 +139,8 @@ def test_every_cpu_setup_trains_exports_and_is_evaluated_as_it_is(setup, tmp_pat
     manifest = json.loads((tmp_path / "hf" / "export.json").read_text())
     assert manifest["tokenizer"] == {"location": "byte", "from": "data.train.tokenizer"}
     evaluation = subprocess.run(
-        [sys.executable, "-m", "evaluation", "run", "--model", "hf", "--tasks", "kv", "--num-keys", "4",
-         "--num-examples", "2", "--max-new-tokens", "4", "--no-report", "--no-progress", "--out", "eval"],
+        [sys.executable, "-m", "evaluation", "run", "--model", "hf", "--tasks", "kv", "--num_keys", "4",
+         "--num_examples", "2", "--max_new_tokens", "4", "--no_report", "--no_progress", "--out", "eval"],
         capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
     )  # fmt: skip
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]

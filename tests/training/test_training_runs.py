@@ -103,8 +103,8 @@ def _torchrun(tmp_path, name, *args, nproc=2):
 
 @pytest.mark.slow  # torchrun: two gloo processes, and one plain process
 def test_ddp_two_processes_match_one_process(tmp_path):
-    single = _torchrun(tmp_path, "single", "--steps", "5", "--micro-batch", "8", nproc=1)
-    ddp = _torchrun(tmp_path, "ddp", "--steps", "5", "--strategy", "ddp", "--devices", "2", "--micro-batch", "4")
+    single = _torchrun(tmp_path, "single", "--steps", "5", "--micro_batch", "8", nproc=1)
+    ddp = _torchrun(tmp_path, "ddp", "--steps", "5", "--strategy", "ddp", "--devices", "2", "--micro_batch", "4")
     assert_close_to_scale(ddp["losses"], single["losses"], 1e-5, what="losses")
 
 
@@ -112,10 +112,10 @@ def test_ddp_two_processes_match_one_process(tmp_path):
 def test_deepspeed_zero2_on_two_cpu_processes(tmp_path):
     """ZeRO-2 (partitioned optimizer) matches one plain process, resumes exactly, and exports."""
     single = _torchrun(
-        tmp_path, "single", "--steps", "6", "--micro-batch", "8", "--ckpt-every", "6", "--ckpt-dir", "plain", nproc=1
+        tmp_path, "single", "--steps", "6", "--micro_batch", "8", "--ckpt_every", "6", "--ckpt_dir", "plain", nproc=1
     )
-    common = ["--strategy", "deepspeed_cpu", "--devices", "2", "--micro-batch", "4"]
-    full = _torchrun(tmp_path, "ds", "--steps", "6", "--ckpt-every", "3", "--ckpt-dir", "ds", *common)
+    common = ["--strategy", "deepspeed_cpu", "--devices", "2", "--micro_batch", "4"]
+    full = _torchrun(tmp_path, "ds", "--steps", "6", "--ckpt_every", "3", "--ckpt_dir", "ds", *common)
     assert_close_to_scale(full["losses"], single["losses"], 1e-5, what="losses")
     step3 = tmp_path / "ds" / "epoch=0-step=3.ckpt"
     assert sorted(p.name for p in (step3 / "checkpoint").iterdir()) == [

@@ -1,6 +1,6 @@
 """A tiny training run, used by the tests in one process or under torchrun.
 
-    python tiny_run.py OUT.json --strategy ddp --devices 2 --steps 6 [--ckpt-every N] [--resume CKPT]
+    python tiny_run.py OUT.json --strategy ddp --devices 2 --steps 6 [--ckpt_every N] [--resume CKPT]
 
 Writes {"losses": [...per optimizer step...], "checkpoints": [...]} (rank 0).
 """
@@ -36,12 +36,12 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--method", default="repo")
-    parser.add_argument("--global-batch", type=int, default=8)
-    parser.add_argument("--micro-batch", type=int, default=4)
-    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument("--global_batch", type=int, default=8)
+    parser.add_argument("--micro_batch", type=int, default=4)
+    parser.add_argument("--seq_len", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--ckpt-every", type=int, default=0)
-    parser.add_argument("--ckpt-dir", default=None)
+    parser.add_argument("--ckpt_every", type=int, default=0)
+    parser.add_argument("--ckpt_dir", default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     args = parser.parse_args()

@@ -181,19 +181,15 @@ def table(results: dict[str, list[Cell]], token_lengths: list[str]) -> list[str]
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--methods", type=str, nargs="*", default=DEFAULT_METHODS, help="method specs to compare")
     parser.add_argument("--prompts", type=PositiveInt, default=8, help="MDQA-style prompts per length")
     parser.add_argument("--docs", type=PositiveInt, default=10, help="documents per prompt")
-    parser.add_argument("--doc_words", "--doc-words", type=PositiveInt, default=12, help="words per document (long)")
-    parser.add_argument(
-        "--short_doc_words", "--short-doc-words", type=PositiveInt, default=3, help="words per document (short)"
-    )
-    parser.add_argument(
-        "--new_tokens", "--new-tokens", type=PositiveInt, default=16, help="tokens generated per prompt"
-    )
-    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=4, help="prompts per batch")
+    parser.add_argument("--doc_words", type=PositiveInt, default=12, help="words per document (long)")
+    parser.add_argument("--short_doc_words", type=PositiveInt, default=3, help="words per document (short)")
+    parser.add_argument("--new_tokens", type=PositiveInt, default=16, help="tokens generated per prompt")
+    parser.add_argument("--batch_size", type=PositiveInt, default=4, help="prompts per batch")
     parser.add_argument(
         "--model",
         type=str | None,
@@ -205,10 +201,8 @@ def add_arguments(parser: ConfigParser) -> None:
     parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
     parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed pairs per method (after one warm-up)")
-    parser.add_argument(
-        "--calibration_prompts", "--calibration-prompts", type=PositiveInt, default=8, help="amortised FiM, per length"
-    )
-    parser.add_argument("--skip_memory", "--skip-memory", type=bool, default=False, help="no peak-memory runs")
+    parser.add_argument("--calibration_prompts", type=PositiveInt, default=8, help="amortised FiM, per length")
+    parser.add_argument("--skip_memory", type=bool, default=False, help="no peak-memory runs")
     parser.add_argument(
         "--quick",
         action="store_true",

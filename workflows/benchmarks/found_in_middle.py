@@ -13,7 +13,7 @@ On a random OLMo-2 (byte tokenizer) and MDQA prompts from the packaged sample:
 - what the probe keeps: the current-query rows it records vs the L×L
   attention matrices `output_attentions=True` would return for the same layers.
 
-    python -m workflows benchmark-fim --docs 4 --examples 2 --new-tokens 8
+    python -m workflows benchmark-fim --docs 4 --examples 2 --new_tokens 8
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ PROG = "python -m workflows benchmark-fim"
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--docs", type=PositiveInt, default=4, help="documents per prompt (K)")
     parser.add_argument("--examples", type=PositiveInt, default=2, help="prompts in the batch (B)")
-    parser.add_argument("--new_tokens", "--new-tokens", type=PositiveInt, default=8, help="tokens generated per prompt")
+    parser.add_argument("--new_tokens", type=PositiveInt, default=8, help="tokens generated per prompt")
     parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
     parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")

@@ -78,7 +78,7 @@ def child(args) -> None:
 def measure_in_child(args, spec: str) -> dict:
     argv = [sys.executable, "-m", "workflows", "benchmark-fim", "--child", spec]
     for name in ("docs", "examples", "new_tokens", "hidden", "layers", "heads", "threads"):
-        argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        argv += [f"--{name}", str(getattr(args, name))]
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

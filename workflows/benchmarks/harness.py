@@ -6,7 +6,7 @@ see the same machine state; prints tokens/s, the per-round time ratio and its
 median (target: within 10%), and checks that both produce the same tokens.
 Then times our loop with batch size 1 against batch size 8.
 
-    python -m workflows benchmark-harness --prompts 16 --new-tokens 32 --hidden 256 --layers 4
+    python -m workflows benchmark-harness --prompts 16 --new_tokens 32 --hidden 256 --layers 4
 """
 
 from __future__ import annotations
@@ -24,17 +24,15 @@ PROG = "python -m workflows benchmark-harness"
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument(
         "--family", type=Literal["olmo2", "repo_olmo2"], default="olmo2", help="HF OLMo-2 or this project's"
     )
     parser.add_argument("--prompts", type=PositiveInt, default=16, help="prompts of mixed lengths")
-    parser.add_argument("--min_chars", "--min-chars", type=PositiveInt, default=200, help="shortest prompt, characters")
-    parser.add_argument("--max_chars", "--max-chars", type=PositiveInt, default=800, help="longest prompt, characters")
-    parser.add_argument(
-        "--new_tokens", "--new-tokens", type=PositiveInt, default=32, help="tokens generated per prompt"
-    )
+    parser.add_argument("--min_chars", type=PositiveInt, default=200, help="shortest prompt, characters")
+    parser.add_argument("--max_chars", type=PositiveInt, default=800, help="longest prompt, characters")
+    parser.add_argument("--new_tokens", type=PositiveInt, default=32, help="tokens generated per prompt")
     parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
     parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
@@ -47,7 +45,7 @@ def add_arguments(parser: ConfigParser) -> None:
 def check_options(args: argparse.Namespace) -> None:
     """Prompt lengths are drawn from [min_chars, max_chars]."""
     if args.min_chars > args.max_chars:
-        raise ValueError(f"--min-chars {args.min_chars} is above --max-chars {args.max_chars}")
+        raise ValueError(f"--min_chars {args.min_chars} is above --max_chars {args.max_chars}")
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:

@@ -9,7 +9,7 @@ and REPO/RoPE with their per-round range, the model-FLOPs ratio, the bytes
 one training step allocates (peak, and what is held when backward starts)
 for RoPE and REPO, and the parameter overhead for the OLMo-2 1B and 7B shapes.
 
-    python -m workflows benchmark-repo-overhead --hidden 256 --layers 6 --heads 8 --seq-len 1024 --batch 2 \
+    python -m workflows benchmark-repo-overhead --hidden 256 --layers 6 --heads 8 --seq_len 1024 --batch 2 \
         --threads 1 --clock cpu --rounds 12
 
 On a machine other jobs share, `--threads 1 --clock cpu` times the CPU
@@ -34,9 +34,9 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="tokens per sequence")
+    parser.add_argument("--seq_len", type=PositiveInt, default=1024, help="tokens per sequence")
     parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
     parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width")
     parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")

@@ -48,20 +48,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--model", type=str, default=str(TINY_KV_DIP), help="model directory")
     parser.add_argument(
         "--search_config",
-        "--search-config",
         type=str,
         default=str(REPO / "configs" / "search" / "quick.yaml"),
         help="task and space",
     )
     parser.add_argument("--questions", type=PositiveInt, default=40, help="search-set questions (3 prompts each)")
-    parser.add_argument(
-        "--held_out", "--held-out", type=PositiveInt, default=40, help="held-out questions, after the search's"
-    )
+    parser.add_argument("--held_out", type=PositiveInt, default=40, help="held-out questions, after the search's")
     parser.add_argument("--population", type=PositiveInt, default=8, help="GA population")
     parser.add_argument("--parents", type=PositiveInt, default=3, help="parents kept per generation")
     parser.add_argument("--crossover", type=NonNegativeInt, default=1, help="crossover children per generation")
@@ -69,12 +66,9 @@ def add_arguments(parser: ConfigParser) -> None:
     parser.add_argument("--seeds", type=list[int], default=[0], help="GA seeds, one round of both searches each")
     parser.add_argument("--fractions", type=list[float], default=[0.25, 0.5, 1.0], help="racing stages")
     parser.add_argument("--confidence", type=float, default=0.95, help="racing's bootstrap interval level")
-    parser.add_argument(
-        "--min_questions", "--min-questions", type=PositiveInt, default=8, help="racing drops no one on fewer"
-    )
+    parser.add_argument("--min_questions", type=PositiveInt, default=8, help="racing drops no one on fewer")
     parser.add_argument(
         "--exact_bound",
-        "--exact-bound",
         type=bool,
         default=False,
         help="racing also drops a candidate that cannot beat the incumbent at the top score on every question left",

@@ -6,7 +6,7 @@ and prints median tokens/s and the REPO/RoPE ratio (target <= 1.05 in time,
 i.e. >= 0.95 in throughput). Then times 1 vs 2 DDP processes (torchrun) on the
 same global batch and prints the scaling.
 
-    python -m workflows benchmark-training [--rounds 3] [--steps 8] [--seq-len 1024]
+    python -m workflows benchmark-training [--rounds 3] [--steps 8] [--seq_len 1024]
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ PROG = "python -m workflows benchmark-training"
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--rounds", type=PositiveInt, default=3, help="timed RoPE/REPO pairs")
     parser.add_argument("--steps", type=PositiveInt, default=8, help="timed optimizer steps per run (after 2 warm-up)")
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="tokens per sequence")
+    parser.add_argument("--seq_len", type=PositiveInt, default=1024, help="tokens per sequence")
     parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
-    parser.add_argument("--skip_ddp", "--skip-ddp", action="store_true", help="skip the 1 vs 2 DDP processes timing")
+    parser.add_argument("--skip_ddp", action="store_true", help="skip the 1 vs 2 DDP processes timing")
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:

@@ -62,8 +62,8 @@ def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
     out = workdir / f"ddp{nproc}.json"
     prefix = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                   f"--nproc_per_node={nproc}"]  # fmt: skip
-    args = [str(TINY_RUN), str(out), "--steps", str(steps), "--seq-len", "512", "--global-batch", "8",
-            "--micro-batch", str(8 // nproc), "--threads", "1"]  # fmt: skip
+    args = [str(TINY_RUN), str(out), "--steps", str(steps), "--seq_len", "512", "--global_batch", "8",
+            "--micro_batch", str(8 // nproc), "--threads", "1"]  # fmt: skip
     if nproc > 1:
         args += ["--strategy", "ddp", "--devices", str(nproc)]
     subprocess.run([*prefix, *args], check=True, capture_output=True, cwd=workdir)

@@ -59,10 +59,9 @@ def add_arguments(parser: ConfigParser) -> None:
         default=None,
         help="an NQ-Open oracle file (.jsonl or .jsonl.gz) for the real-model study on the node",
     )
-    parser.add_argument("--python_version", "--python-version", type=str, default="3.12", help="the node's Python")
+    parser.add_argument("--python_version", type=str, default="3.12", help="the node's Python")
     parser.add_argument(
         "--call_mib",
-        "--call-mib",
         type=PositiveInt | None,
         default=None,
         help="what one transfer to the node may carry, MiB, the checkout included (default: no cap, one folder)",

@@ -22,13 +22,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--methods", type=str | None, default=None,
                         help="comma-separated position methods of the positions group (default: every registered "
                              "one: the model's position methods, then the evaluation methods)")  # fmt: skip
-    parser.add_argument("--train_processes", "--train-processes", type=PositiveInt, default=1,
+    parser.add_argument("--train_processes", type=PositiveInt, default=1,
                         help="GPUs (torchrun processes) of the DeepSpeed runs")  # fmt: skip
-    parser.add_argument("--real_model", "--real-model", type=str, default=DEFAULT_OUT,
+    parser.add_argument("--real_model", type=str, default=DEFAULT_OUT,
                         help="real_model group: the HF directory of python -m repo_train real-model (absent: skipped)")  # fmt: skip
-    parser.add_argument("--seq_len", "--seq-len", type=PositiveInt, default=1024, help="throughput: tokens per step")
+    parser.add_argument("--seq_len", type=PositiveInt, default=1024, help="throughput: tokens per step")
     parser.add_argument("--pairs", type=PositiveInt, default=10, help="throughput: timed RoPE/REPO step pairs")
-    parser.add_argument("--peak_tflops", "--peak-tflops", type=PositiveFloat | None, default=None,
+    parser.add_argument("--peak_tflops", type=PositiveFloat | None, default=None,
                         help="peak dense bf16 TFLOP/s of one GPU for MFU (default: from the device name)")  # fmt: skip
     parser.add_argument("--workdir", type=str | None, default=None,
                         help="where runs and logs go (default: a temporary directory, kept if a check fails)")  # fmt: skip

@@ -39,7 +39,7 @@ how a rerun recognises its own report: any other file there is refused). lm-eval
 
     python -m workflows crosscheck-lm-eval \\
         --data lost-in-the-middle/qa_data/nq-open-oracle.jsonl.gz \
-        --num-documents 5 --num-examples 20 --gold-positions all --batch-size 8 --repeats 3
+        --num_documents 5 --num_examples 20 --gold_positions all --batch_size 8 --repeats 3
 
 (`--data`: the Lost in the Middle release's file, from github.com/nelson-liu/lost-in-the-middle; without it, the
 40-question sample shipped with the package.)
@@ -69,31 +69,24 @@ MAX_REPORT_BYTES = 256 * 2**20
 
 
 def add_arguments(parser) -> None:
-    """The cross-check's options (each also a key of a `--config` file; the dashed spellings work too)."""
+    """The cross-check's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--model", type=str, default=DEFAULT_MODEL, help="HF model directory (fp32, sdpa)")
     parser.add_argument(
         "--data", type=str | None, default=None, help="nq-open-oracle .jsonl(.gz); default: the packaged sample"
     )
-    parser.add_argument("--num_documents", "--num-documents", type=PositiveInt, default=5, help="documents per prompt")
-    parser.add_argument("--num_examples", "--num-examples", type=PositiveInt, default=4, help="questions")
+    parser.add_argument("--num_documents", type=PositiveInt, default=5, help="documents per prompt")
+    parser.add_argument("--num_examples", type=PositiveInt, default=4, help="questions")
     parser.add_argument(
         "--gold_positions",
-        "--gold-positions",
         type=list[int] | str,
         default="all",
         help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({GRID_HELP}; prompts = questions x positions)",
     )
-    parser.add_argument(
-        "--max_new_tokens", "--max-new-tokens", type=PositiveInt | None, default=None, help="default: the task's"
-    )
-    parser.add_argument("--batch_size", "--batch-size", type=PositiveInt, default=8, help="prompts per batch, both")
-    parser.add_argument(
-        "--chat_template", "--chat-template", type=bool, default=False, help="prompts in the tokenizer's chat template"
-    )
-    parser.add_argument(
-        "--system_prompt", "--system-prompt", type=str | None, default=None, help="system message (chat template)"
-    )
+    parser.add_argument("--max_new_tokens", type=PositiveInt | None, default=None, help="default: the task's")
+    parser.add_argument("--batch_size", type=PositiveInt, default=8, help="prompts per batch, both")
+    parser.add_argument("--chat_template", type=bool, default=False, help="prompts in the tokenizer's chat template")
+    parser.add_argument("--system_prompt", type=str | None, default=None, help="system message (chat template)")
     parser.add_argument(
         "--score",
         type=Literal["metric", "gold_loglik"],
@@ -118,10 +111,10 @@ def check_options(args: argparse.Namespace) -> None:
             args.gold_positions = [int(x) for x in positions.split(",")]
         except ValueError:
             raise ValueError(
-                f"--gold-positions expects one of {list(GRID_NAMES)} or comma-separated 0-based ints, got {positions!r}"
+                f"--gold_positions expects one of {list(GRID_NAMES)} or comma-separated 0-based ints, got {positions!r}"
             ) from None
     if args.system_prompt is not None and not args.chat_template:
-        raise ValueError("--system-prompt needs --chat-template true")
+        raise ValueError("--system_prompt needs --chat_template true")
     if args.data is not None:
         check_nq_file("--data", args.data)  # names the release file to download
     check_output_file(args.out, "a cross-check report", ours=is_report(Path(args.out)))

@@ -54,7 +54,7 @@ def prompt_texts(prepared: PreparedTask) -> tuple[list[str], bool]:
 
 
 def length_budget(model, settings: DecodeSettings) -> int:
-    """Prompt + new tokens, as the harness counts it (`prompt_limit`): --max-length, else max_position_embeddings."""
+    """Prompt + new tokens, as the harness counts it (`prompt_limit`): --max_length, else max_position_embeddings."""
     return settings.max_length or int(model.config.max_position_embeddings)
 
 

@@ -1,7 +1,7 @@
 """The quickstart's loop from a loop file: the same steps as the built-in loop, at full scale, through launchers.
 
 Each train method through its launcher (torchrun on every GPU), export, the LPES search, each evaluation (alone
-on the node, or `evaluate.at_once` sharing it), one plot; `--dry-run` writes every command and prints the plan
+on the node, or `evaluate.at_once` sharing it), one plot; `--dry_run` writes every command and prints the plan
 (what each step would do, on what, an estimate of its time) without running any.
 """
 
@@ -87,7 +87,7 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
         None if search_shape is None else estimates.search_hours(search_shape, search_settings, config.gpus)
     )
     steps.step("search", f"LPES search on the {config.search.model} model", [*fill(config.search.launcher),
-               "--model", models[config.search.model], "--config", config.search.config, "--out", str(scale_file),
+               "--model.path", models[config.search.model], "--config", config.search.config, "--out", str(scale_file),
                *fill(config.search.args)], inputs=[searched, ROOT / config.search.config], outputs=[scale_file],
                related=search_files(scale_file), resume=lambda: search_resume(scale_file),
                after=model_step[config.search.model], resources=f"{on_gpus}, {search_cost}")  # fmt: skip
@@ -104,11 +104,11 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
     for name, methods in config.evaluate.methods.items():
         eval_dirs[name] = out / "eval" / name
         filled = fill(methods)
-        method_args = [arg for method in filled for arg in ("--method", method)]
+        method_args = [arg for method in filled for arg in ("--methods", method)]
         searched_methods = any(str(scale_file) in method for method in filled)
         where = on_gpus if at_once == 1 else evaluation_slot(config.gpus, at_once, len(evaluations) % at_once)
         evaluations.append(dict(key=f"eval-{name}", title=f"evaluate the {name} model", argv=[
-            *fill(config.evaluate.launcher), "--model", models[name], *fill(config.evaluate.args), "--example-offset",
+            *fill(config.evaluate.launcher), "--model", models[name], *fill(config.evaluate.args), "--example_offset",
             str(first_example), *method_args, "--out", str(eval_dirs[name])], inputs=[ROOT / models[name]],
             outputs=[eval_dirs[name]], resume=list,
             resources=f"{where}, {dtype}, {evaluation_cost(name, filled, config.gpus // at_once)}",
@@ -141,7 +141,7 @@ def evaluation_slot(gpus: int, at_once: int, slot: int) -> str:
 
 def searched_examples(search) -> int:
     """How many source examples the search uses from the start of its data (fitness, then held-out): every
-    evaluation starts after them (`--example-offset`), so no number of the report is measured on them; the
+    evaluation starts after them (`--example_offset`), so no number of the report is measured on them; the
     evaluation also checks the scale file's record of them (`evaluation.search_overlap`)."""
     held = search.held_out
     return max(search.task.num_examples, search.held_out_start + held.num_examples if held.num_examples else 0)
@@ -150,12 +150,12 @@ def searched_examples(search) -> int:
 def question_ranges(search, evaluate_args: list[str], first: int) -> str:
     """Which source examples each step uses: the search's fitness and held-out ranges, then the evaluations'."""
     held, held_start = search.held_out, search.held_out_start
-    count = int(estimates.option(evaluate_args, "--num-examples", "0") or 0)
+    count = int(estimates.option(evaluate_args, "--num_examples", "0") or 0)
     evaluated = f"{first}-{first + count - 1}" if count else f"from {first} on"
     held_part = f", held-out {held_start}-{held_start + held.num_examples - 1}" if held.num_examples else ""
     return (
         f"examples: the search uses {search.task.name} fitness 0-{search.task.num_examples - 1}{held_part} "
-        f"(seed {search.task.seed}); every evaluation uses {evaluated} (--example-offset {first}), and refuses "
+        f"(seed {search.task.seed}); every evaluation uses {evaluated} (--example_offset {first}), and refuses "
         "a scale file on its search's examples"
     )
 

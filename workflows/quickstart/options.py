@@ -1,7 +1,7 @@
 """The quickstart's options and their checks: the built-in tiny loop's, or a loop file's sections.
 
     python -m workflows quickstart [--out outputs/quickstart] [--steps 10] [--print_config]
-    python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml [--out DIR] [--dry-run]
+    python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml [--out DIR] [--dry_run]
 
 Without a loop file, on the CPU, on the built-in base workflows/assets/tiny-kv-dip (a
 4-layer RoPE OLMo-2 that retrieves at the edges of a 64-pair context and loses
@@ -26,7 +26,7 @@ With a loop file (--config) the same loop runs at full scale: an OLMo-2 checkpoi
 directory, the train configs' data, the launchers the file names
 (scripts/launch_train.sh, scripts/run_search.sh), the evaluation it lists; the
 file is documented key by key in configs/quickstart/olmo2-1b.yaml and checked
-before any step runs (workflows/loop_config.py). --dry-run writes and prints
+before any step runs (workflows/loop_config.py). --dry_run writes and prints
 OUT/commands.sh and runs nothing: read it before spending GPU hours.
 
 Every step is one of the project's commands, run as a subprocess and
@@ -77,14 +77,12 @@ def add_arguments(parser: ConfigParser) -> None:
         help="report directory (created; default outputs/quickstart, outputs/quickstart-NAME for --config NAME.yaml)",
     )
     parser.add_argument(
-        "--dry_run", "--dry-run", action="store_true", help="loop file only: write and print commands.sh, run nothing"
+        "--dry_run", action="store_true", help="loop file only: write and print commands.sh, run nothing"
     )
     parser.add_argument("--base", type=str | None, help="HF directory to continue from (default: the built-in)")
     loop = "loop file only"
     parser.add_argument("--gpus", type=PositiveInt | None, help=f"GPUs of the node: processes per step ({loop})")
-    parser.add_argument(
-        "--data_dir", "--data-dir", type=str | None, help=f"the Lost in the Middle release's qa_data folder ({loop})"
-    )
+    parser.add_argument("--data_dir", type=str | None, help=f"the Lost in the Middle release's qa_data folder ({loop})")
     tiny = "built-in tiny loop only"
     parser.add_argument("--steps", type=PositiveInt, default=10, help=f"continual-training steps per model ({tiny})")
     parser.add_argument("--lr", type=float, default=1e-3, help=f"peak learning rate ({tiny})")
@@ -94,12 +92,8 @@ def add_arguments(parser: ConfigParser) -> None:
         help=f"the RoPE/REPO pair to continue, DIR/rope and DIR/repo, or none: both start from --base, REPO's "
         f"predictors fresh (default: the shipped {PAIR.name} with the built-in base, else none; {tiny})",
     )
-    parser.add_argument(
-        "--eval_examples", "--eval-examples", type=PositiveInt, default=50, help=f"questions per position ({tiny})"
-    )
-    parser.add_argument(
-        "--fim_examples", "--fim-examples", type=PositiveInt, default=3, help=f"FiM's questions per position ({tiny})"
-    )
+    parser.add_argument("--eval_examples", type=PositiveInt, default=50, help=f"questions per position ({tiny})")
+    parser.add_argument("--fim_examples", type=PositiveInt, default=3, help=f"FiM's questions per position ({tiny})")
     parser.add_argument("--generations", type=int, default=2, help=f"LPES breeding rounds ({tiny})")
     parser.add_argument("--population", type=PositiveInt, default=8, help=f"LPES population ({tiny})")
     parser.add_argument("--train", type=loop_config.TrainSection | None, help="loop file: the training runs")
@@ -140,7 +134,7 @@ def resolve(args: Namespace, parser: ConfigParser) -> Namespace:
     args.loop = None
     if not any(sections.values()):
         if args.dry_run:
-            parser.fail("--dry-run needs a loop file (--config FILE; the built-in loop writes commands.sh as it runs)")
+            parser.fail("--dry_run needs a loop file (--config FILE; the built-in loop writes commands.sh as it runs)")
         given = [f"--{name}" for name in ("gpus", "data_dir") if args[name] is not None]
         if given:
             parser.fail(f"{', '.join(given)}: loop file only (--config FILE); the built-in loop runs on the CPU")
@@ -160,9 +154,7 @@ def resolve(args: Namespace, parser: ConfigParser) -> Namespace:
         missing = [key for key, value in {"base": args.base, **sections}.items() if value is None]
         if missing:
             parser.fail(f"{name}: missing {', '.join(missing)}; a loop file sets base, train, search and evaluate")
-        given = sorted(
-            f for o in TINY_OPTIONS for f in {f"--{o}", f"--{o.replace('_', '-')}"} if f in parser.given_flags
-        )
+        given = sorted(f"--{o}" for o in TINY_OPTIONS if f"--{o}" in parser.given_flags)
         if given:
             parser.fail(f"{', '.join(given)}: built-in tiny loop only; with a loop file the file sets the run")
         try:
@@ -202,8 +194,8 @@ def search_config(config: loop_config.LoopConfig) -> SearchConfig:
     checked elsewhere."""
     stand_in = dict.fromkeys(loop_config.PLACEHOLDERS, "1")
     argv = ["--config", str(ROOT / config.search.config), *(loop_config.fill(a, stand_in) for a in config.search.args)]
-    if "--data-dir" in argv:  # the data directory exists only on the GPU machine (`machine_problems`)
-        at = argv.index("--data-dir")
+    if "--task.data_dir" in argv:  # the data directory exists only on the GPU machine (`machine_problems`)
+        at = argv.index("--task.data_dir")
         del argv[at : at + 2]
     help_text, add_options, _ = SEARCH_COMMANDS["run"]
     parser = ConfigParser.for_command("python -m search run", help_text)

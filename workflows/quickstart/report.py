@@ -181,7 +181,7 @@ def tiny_report_parts(
         ),
         "",
         "```bash",
-        "python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml --dry-run   # every command, run none",
+        "python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml --dry_run   # every command, run none",
         "python -m workflows quickstart --config configs/quickstart/olmo2-1b.yaml             # run them (GPU node)",
         "```",
     ]
@@ -211,7 +211,7 @@ def config_report_parts(out, args, config, eval_dirs, scale_file, models) -> tup
             outputs.append(
                 f"- REPO positions per head of `{name}`: not plotted here; on the prompts of a task: "
                 f"`python scripts/analyze_repo_positions.py --model {models[name]} --task kv "
-                f"--out {out / 'repo-positions' / name}` (its settings with `--task-param KEY=VALUE`)"
+                f"--out {out / 'repo-positions' / name}` (its settings with `--task_param KEY=VALUE`)"
             )
     outputs.append("- Checkpoints: `runs/<method>/` (Lightning), `models/<method>/` (HF, with tokenizer)")
     closing = [

@@ -52,8 +52,8 @@ def tiny_settings(args: Namespace) -> argparse.Namespace:
     """The position-bias recipe's settings (workflows/position_bias.py) at the quickstart's budget."""
     return recipe.parse_args(
         ["--base", str(args.base), "--seeds", "1", "--steps", str(args.steps), "--lr", str(args.lr),
-         "--eval-examples", str(args.eval_examples), "--generations", str(args.generations),
-         "--population", str(args.population), "--search-examples", "16"]
+         "--eval_examples", str(args.eval_examples), "--generations", str(args.generations),
+         "--population", str(args.population), "--search_examples", "16"]
     )  # fmt: skip
 
 
@@ -137,7 +137,7 @@ def tiny_loop(args: Namespace, out: Path) -> None:
     # the training-free methods act on the model with the measured dip; the continued models are compared as trained
     scale_file = out / "scales" / "base-kv.json"
     search_config = recipe.search_config(out, settings)
-    steps.step("search", "LPES search on the base model", ["search", "run", "--model", str(args.base), "--config",
+    steps.step("search", "LPES search on the base model", ["search", "run", "--model.path", str(args.base), "--config",
                str(search_config), "--out", str(scale_file)], module=True, inputs=[args.base, search_config],
                outputs=[scale_file], related=search_files(scale_file),
                resume=lambda: search_resume(scale_file))  # fmt: skip

@@ -68,7 +68,7 @@ SIZES = {
 
 
 def add_arguments(parser) -> None:
-    """The study's options (each also a key of a `--config` file; the dashed spellings work too)."""
+    """The study's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--out", type=str, default="outputs/real-model", help="output directory (created; resumes)")
     parser.add_argument("--model", type=str, default=DEFAULT_OUT, help="where the HF model is (made if missing)")
@@ -91,9 +91,9 @@ def add_arguments(parser) -> None:
         help="metric: greedy answers by best-subspan EM; gold_loglik: the gold answer's mean log-probability per "
         "token, teacher-forced (a continuous score; use another --out than a metric study's)",
     )
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=8, help="prompts per forward")
+    parser.add_argument("--batch_size", type=int, default=8, help="prompts per forward")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per command (OMP_NUM_THREADS)")
-    parser.add_argument("--dry_run", "--dry-run", action="store_true", help="write commands.sh, run nothing long")
+    parser.add_argument("--dry_run", action="store_true", help="write commands.sh, run nothing long")
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -115,7 +115,7 @@ def check_options(args: argparse.Namespace) -> None:
         raise ValueError("--costly_questions and --bias_questions take the first of --questions: not more")
     check_data(args, size)
     if args.threads < 1 or args.batch_size < 1:
-        raise ValueError("--threads and --batch-size must be >= 1")
+        raise ValueError("--threads and --batch_size must be >= 1")
     args.size = size
     check_outputs(args)
 

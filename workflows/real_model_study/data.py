@@ -9,7 +9,7 @@ from pathlib import Path
 
 from repo_common.atomic import write_text_atomic
 
-DATA_NAME = "nq-open-oracle.jsonl.gz"  # the name the mdqa task finds in a --data-dir
+DATA_NAME = "nq-open-oracle.jsonl.gz"  # the name the mdqa task finds in a --data_dir
 
 
 def questions_needed(size: Mapping[str, int]) -> int:

@@ -79,10 +79,10 @@ def lpes_name(scales: Sequence[float]) -> str:
 
 def eval_command(model: Path, data_dir: Path, out: Path, methods: Sequence[str], questions: int, size, args):
     return [
-        "evaluation", "run", "--model", str(model), "--tasks", "mdqa", "--data-dir", str(data_dir),
-        "--num-documents", str(size["documents"]), "--num-examples", str(questions), "--gold-positions", "all",
-        "--chat-template", "true", "--max-new-tokens", str(size["max_new_tokens"]),
-        "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--no-progress",
+        "evaluation", "run", "--model", str(model), "--tasks", "mdqa", "--data_dir", str(data_dir),
+        "--num_documents", str(size["documents"]), "--num_examples", str(questions), "--gold_positions", "all",
+        "--chat_template", "true", "--max_new_tokens", str(size["max_new_tokens"]),
+        "--batch_size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--no_progress",
         "--score", args.score,
-        *(flag for method in methods for flag in ("--method", method)), "--out", str(out),
+        *(flag for method in methods for flag in ("--methods", method)), "--out", str(out),
     ]  # fmt: skip

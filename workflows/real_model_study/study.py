@@ -75,7 +75,7 @@ def run_study(args, parser) -> None:
     scale_file = out / "scales" / "smollm2-mdqa.json"
     if not scale_file.is_file():
         timings["LPES search"] = run(
-            "LPES search", "search", "run", "--model", str(model_dir), "--config",
+            "LPES search", "search", "run", "--model.path", str(model_dir), "--config",
             str(search_config(out, folders, size, args)), "--out", str(scale_file), "--resume",
             log=out / "logs" / "search.log",
         )  # fmt: skip

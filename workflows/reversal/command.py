@@ -31,7 +31,7 @@ ALL_METHODS = ("nope", "rope", "repo")
 
 
 def add_arguments(parser) -> None:
-    """The reproduction's options (each also a key of a `--config` file; the old dashed spellings work too)."""
+    """The reproduction's options (each also a key of a `--config` file)."""
     parser.description = __doc__
     parser.add_argument("--out", type=str, default="outputs/reversal", help="output directory (created; resumes)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per method (0, 1, ...)")
@@ -45,26 +45,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--hidden", type=int, default=128, help="model width (4 layers, 4 heads, FFN 4x)")
     parser.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (linear decay to 0)")
     parser.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=32, help="sequences per step")
+    parser.add_argument("--batch_size", type=int, default=32, help="sequences per step")
     parser.add_argument(
         "--train_examples",
-        "--train-examples",
         type=int,
         default=50000,
         help="training sequences per seed (steps x batch = 48,000 are used)",
     )
-    parser.add_argument(
-        "--examples_per_length", "--examples-per-length", type=int, default=50, help="test sequences per length"
-    )
-    parser.add_argument(
-        "--train_lengths", "--train-lengths", type=str, default="2-20", help="training lengths MIN-MAX (paper: 2-20)"
-    )
-    parser.add_argument(
-        "--test_lengths", "--test-lengths", type=str, default="2-30", help="test lengths MIN-MAX (paper: 2-30)"
-    )
-    parser.add_argument(
-        "--eval_batch_size", "--eval-batch-size", type=int, default=32, help="prompts per forward in evaluation"
-    )
+    parser.add_argument("--examples_per_length", type=int, default=50, help="test sequences per length")
+    parser.add_argument("--train_lengths", type=str, default="2-20", help="training lengths MIN-MAX (paper: 2-20)")
+    parser.add_argument("--test_lengths", type=str, default="2-30", help="test lengths MIN-MAX (paper: 2-30)")
+    parser.add_argument("--eval_batch_size", type=int, default=32, help="prompts per forward in evaluation")
     parser.add_argument(
         "--threads",
         type=int,
@@ -81,11 +72,11 @@ def check_options(args: argparse.Namespace) -> None:
     unknown = sorted(set(args.methods) - set(ALL_METHODS))
     if unknown or not args.methods:
         raise ValueError(f"--methods: unknown {unknown}; choose from {list(ALL_METHODS)}")
-    args.train_min, args.train_max = _length_range("--train-lengths", args.train_lengths)
-    args.test_min, args.test_max = _length_range("--test-lengths", args.test_lengths)
+    args.train_min, args.train_max = _length_range("--train_lengths", args.train_lengths)
+    args.test_min, args.test_max = _length_range("--test_lengths", args.test_lengths)
     for name in ("seeds", "steps", "hidden", "batch_size", "train_examples", "examples_per_length", "threads"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+            raise ValueError(f"--{name} must be >= 1")
     check_run_directory(args.out, "a reversal reproduction", DESCRIPTIONS)
 
 
