@@ -35,7 +35,6 @@ from typing import Any
 from jsonargparse import Namespace, set_parsing_settings
 
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, register_method
-from evaluation.methods.registry import class_path_of
 from evaluation.run_config import TINY_DEFAULTS, RunConfig, option_fields, short_form_tasks, with_data_file
 from evaluation.sample_data import NQ_OPEN_ORACLE, check_data_dir
 from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, register_task
@@ -43,6 +42,7 @@ from repo_common import user_code
 from repo_common.config_cli import ConfigParser
 from repo_common.file_permissions import check_folder_listable
 from repo_common.model_directory import check_model_files
+from repo_common.registry import class_path_of
 from repo_common.user_code import resolve_class
 
 #: The list options that take one item per occurrence (`--methods baseline --methods pi:scale=2`).

@@ -72,3 +72,27 @@ def lm_eval_installed() -> None:
         if os.environ.get(REAL_MODEL_ENV) == "required":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture
+def registries_restored():
+    """Every registry (tasks, methods, policies, presets, data sources) as it was, and no user module the test
+    imported left loaded: a part a test registers leaks into no other test (a module left loaded would not
+    register its parts again when a later test imports it). Lazy built-ins stay unloaded."""
+    import sys
+
+    from evaluation.methods import METHODS
+    from evaluation.tasks import TASKS
+    from repo_train.data import DATA_SOURCES
+    from repo_train.modeling import POSITION_POLICIES
+    from repo_train.modeling.presets import PRESETS
+
+    registries = (TASKS, METHODS, POSITION_POLICIES, PRESETS, DATA_SOURCES)
+    saved, loaded = [dict(registry._entries) for registry in registries], set(sys.modules)
+    yield registries
+    for registry, entries in zip(registries, saved, strict=True):
+        registry._entries.clear()
+        registry._entries.update(entries)
+    for name in set(sys.modules) - loaded:
+        if name.startswith("examples."):
+            del sys.modules[name]

@@ -114,3 +114,20 @@ def test_take_flag_collects_both_spellings_in_order_and_names_a_missing_value():
     assert take_flag(["a", "--f", "1", "b", "--f=2"], "--f") == (["1", "2"], ["a", "b"])
     with pytest.raises(ValueError, match="argument --f: expected one argument"):
         take_flag(["a", "--f"], "--f")
+
+
+def test_no_command_declares_an_option_spelt_with_dashes():
+    """One spelling per option, its config key: every `add_argument("--...")` of the project is a key's name
+    (`--batch_size`), so no option has a dashed twin (81 had one before 2026-11-29)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dashed = []
+    for package in ("repo_common", "repo_train", "evaluation", "search", "workflows", "scripts", "examples"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                    flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                    dashed += [f"{path.relative_to(root)}: {flag}" for flag in flags if "-" in flag.lstrip("-")]
+    assert not dashed, dashed

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-import evaluation.tasks
 from evaluation import cli
 from evaluation.model_loading import byte_tokenizer
 from evaluation.tasks import TASKS, Task, register_task
@@ -103,11 +102,12 @@ def test_class_paths_are_found_in_files_and_on_the_command_line():
     user_code.check_class_path("KVRetrievalTask")  # a short name imports nothing: left to the parser
 
 
-def test_register_task_refuses_a_second_class_under_a_taken_name(monkeypatch):
-    monkeypatch.setattr(evaluation.tasks, "TASKS", dict(TASKS))
-    kv = evaluation.tasks.TASKS["kv"]
+def test_register_task_refuses_a_second_class_under_a_taken_name(registries_restored):
+    kv = TASKS["kv"]
     imposter = type("Imposter", (kv,), {"name": "kv"})
-    with pytest.raises(ValueError, match="task 'kv' is already KVRetrievalTask; give Imposter another name"):
+    with pytest.raises(
+        ValueError, match="task 'kv' is already evaluation.tasks.kv_retrieval.KVRetrievalTask; give Imposter"
+    ):
         register_task(imposter)
     with pytest.raises(TypeError, match="must be a dataclass subclass"):
         register_task(type("NotATask", (), {"name": "x"}))
@@ -211,17 +211,7 @@ def test_a_training_data_source_outside_the_project_is_refused_before_its_module
     assert not marker.exists() and not (tmp_path / "run").exists() and "sideeffect_pkg.tasks" not in sys.modules
 
 
-@pytest.fixture
-def registry_restored(monkeypatch):
-    """The task registry and module cache as they were: a user's task registered here leaks into no other test."""
-    saved = dict(TASKS)
-    yield
-    TASKS.clear()
-    TASKS.update(saved)
-    monkeypatch.delitem(sys.modules, TASK, raising=False)
-
-
-def test_a_users_task_runs_through_search_run_by_name_or_class_path(tmp_path, monkeypatch, capsys, registry_restored):
+def test_a_users_task_runs_through_search_run_by_name_or_class_path(tmp_path, monkeypatch, capsys, registries_restored):
     """`search run --import`: the fitness is the harness's build of the user's task (begin/middle/end of its
     num_items), the saved config replays it, and its class_path builds the same search set."""
     from evaluation.model_loading import tiny_default

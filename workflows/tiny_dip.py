@@ -121,7 +121,7 @@ def readme(args: argparse.Namespace, settings: argparse.Namespace, summary: Mapp
             f"{positions[0]} and {positions[-1]}. Δ: the paired difference with the baseline over all positions, "
             "Δ middle: over the middle ones; p: two-sided sign-flip test on per-question differences (overall: "
             "Holm-adjusted over the methods in brackets). Seconds: one `evaluation run` of that method alone, startup "
-            "included, on a 2-core machine shared with other jobs."
+            "included, on the machine that built it (its load not controlled)."
         ),
         "",
         "| method | accuracy | middle | edges | middle − edges | Δ | p (Holm) | Δ middle | p | shape | seconds |",

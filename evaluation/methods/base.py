@@ -23,7 +23,7 @@ reverse; each `prefill_position_ids` sees the positions chosen before it in
 
 This module imports neither torch nor transformers (tensors appear only in annotations): `evaluation run`
 builds its parser and resolves its configuration from these classes and the registry's names, and loads a
-method's own module, with torch, only when a spec or a class entry names it (`registry.LazyClassRegistry`).
+method's own module, with torch, only when a spec or a class entry names it (`repo_common.registry`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from evaluation.methods.registry import LazyClassRegistry
+from repo_common.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -155,7 +155,7 @@ def spec_fields(cls: type[Method]) -> list[dataclasses.Field]:
 
 #: Every method by its spec name. The built-ins are named by their class path and their module (torch and all) is
 #: imported when a spec first names one; `register_method` adds a user's class as it is defined.
-METHODS: LazyClassRegistry[Method] = LazyClassRegistry(
+METHODS: Registry[type[Method]] = Registry(
     "method",
     {
         "baseline": "evaluation.methods.base.Baseline",
@@ -174,10 +174,7 @@ def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method buildable from a spec by its `name`."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} must be a dataclass (its fields are the spec parameters)")
-    if not METHODS.holds(cls.name, cls):
-        raise ValueError(f"method {cls.name!r} registered twice")
-    METHODS[cls.name] = cls
-    return cls
+    return METHODS.register(cls)
 
 
 def _format_value(value: Any) -> str:
@@ -240,9 +237,7 @@ def _coerce(cls: type[Method], key: str, value: Any) -> Any:
 def build_method(spec: str) -> Method:
     """The registered method a spec names, configured with its parameters (unknown keys list the valid ones)."""
     name, params = parse_method_spec(spec)
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; registered methods are {sorted(METHODS)}")
-    return configure_method(METHODS[name], params)
+    return configure_method(METHODS.lookup(name), params)
 
 
 def configure_method(cls: type[Method], params: Mapping[str, Any]) -> Method:

@@ -25,42 +25,39 @@ from evaluation.tasks.ruler import (
     RulerVariableTrackingTask,
 )
 from evaluation.tasks.scrolls import ScrollsTask
+from repo_common.registry import Registry
 
-TASKS: dict[str, type[Task]] = {
-    "mdqa": MDQATask,
-    "mdqa_release": MDQAReleaseTask,
-    "kv": KVRetrievalTask,
-    "ruler_niah_single": RulerNIAHTask,
-    "ruler_niah_multikey": RulerMultiKeyTask,
-    "ruler_niah_multivalue": RulerMultiValueTask,
-    "ruler_niah_multiquery": RulerMultiQueryTask,
-    "ruler_vt": RulerVariableTrackingTask,
-    "babi_qa2": BabiTask,
-    "reversal": ReversalTask,
-    "longbench": LongBenchTask,
-    "scrolls": ScrollsTask,
-    "multiple_choice": MultipleChoiceTask,
-}
+#: Every task by its name (`--tasks NAME`, `build_task`); `register_task` adds a user's.
+TASKS: Registry[type[Task]] = Registry(
+    "task",
+    {
+        "mdqa": MDQATask,
+        "mdqa_release": MDQAReleaseTask,
+        "kv": KVRetrievalTask,
+        "ruler_niah_single": RulerNIAHTask,
+        "ruler_niah_multikey": RulerMultiKeyTask,
+        "ruler_niah_multivalue": RulerMultiValueTask,
+        "ruler_niah_multiquery": RulerMultiQueryTask,
+        "ruler_vt": RulerVariableTrackingTask,
+        "babi_qa2": BabiTask,
+        "reversal": ReversalTask,
+        "longbench": LongBenchTask,
+        "scrolls": ScrollsTask,
+        "multiple_choice": MultipleChoiceTask,
+    },
+)
 
 
 def register_task(cls: type[Task]) -> type[Task]:
     """Class decorator: make a `Task` dataclass buildable by its `name` (`--tasks NAME`, `build_task`)."""
     if not (isinstance(cls, type) and issubclass(cls, Task) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"{cls!r} must be a dataclass subclass of evaluation.tasks.Task")
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{cls.__qualname__} needs a class attribute `name` (its name in configs and records)")
-    if TASKS.get(name, cls) is not cls:
-        raise ValueError(f"task {name!r} is already {TASKS[name].__qualname__}; give {cls.__qualname__} another name")
-    TASKS[name] = cls
-    return cls
+    return TASKS.register(cls)
 
 
 def build_task(name: str, **params: Any) -> Task:
     """The task registered as `name`, configured with `params` (its dataclass fields)."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid choices are {sorted(TASKS)}")
-    cls = TASKS[name]
+    cls = TASKS.lookup(name)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(params) - set(fields))
     if unknown:

@@ -23,6 +23,7 @@ from repo_train.data.base import (
 )
 from repo_train.data.config import (
     BUILT_IN_SOURCES,
+    DATA_SOURCES,
     DataSource,
     OlmoNumpyData,
     PromptCompletionData,
@@ -30,6 +31,7 @@ from repo_train.data.config import (
     SyntheticTextData,
     TextData,
     legacy_source_message,
+    register_data_source,
     saved_source_options,
     source_class,
 )
@@ -48,6 +50,7 @@ from repo_train.data.text import TextDataset, load_tokenizer
 
 __all__ = [
     "BUILT_IN_SOURCES",
+    "DATA_SOURCES",
     "DOLMA2_EOS_TOKEN_ID",
     "DOLMA2_PADDED_VOCAB_SIZE",
     "DOLMA2_PAD_TOKEN_ID",
@@ -72,6 +75,7 @@ __all__ = [
     "legacy_source_message",
     "load_tokenizer",
     "read_mix_file",
+    "register_data_source",
     "saved_source_options",
     "source_class",
 ]

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import yaml
 from transformers import PreTrainedTokenizerBase
 
+from repo_common.registry import Registry
 from repo_common.user_code import loaded_subclass
 from repo_train.data.base import TokenSequenceDataset
 from repo_train.data.olmo_numpy import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE, OlmoNumpyDataset
@@ -36,6 +37,16 @@ from repo_train.data.text import TextDataset
 
 #: The package that exports the built-in sources; class paths are written with it (`repo_train.data.TextData`).
 PUBLIC_MODULE = "repo_train.data"
+
+
+#: Every data source by its class name, as a config's `class_path` may name it (`SyntheticData`);
+#: `register_data_source` adds each built-in and may add a user's (a dotted class_path needs no registration).
+DATA_SOURCES: Registry[type[DataSource]] = Registry("data source")
+
+
+def register_data_source(cls: type[DataSource]) -> type[DataSource]:
+    """Class decorator: make a `DataSource` subclass nameable by its class name in a config."""
+    return DATA_SOURCES.register(cls, cls.__name__)
 
 
 class DataSource(ABC):
@@ -150,7 +161,7 @@ def source_class(class_path: str, where: str = "data source", *, may_import: boo
         except ImportError:
             found = None
     else:
-        found = loaded_subclass(DataSource, class_path)
+        found = DATA_SOURCES.get(class_path) or loaded_subclass(DataSource, class_path)
     if not (isinstance(found, type) and issubclass(found, DataSource)) or found is DataSource:
         raise ValueError(f"{where}: class_path {class_path!r} is not a data source; {fix}.")
     return found
@@ -177,6 +188,7 @@ def _flow(options: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(options), default_flow_style=True, width=10**6).strip()
 
 
+@register_data_source
 @dataclass
 class SyntheticData(DataSource):
     """Synthetic copy / reverse / key-value / n-gram sequences (no files needed)."""
@@ -208,6 +220,7 @@ class SyntheticData(DataSource):
         return SyntheticDataset(**asdict(self))
 
 
+@register_data_source
 @dataclass
 class OlmoNumpyData(DataSource):
     """OLMo tokenised numpy shards cut into fixed-length instances."""
@@ -242,6 +255,7 @@ class OlmoNumpyData(DataSource):
         return OlmoNumpyDataset(options.pop("paths"), **options)
 
 
+@register_data_source
 @dataclass
 class TextData(DataSource):
     """Plain text documents tokenised with a Hugging Face tokenizer and packed."""
@@ -282,6 +296,7 @@ class TextData(DataSource):
         return TextDataset(paths, tokenizer=tokenizer if tokenizer is not None else name, **options)
 
 
+@register_data_source
 @dataclass
 class PromptCompletionData(DataSource):
     """Prompt / completion JSONL, one example a sequence, loss on the completion only."""
@@ -311,6 +326,7 @@ class PromptCompletionData(DataSource):
         return PromptCompletionDataset(paths, tokenizer=name, **options)
 
 
+@register_data_source
 @dataclass
 class SyntheticTextData(DataSource):
     """The synthetic episodes written as text lines and tokenised (by default with the built-in byte tokenizer):
@@ -345,12 +361,7 @@ class SyntheticTextData(DataSource):
         return SyntheticTextDataset(**asdict(self))
 
 
-BUILT_IN_SOURCES: tuple[type[DataSource], ...] = (
-    SyntheticData,
-    OlmoNumpyData,
-    TextData,
-    PromptCompletionData,
-    SyntheticTextData,
-)
+#: The sources this package registers, in the order the docs list them.
+BUILT_IN_SOURCES: tuple[type[DataSource], ...] = tuple(DATA_SOURCES.values())
 #: The sources that old configs and checkpoints named by a `source:` string.
 LEGACY_SOURCES = tuple(cls for cls in BUILT_IN_SOURCES if cls.legacy_name is not None)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from repo_common.registry import Registry
 from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.rope import RotaryEncoding, apply_rotation
 
@@ -146,20 +147,18 @@ class PositionPolicy:
         return self.name
 
 
-POSITION_POLICIES: dict[str, type[PositionPolicy]] = {}
+#: Every position policy by its name (`position_method`, a layer plan's entries); `register_policy` adds each.
+POSITION_POLICIES: Registry[type[PositionPolicy]] = Registry("position policy")
 
 
 def register_policy(cls: type[PositionPolicy]) -> type[PositionPolicy]:
     """Class decorator: make a policy buildable by name."""
-    if cls.name in POSITION_POLICIES:
-        raise ValueError(f"position policy {cls.name!r} registered twice")
     if cls.Options is not None and not (issubclass(cls.Options, PositionConfig) and cls.Options.method == cls.name):
         raise TypeError(
             f"position policy {cls.name!r}: its Options must subclass repo_train.modeling.PositionConfig with "
             f"method = {cls.name!r} (the class `model.position` names)"
         )
-    POSITION_POLICIES[cls.name] = cls
-    return cls
+    return POSITION_POLICIES.register(cls)
 
 
 def linear_positions(position_ids: torch.Tensor) -> torch.Tensor:

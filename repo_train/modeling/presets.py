@@ -8,10 +8,22 @@ continues from (OLMo-2-0425-1B and OLMo-2-1124-7B configs): dolma2 tokenizer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from repo_common.registry import Registry
 
 if TYPE_CHECKING:
     from repo_train.modeling.configuration import RePoOlmo2Config
+
+#: Every model size by its name (`model.preset_name`, `demo --preset`); `register_preset(NAME)` adds one.
+PRESETS: Registry[Callable[..., RePoOlmo2Config]] = Registry("model preset")
+
+
+def register_preset(name: str) -> Callable[[Callable[..., RePoOlmo2Config]], Callable[..., RePoOlmo2Config]]:
+    """Function decorator: make a config factory `f(**overrides)` a preset called `name`."""
+    return lambda factory: PRESETS.register(factory, name)
+
 
 _DOLMA2_TOKENS = dict(vocab_size=100352, eos_token_id=100257, pad_token_id=100277, bos_token_id=None)
 
@@ -24,6 +36,7 @@ def _config(fields: dict, overrides: dict) -> RePoOlmo2Config:
     return RePoOlmo2Config(**{**fields, **overrides})
 
 
+@register_preset("tiny")
 def tiny(**overrides) -> RePoOlmo2Config:
     """A 4-layer, 64-wide OLMo-2 (about 0.1M parameters): seconds per step on a CPU."""
     fields = dict(
@@ -50,6 +63,7 @@ def tiny(**overrides) -> RePoOlmo2Config:
 _BYTE_TOKENS = dict(vocab_size=258, pad_token_id=0, eos_token_id=1, bos_token_id=None)
 
 
+@register_preset("tiny-byte")
 def tiny_byte(**overrides) -> RePoOlmo2Config:
     """`tiny` sized to the byte tokenizer (258 ids), as the evaluation's tiny default and the shipped tiny models
     are: the tiny configs train it on `SyntheticTextData`, and their exports carry that tokenizer."""
@@ -73,21 +87,18 @@ def _olmo2(hidden: int, ffn: int, layers: int, heads: int, overrides: dict) -> R
     return _config(fields, overrides)
 
 
+@register_preset("olmo2-1b")
 def olmo2_1b(**overrides) -> RePoOlmo2Config:
     """OLMo-2 1B: d=2048, 16 layers, 16 heads, FFN 8192; REPO from layer 5 by default."""
     return _olmo2(2048, 8192, 16, 16, overrides)
 
 
+@register_preset("olmo2-7b")
 def olmo2_7b(**overrides) -> RePoOlmo2Config:
     """OLMo-2 7B: d=4096, 32 layers, 32 heads, FFN 11008; REPO from layer 10 by default."""
     return _olmo2(4096, 11008, 32, 32, overrides)
 
 
-PRESETS = {"tiny": tiny, "tiny-byte": tiny_byte, "olmo2-1b": olmo2_1b, "olmo2-7b": olmo2_7b}
-
-
 def preset(name: str, **overrides) -> RePoOlmo2Config:
     """Config of a named size, with field overrides (e.g. position_method="repo")."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}.")
-    return PRESETS[name](**overrides)
+    return PRESETS.lookup(name)(**overrides)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from typing import ClassVar
 
 import pytest
@@ -203,18 +202,7 @@ class _NoOwnDefaults(Task):
         yield from ()
 
 
-@pytest.fixture
-def tasks_restored():
-    """The task registry and module cache as they were: the user's task imported here leaks into no other test."""
-    saved, imported = dict(TASKS), "examples.extension.colour_task" in sys.modules
-    yield
-    TASKS.clear()
-    TASKS.update(saved)
-    if not imported:
-        sys.modules.pop("examples.extension.colour_task", None)
-
-
-def test_a_task_s_own_default_wins_unless_the_option_is_given(tmp_path, capsys, tasks_restored):
+def test_a_task_s_own_default_wins_unless_the_option_is_given(tmp_path, capsys, registries_restored):
     """colour_lookup (a user's task, by --import) declares gold_positions: all, kv its own grid; the option given
     sets both; the command's default is only for a task that declares none."""
     argv = ["run", "--out", str(tmp_path / "o"), "--import", "examples.extension.colour_task", "--tasks",

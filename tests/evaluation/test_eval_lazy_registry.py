@@ -14,15 +14,15 @@ import datasets
 import pytest
 
 from evaluation.methods import METHODS, Method, MethodStack, register_method
-from evaluation.methods.registry import LazyClassRegistry
 from evaluation.tasks import build_task
 from evaluation.tasks.base import feature_of
+from repo_common.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_an_entry_given_as_a_class_path_is_imported_when_read():
-    registry = LazyClassRegistry("thing", {"decoder": "json.decoder.JSONDecoder"})
+    registry = Registry("thing", {"decoder": "json.decoder.JSONDecoder"})
     assert "decoder" in registry and list(registry) == ["decoder"] and len(registry) == 1
     assert registry.class_path("decoder") == "json.decoder.JSONDecoder"
     assert registry["decoder"] is json.decoder.JSONDecoder
@@ -46,7 +46,7 @@ def test_a_user_method_may_not_take_a_built_in_name_even_before_the_built_in_is_
     class Impostor(Method):
         name: ClassVar[str] = "lpes"
 
-    with pytest.raises(ValueError, match="'lpes' registered twice"):
+    with pytest.raises(ValueError, match="method 'lpes' is already evaluation.methods.lpes.method.X; give Impostor"):
         register_method(Impostor)
 
 
@@ -75,7 +75,7 @@ def test_column_types_become_the_datasets_features_they_name():
 @pytest.mark.slow  # a fresh interpreter that loads torch (~11 s)
 def test_a_built_in_named_by_its_bare_class_name_in_a_config_is_loaded_for_the_parser(tmp_path):
     """`class_path: PositionInterpolation` worked while every built-in was imported eagerly; it still does."""
-    registry = LazyClassRegistry("thing", {"decoder": "json.decoder.JSONDecoder"})
+    registry = Registry("thing", {"decoder": "json.decoder.JSONDecoder"})
     registry.load_class_named("JSONEncoder")  # no entry of that class: nothing is loaded
     assert isinstance(registry._entries["decoder"], str)
     registry.load_class_named("JSONDecoder")

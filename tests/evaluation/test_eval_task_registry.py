@@ -29,7 +29,7 @@ def test_build_task_returns_configured_task(nq_oracle_path: str, kv_path: str) -
 
 
 def test_build_task_errors(nq_oracle_path: str) -> None:
-    with pytest.raises(ValueError, match=r"unknown task 'qa'; valid choices are \['babi_qa2', 'kv', 'longbench', "):
+    with pytest.raises(ValueError, match=r"unknown task 'qa'; registered tasks are \['babi_qa2', 'kv', 'longbench', "):
         build_task("qa")
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['k'\] for task 'mdqa'; valid parameters are"):
         build_task("mdqa", path=nq_oracle_path, k=10)
