@@ -289,8 +289,8 @@ class ConfigParser(ArgumentParser):
                 continue
             try:
                 items += yaml.safe_load(value)
-            except yaml.YAMLError as err:
-                self.fail(f"option --{dest}: {value!r} is not a YAML list ({one_line_error(str(err))})")
+            except yaml.YAMLError:
+                self.fail(f"option --{dest}: {value!r} is not a YAML list; give one item per --{dest}, or [A, B]")
         return items
 
     def _is_option(self, flag: str) -> bool:

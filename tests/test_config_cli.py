@@ -69,6 +69,16 @@ def test_repeatable_lists_and_files_before_options(tmp_path):
     assert _parser().parse(["--out", "o", "--words", "[x, y]"])[0].words == ["x", "y"]
 
 
+def test_a_repeatable_option_s_bad_list_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse(["--out", "o", "--words", "[x, y"])
+    err = capsys.readouterr().err
+    assert err == (
+        "prog run: error: option --words: '[x, y' is not a YAML list; give one item per --words, or [A, B] "
+        "(see prog run --help)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("flag", "hint"),
     [
