@@ -42,7 +42,7 @@ from repo_common import user_code
 from repo_common.config_cli import ConfigParser
 from repo_common.file_permissions import check_folder_listable
 from repo_common.model_directory import check_model_files
-from repo_common.registry import class_path_of
+from repo_common.registry import Registry
 from repo_common.user_code import resolve_class
 
 #: The list options that take one item per occurrence (`--methods baseline --methods pi:scale=2`).
@@ -85,16 +85,17 @@ exit codes: 0 done, 2 usage error, 3 stopped early by --max_records (rerun to re
 """
 
 
-def _named_class_path(kind: str, registry, class_path):
+def _named_class_path(registry: Registry):
     """For `--methods.help NAME`: a registered name's class path, None for a dotted class path (jsonargparse's
     own), a one-line ValueError for anything else."""
 
     def resolve(name: str) -> str | None:
-        if name in registry:
-            return class_path(name)
-        if "." in name:
+        if "." in name and name not in registry:
             return None
-        raise ValueError(f"unknown {kind} {name!r}; registered {kind}s are {sorted(registry)}, or give a class path")
+        try:
+            return registry.class_path(registry.check_name(name))
+        except ValueError as err:
+            raise ValueError(f"{err}, or give a class path") from None
 
     return resolve
 
@@ -105,8 +106,8 @@ def add_run_options(parser: ConfigParser) -> None:
     set_parsing_settings(subclasses_enabled=[Task, Method])  # class_path may name any Task / Method subclass
     parser.add_import_option()
     parser.class_path_loaders.append(METHODS.load_class_named)  # `class_path: PositionInterpolation` in a config
-    parser.help_names["methods"] = _named_class_path("method", METHODS, METHODS.class_path)
-    parser.help_names["tasks"] = _named_class_path("task", TASKS, lambda name: class_path_of(TASKS[name]))
+    parser.help_names["methods"] = _named_class_path(METHODS)
+    parser.help_names["tasks"] = _named_class_path(TASKS)
     options = {item.name: item for item in option_fields(RunConfig)}
     python_only = {item.name for item in dataclasses.fields(RunConfig)} - set(options)
     # a field's docstring is its option's help: read only here, since it makes every later parser slower

@@ -3,8 +3,9 @@
 Tasks (`evaluation.tasks.TASKS`), position methods (`evaluation.methods.METHODS`), trainable position
 policies (`repo_train.modeling.POSITION_POLICIES`), model presets (`repo_train.modeling.presets.PRESETS`) and
 training data sources (`repo_train.data.DATA_SOURCES`) are each one. A part is added by its registry's
-decorator (`@register_task`, `@register_method`, `@register_policy`, `@register_data_source`), whether it is
-built in or a user's, named with `--import`; a config or a command line then names it.
+decorator (`@register_task`, `@register_method`, `@register_policy`, `@register_preset(NAME)`,
+`@register_data_source`), whether it is built in or a user's, named with `--import`; a config or a command
+line then names it.
 
 A built-in may be listed by its import path ("evaluation.methods.pi.PositionInterpolation") and is imported when
 its entry is first read: `--help`, `--print_config` and a refusal of an unknown name read only the names, and
@@ -67,11 +68,15 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self._entries[name] = obj
         return obj
 
-    def lookup(self, name: str) -> T:
-        """The entry called `name`, or a one-line ValueError listing the registered names."""
+    def check_name(self, name: str) -> str:
+        """`name` if registered, else a one-line ValueError listing the registered names; imports nothing."""
         if name not in self._entries:
             raise ValueError(f"unknown {self.kind} {name!r}; registered {self.kind}s are {sorted(self._entries)}")
-        return self[name]
+        return name
+
+    def lookup(self, name: str) -> T:
+        """The entry called `name` (imported if need be), or `check_name`'s one-line ValueError."""
+        return self[self.check_name(name)]
 
     def class_path(self, name: str) -> str:
         """The import path of `name`'s entry, without importing it (what `--help` lists)."""

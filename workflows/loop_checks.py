@@ -119,8 +119,10 @@ def check_evaluations(config: LoopConfig) -> None:
                     checked.append(part)
                     continue
                 method, params = _spec_parts(part, key, parse_method_spec)  # a file made by the search: names only
-                if method not in METHODS:
-                    raise LoopConfigError(f"{key}: unknown method {method!r}; registered methods are {sorted(METHODS)}")
+                try:
+                    METHODS.check_name(method)
+                except ValueError as err:
+                    raise LoopConfigError(f"{key}: {err}") from None
                 unknown = sorted(set(params) - {f.name for f in spec_fields(METHODS[method])})
                 if unknown:
                     raise LoopConfigError(f"{key}: unknown parameter(s) {unknown} for method {method!r} in {spec!r}")

@@ -228,8 +228,7 @@ def check_options(args: argparse.Namespace) -> None:
         if not parts:
             raise ValueError("empty method spec; use e.g. 'baseline' or 'pi:scale=2'")
         for name in (parse_method_spec(part)[0] for part in parts):
-            if name not in METHODS:  # the registry's names: no method module (torch) is loaded
-                raise ValueError(f"unknown method {name!r}; registered methods are {sorted(METHODS)}")
+            METHODS.check_name(name)  # the registry's names: no method module (torch) is loaded
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
