@@ -87,8 +87,8 @@ TRAINING_ERRORS = (ValueError, OSError)
 
 def _fit_or_validate_checked(argv: list[str]) -> int:
     """`fit` / `validate`, a missing checkpoint or init_from refused first, in a second (`--print_config` prints
-    the settings whatever their files)."""
-    if not any(arg.startswith("--print_config") for arg in argv):
+    the settings and `--plan.only` the plan whatever their files)."""
+    if not any(arg.startswith(("--print_config", "--plan.only")) for arg in argv):
         _check_paths(argv)
     return _fit_or_validate(argv)
 

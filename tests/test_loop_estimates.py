@@ -1,27 +1,14 @@
-"""The dry run's hour estimates (`workflows.loop_estimates`) against hand computations of the job pages'
-formulas (docs/training.md, docs/evaluation.md)."""
+"""The dry run's hour estimates of the search and the evaluations (`workflows.loop_estimates`) against hand
+computations of docs/evaluation.md's formulas; training's plan is tests/training/test_memory_plan.py's."""
 
 from __future__ import annotations
 
 import pytest
 
-from repo_train.modeling.accounting import training_flops_per_token
 from repo_train.modeling.presets import preset
 from workflows import loop_estimates as estimates
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-
-
-def test_training_hours_follow_tokens_flops_and_mfu():
-    hours, how = estimates.training_hours(ROOT / "configs/train/olmo2-1b-stage2-rope.yaml", [], gpus=8)
-    tokens = 23842 * 512 * 4096
-    expected = tokens * training_flops_per_token(preset("olmo2-1b"), 4096) / (0.40 * 989e12 * 8) / 3600
-    assert hours == pytest.approx(expected, rel=1e-12) and 36 < hours < 38  # docs/training.md: ≈ 37 h on 8
-    assert how == "50.0B tokens at 40% MFU"
-    shorter, _ = estimates.training_hours(
-        ROOT / "configs/train/olmo2-1b-stage2-rope.yaml", ["--trainer.max_steps", "2384"], gpus=4
-    )
-    assert shorter == pytest.approx(expected * 2384 / 23842 * 2, rel=1e-12)  # a tenth of the steps, half the GPUs
 
 
 def test_evaluation_hours_count_prompts_positions_and_method_passes():

@@ -20,29 +20,36 @@ from evaluation.methods.base import METHODS, parse_method_spec, spec_fields, spl
 from repo_common.config_cli import ConfigParser
 from repo_common.file_permissions import describe
 from repo_train.data.config import legacy_source_message
-from repo_train.training.cli import check_arguments
+from repo_train.training.cli import plan_arguments
+from repo_train.training.plan import TrainingPlan
 from workflows.loop_config import AFTER_SEARCH, DATA_DIR_HINT, PLACEHOLDERS, LoopConfig, LoopConfigError, fill
 
 
-def check_training(config: LoopConfig, root: Path) -> None:
+def check_training(config: LoopConfig, root: Path) -> dict[str, TrainingPlan]:
     """Each train run's LightningCLI config and `train.args`, judged now by `python -m repo_train fit`'s own parser
-    and its checks that need no model (`repo_train.training.cli.check_arguments`: unknown or misspelt keys, wrong
-    types, a broken file, the checkpoint interval, the batch split), so the second run's typo does not stop the
-    loop after the first run's hours of training. The run directory and the base are the loop's own and not
-    judged here; what needs the model or the data is left to the run itself."""
+    and its checks that need no model (unknown or misspelt keys, wrong types, a broken file, the checkpoint
+    interval, the batch split), so the second run's typo does not stop the loop after the first run's hours of
+    training; then planned on the loop's GPUs (`repo_train.training.plan`): a run predicted not to fit the GPU
+    memory its config names is refused with the options that would. The run directory and the base are the
+    loop's own and not judged here; what needs the model or the data is left to the run itself. Returns each
+    run's plan, which the dry run prints."""
     stand_in = dict.fromkeys(PLACEHOLDERS, "1")
+    plans = {}
     for name, train_config in config.train.methods.items():
         argv = ["fit", "--config", str(root / train_config), *(fill(arg, stand_in) for arg in config.train.args)]
         try:
-            check_arguments(argv, root_dir=False)
+            plans[name] = plan_arguments(argv, world_size=config.gpus)
+            refused = plans[name].refusal()
         except PermissionError as err:
             refused = describe(err)
         except (ValueError, OSError) as err:
             refused = str(err)
-        else:
+        if refused is None:
             continue
         given = " with train.args" if config.train.args else ""
-        raise LoopConfigError(f"train.methods.{name} ({train_config}){given}: {refused}")
+        on = f" on {config.gpus} GPU{'s' * (config.gpus > 1)}" if name in plans else ""
+        raise LoopConfigError(f"train.methods.{name} ({train_config}){given}{on}: {refused}")
+    return plans
 
 
 def machine_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> list[str]:

@@ -1,10 +1,10 @@
-"""Hours per step of a full-scale loop, for its dry run: estimates from the job pages' figures, not measurements.
+"""Hours of a full-scale loop's search and evaluations, for its dry run: estimates from the job pages' figures.
 
-A researcher reads the dry run before spending about 74 GPU-hours, so each
-step states what it will cost, worked out the way the job pages do:
+A researcher reads the dry run before spending GPU-hours, so each step states
+what it will cost. Training's memory and hours are `fit`'s own plan
+(`repo_train.training.plan`: a memory model and measured throughput); the
+rest is worked out the way the job pages do:
 
-- training (docs/training.md): tokens = max_steps × global batch × sequence length; FLOPs per token from the
-  model preset (`training_flops_per_token`); at an assumed 40% MFU of the device's peak;
 - evaluation and search (docs/evaluation.md, "Expected time and memory"): per prompt a prefill of
   F = 2·N_body·T + 4·L·d·T² FLOPs at an assumed 35% MFU, plus decoding at an assumed 25 ms per step,
   32 steps per batch of 8; T from the measured mean prompt lengths of the tasks; a method's extra
@@ -22,13 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from repo_train.modeling.accounting import training_flops_per_token
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.presets import preset
 
 #: H100 SXM dense bf16 peak, TFLOP/s (the train configs' throughput.peak_tflops_per_device).
 PEAK_TFLOPS = 989.0
-TRAIN_MFU = 0.40
 INFERENCE_MFU = 0.35
 #: Decoding: seconds per step, steps per batch, prompts per batch (docs/evaluation.md).
 DECODE_STEP_S, DECODE_STEPS, DECODE_BATCH = 0.025, 32, 8
@@ -57,22 +55,6 @@ def option(args: Sequence[str], flag: str, value):
         if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
     return value
-
-
-def training_hours(path: str | Path, args: Sequence[str], gpus: int) -> tuple[float, str] | None:
-    """(hours, how) of a LightningCLI train config on `gpus` GPUs; None when it names no model preset."""
-    config = yaml.safe_load(Path(path).read_text()) or {}
-    model = _preset(config)
-    trainer, data = config.get("trainer") or {}, config.get("data") or {}
-    seq_len = ((data.get("train") or {}).get("init_args") or {}).get("seq_len")
-    steps = int(option(args, "--trainer.max_steps", trainer.get("max_steps") or 0))
-    batch = data.get("global_batch_size")
-    if model is None or not (steps and batch and seq_len):
-        return None
-    peak = float((config.get("throughput") or {}).get("peak_tflops_per_device") or PEAK_TFLOPS)
-    tokens = steps * batch * seq_len
-    seconds = tokens * training_flops_per_token(model, seq_len) / (TRAIN_MFU * peak * 1e12 * gpus)
-    return seconds / 3600, f"{tokens / 1e9:.1f}B tokens at {TRAIN_MFU:.0%} MFU"
 
 
 def prompt_seconds(model, task: str, items: int) -> float | None:

@@ -13,8 +13,9 @@ the registered name is then also a position method (`model.position: NAME`, that
 policy in every layer). A trainable policy states, beside its rotation, the
 modules it learns (`learned_modules`), how their fresh weights start
 (`init_learned`), the FLOPs it adds to a layer (`training_flops_per_token`, for
-MFU), its options (`Options`, the `PositionConfig` class `model.position` names)
-and its schedule (`on_train_step`); no other file needs a new branch.
+MFU), the bytes it keeps for backward (`saved_bytes_per_token`, for the memory
+plan), its options (`Options`, the `PositionConfig` class `model.position`
+names) and its schedule (`on_train_step`); no other file needs a new branch.
 """
 
 from __future__ import annotations
@@ -125,6 +126,15 @@ class PositionPolicy:
         0 for policies that only choose positions or tables.
         """
         return 0.0
+
+    def saved_bytes_per_token(self, dtype_bytes: int) -> int:
+        """Bytes per token this policy makes autograd keep for backward in its layer, beyond RoPE attention's.
+
+        What the training memory plan counts for the policy (`training.memory_plan`), as FLOPs are counted
+        above; `dtype_bytes` is the size of the model's floats (2 for bf16). 0 for policies that only choose
+        positions or tables.
+        """
+        return 0
 
     def rotation(
         self,

@@ -159,6 +159,11 @@ class RepoPolicy(PositionPolicy):
         d, d_p, heads = self.hidden_size, self.position_size, self.num_heads
         return 3.0 * 2 * (2 * d * d_p + d_p * heads)
 
+    def saved_bytes_per_token(self, dtype_bytes: int) -> int:
+        """h·[W_g; W_c] (2·d_p) and SiLU of the gate (d_p) in the model's dtype, r in float32 (d_p) for the
+        float32 map, and the float32 positions z (H) the rotation keeps; nothing per angle."""
+        return (3 * dtype_bytes + 4) * self.position_size + 4 * self.num_heads
+
     def predict(self, attention: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
         """z `[B, H, S]` in float32 from h `[B, S, d]`.
 

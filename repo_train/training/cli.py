@@ -90,6 +90,7 @@ from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.interrupt import InterruptCheckpoint, Stop, StoppedBySignal
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
 from repo_train.training.parse_errors import parse_error_line as plain_parse_error_line
+from repo_train.training.plan import PlanOptions, TrainingPlan, training_plan
 from repo_train.training.settings_checks import (
     MOVED_MODEL_OPTIONS,
     batch_accumulation,
@@ -232,6 +233,7 @@ class RePoCLI(LightningCLI):
         )
         parser.add_lightning_class_args(ThroughputMonitor, "throughput")
         parser.add_lightning_class_args(ProgressLog, "progress_log")
+        parser.add_class_arguments(PlanOptions, "plan")
         parser.set_defaults(TINY_MODEL_DEFAULTS)
         user_code.add_import_argument(parser)
         parser.add_argument(
@@ -317,8 +319,22 @@ class RePoCLI(LightningCLI):
         self._default_train_data()
         if self.subcommand is not None:
             section = self.config[self.subcommand]
+            if self.subcommand == "fit" and section.get("plan.only"):
+                self._print_plan(section)
             check_settings(self.subcommand, section.get, root_dir=self.judge_root_dir)
             self._check_preset_with_init_from(section)
+
+    def _print_plan(self, section) -> None:
+        """`--plan.only true`: the plan (memory per GPU, hours), then exit 0; a setting that does not fit its GPU
+        is refused in one line instead. Nothing is checked that the plan does not need (the root dir, init_from's
+        weights): a plan is made before the allocation, often on another machine."""
+        plan = training_plan(section.get)
+        problem = plan.refusal()
+        if problem:
+            raise ValueError(problem)
+        if rank_zero_only.rank == 0:
+            print(plan.report(), flush=True)
+        raise SystemExit(0)
 
     def _default_train_data(self) -> None:
         """`data.train` not given is `TINY_TRAIN_DATA`, written into the config, so config.yaml and the checkpoint
@@ -570,7 +586,15 @@ def check_arguments(argv: list[str], root_dir: bool = True) -> None:
     _start(_SettingsOnlyCLI if root_dir else _SettingsOnlyCLIAnyRoot, argv)
 
 
-def _start(cli_class: type[RePoCLI], argv: list[str]) -> None:
+def plan_arguments(argv: list[str], world_size: int | None = None) -> TrainingPlan:
+    """The plan (`training.plan`) of `python -m repo_train fit ARGV`, parsed by the live parser and given the
+    checks that need no model except the root dir's (a loop's dry run plans each train step with it);
+    `world_size` is the GPUs the run will have when its launcher, not the config, sets them."""
+    cli = _start(_SettingsOnlyCLIAnyRoot, argv)
+    return training_plan(cli.config[cli.subcommand].get, world_size)
+
+
+def _start(cli_class: type[RePoCLI], argv: list[str]) -> RePoCLI:
     """`cli_class` over ARGV: the moved options and the user's modules first, a parse error as one line."""
     check_moved_options(argv)
     argv = import_named_modules(argv)
@@ -578,7 +602,7 @@ def _start(cli_class: type[RePoCLI], argv: list[str]) -> None:
     # `ProgressLog` writes plain lines there instead.
     terminal = is_terminal(sys.stdout) and is_terminal(sys.stderr)
     try:
-        cli_class(**_cli_arguments(argv, terminal))
+        return cli_class(**_cli_arguments(argv, terminal))
     except argparse.ArgumentError as err:
         subcommand = argv[0] if argv and not argv[0].startswith("-") else None
         raise ValueError(parse_error_line(str(err), subcommand, argv)) from None

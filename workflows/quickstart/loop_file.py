@@ -66,8 +66,8 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
         steps.step(f"train-{name}", f"train {name}", [*fill(config.train.launcher), train_config,
                    "--trainer.default_root_dir", str(run_dir), "--model.init_from", config.base,
                    *fill(config.train.args)], inputs=[ROOT / train_config, ROOT / config.base], outputs=[run_dir],
-                   resume=lambda d=run_dir: training_resume(d), resources=f"{on_gpus}, " + estimates.described(
-                       estimates.training_hours(ROOT / train_config, fill(config.train.args), config.gpus)))  # fmt: skip
+                   resume=lambda d=run_dir: training_resume(d),
+                   resources=f"{on_gpus}, {args.training_plans[name].summary()}")  # fmt: skip
         checkpoint = (
             later([run.python, "-c", NEWEST_CHECKPOINT, str(run_dir)])
             if args.dry_run
@@ -120,6 +120,8 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
             *(arg for other in others for arg in ("--compare", str(other))))  # fmt: skip
     if args.dry_run:
         print_plan(steps.decisions)
+        for name, plan in args.training_plans.items():
+            print(f"\ntraining plan of {name} ({config.train.methods[name]}):\n{plan.report()}", flush=True)
         print(question_ranges(search_settings, config.evaluate.args, first_example), flush=True)
         print(f"\ndry run: nothing was run; the commands are in {run.script}", flush=True)
         for problem in problems:

@@ -164,7 +164,7 @@ def resolve(args: Namespace, parser: ConfigParser) -> Namespace:
                 data_dir=args.data_dir,
             )  # fmt: skip
             loop_config.check_files(args.loop, ROOT)
-            _check_training(args.loop, ROOT)  # each train config as `fit` parses it, before any training
+            args.training_plans = _check_training(args.loop, ROOT)  # each train config as `fit` parses it
             _check_evaluations(args.loop)  # every method, task and option the evaluations will pass
             search_config(args.loop)  # the search's config and args as `search run` builds them
         except ValueError as err:
