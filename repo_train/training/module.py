@@ -23,8 +23,8 @@ from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_pol
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.presets import preset
-from repo_train.training.objective import IGNORE_INDEX, lm_loss, shift_labels
-from repo_train.training.optim import build_adamw, linear_decay
+from repo_train.training.objective import IGNORE_INDEX, check_loss_chunk_tokens, chunked_lm_loss, lm_loss, shift_labels
+from repo_train.training.optim import build_adamw, linear_decay, set_fused
 
 
 def resolve_attn_implementation(name: str) -> str:
@@ -77,6 +77,8 @@ class RePoLightningModule(pl.LightningModule):
         z_loss_multiplier: float = 1e-5,
         activation_checkpointing: bool = False,
         attn_implementation: str = "auto",
+        loss_chunk_tokens: int = 0,
+        fused_adamw: bool = False,
     ):
         """
         Args:
@@ -97,11 +99,22 @@ class RePoLightningModule(pl.LightningModule):
             z_loss_multiplier: weight of the z-loss (OLMo: 1e-5).
             activation_checkpointing: recompute each decoder layer in backward to save memory.
             attn_implementation: auto (flash-attn when installed on CUDA, else sdpa), sdpa, eager, flash_attention_2.
+            loss_chunk_tokens: tokens per chunk of the loss; 0 = the whole micro batch at once. With OLMo-2's
+                100,352-id vocabulary a 4×4,096 micro batch's float32 logits alone are 6.1 GiB (16,384 × 100,352 ×
+                4 bytes), and the whole-batch loss keeps two such tensors for backward. With N > 0 the loss is taken
+                N target tokens at a time from the decoder's hidden states and backward recomputes each chunk's
+                logits, so one chunk's exist at a time (N = 4,096: 1.5 GiB), for one more lm_head matmul per token
+                (about 5% more compute for OLMo-2 1B). Same loss and gradients up to float rounding.
+            fused_adamw: torch's fused AdamW kernel (CPU and CUDA) instead of its per-tensor update; same update up
+                to float rounding. Under DeepSpeed ZeRO-2 this same torch optimizer steps each process's fp32
+                partition (zero2.json has no `optimizer` section, so Lightning hands DeepSpeed this one), so the
+                switch holds under every strategy here. A resume may turn it on or off.
         """
         super().__init__()
         # Saved as a plain {class_path, init_args} mapping, as LightningCLI's config.yaml has it: checkpoints then
         # load with weights_only=True. An unknown name or option fails here, before anything is written.
         position = resolve_position(position).to_config()
+        check_loss_chunk_tokens(loss_chunk_tokens)
         self.save_hyperparameters()
         self.model: RePoOlmo2ForCausalLM | None = None
         self.stopped_on_nonfinite = False
@@ -150,6 +163,10 @@ class RePoLightningModule(pl.LightningModule):
             labels[:, :-1] = batch["labels"][:, 1:]
         else:
             labels = shift_labels(input_ids, self.model.config.pad_token_id)
+        chunk = self.hparams.loss_chunk_tokens
+        if chunk:  # the causal LM's forward is decoder + lm_head; the head is applied chunk by chunk here
+            hidden = self.model.model(input_ids=input_ids, use_cache=False).last_hidden_state
+            return chunked_lm_loss(hidden, self.model.lm_head, labels, chunk, self.hparams.z_loss_multiplier)
         return lm_loss(self(input_ids), labels, self.hparams.z_loss_multiplier)
 
     def on_train_batch_start(self, batch, batch_idx):
@@ -213,7 +230,7 @@ class RePoLightningModule(pl.LightningModule):
         total = self.trainer.max_steps
         if total is None or total < 1:
             raise ValueError("set trainer.max_steps (the linear decay reaches 0 there), e.g. --trainer.max_steps 23842")
-        optimizer = build_adamw(self.model, hp.lr, hp.weight_decay, tuple(hp.betas), hp.eps)
+        optimizer = build_adamw(self.model, hp.lr, hp.weight_decay, tuple(hp.betas), hp.eps, fused=hp.fused_adamw)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_decay(total, hp.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -221,7 +238,7 @@ class RePoLightningModule(pl.LightningModule):
         self.apply_optimizer_hparams()
 
     def apply_optimizer_hparams(self) -> None:
-        """Make the optimizer and the schedule use this module's lr, betas, eps and weight decay.
+        """Make the optimizer and the schedule use this module's lr, betas, eps, weight decay and fused_adamw.
 
         On a fresh run they already do. On a resume Lightning restores the
         checkpoint's optimizer and scheduler state, values included; the
@@ -240,6 +257,7 @@ class RePoLightningModule(pl.LightningModule):
                     group["betas"] = tuple(hp.betas)
                 if "eps" in group and group["eps"] != hp.eps:
                     group["eps"] = hp.eps
+            set_fused(optimizer, hp.fused_adamw)
         for config in self.trainer.lr_scheduler_configs:
             scheduler = config.scheduler
             if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR) or scheduler.base_lrs == [hp.lr] * len(

@@ -30,13 +30,48 @@ def build_adamw(
     betas: tuple[float, float] = (0.9, 0.95),
     eps: float = 1e-8,
     decay_embeddings: bool = False,
+    fused: bool = False,
 ) -> torch.optim.AdamW:
-    """torch's AdamW (decoupled decay); `foreach` off keeps CPU runs bit-reproducible across resumes."""
+    """torch's AdamW (decoupled decay); `foreach` off keeps CPU runs bit-reproducible across resumes.
+
+    `fused`: torch's fused kernel (CPU and CUDA), one kernel for all tensors of a device instead of a loop.
+    Left off it stays torch's default (None: foreach on CUDA), as before the option existed.
+    """
     if lr <= 0:
         raise ValueError(f"learning rate must be > 0, got {lr}")
     return torch.optim.AdamW(
-        parameter_groups(model, weight_decay, decay_embeddings), lr=lr, betas=tuple(betas), eps=eps
+        parameter_groups(model, weight_decay, decay_embeddings),
+        lr=lr,
+        betas=tuple(betas),
+        eps=eps,
+        fused=True if fused else None,
     )
+
+
+def set_fused(optimizer: torch.optim.Optimizer, fused: bool) -> None:
+    """Make a restored Adam/AdamW use (or not) the fused kernel, whatever the checkpoint's param groups said.
+
+    `load_state_dict` takes `fused` from the saved groups, so a resume that turns
+    `fused_adamw` on or off would otherwise silently keep the old setting. Each
+    `step` counter moves where that kernel keeps it (the parameter's device when
+    fused, the CPU otherwise). A wrapper (DeepSpeed's ZeRO optimizer) is looked
+    through to the torch optimizer it steps.
+    """
+    inner = getattr(optimizer, "optimizer", optimizer)
+    if not isinstance(inner, torch.optim.Adam):
+        return
+    changed = False
+    for group in inner.param_groups:
+        if bool(group.get("fused")) == fused:
+            continue
+        changed = True
+        group["fused"] = True if fused else None
+        for param in group["params"]:
+            state = inner.state.get(param)
+            if state and torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].to(param.device if fused else "cpu")
+    if changed:
+        inner._step_supports_amp_scaling = fused  # what AdamW.__init__ sets for a fused optimizer
 
 
 def linear_decay(total_steps: int, warmup_steps: int = 0) -> Callable[[int], float]:
