@@ -334,7 +334,7 @@ class RePoCLI(LightningCLI):
             raise ValueError(problem)
         if rank_zero_only.rank == 0:
             print(plan.report(), flush=True)
-        raise SystemExit(0)
+        raise PlanShown
 
     def _default_train_data(self) -> None:
         """`data.train` not given is `TINY_TRAIN_DATA`, written into the config, so config.yaml and the checkpoint
@@ -568,10 +568,16 @@ def import_named_modules(argv: list[str]) -> list[str]:
     return rest + ([user_code.FLAG, json.dumps(names)] if named else [])
 
 
+class PlanShown(Exception):
+    """`fit --plan.only true` printed its plan: the command is done, nothing is built."""
+
+
 def run(argv: list[str]) -> int:
     watch_launcher()  # a torchrun worker ends when its launcher is gone
     try:
         _start(RePoCLI, argv)
+    except PlanShown:
+        return 0
     except KeyboardInterrupt:  # Ctrl-C while the data or the model was being read: nothing to keep
         subcommand = argv[0] if argv else "fit"
         print(f"python -m repo_train {subcommand}: stopped by SIGINT before training started", file=sys.stderr)

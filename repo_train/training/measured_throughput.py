@@ -66,10 +66,16 @@ def checkpointing_key(mode: bool | str) -> str:
 
 
 def closest_measurement(
-    preset: str | None, position: str, seq_len: int, micro_batch: int, activation_checkpointing: bool | str
+    preset: str | None,
+    position: str,
+    seq_len: int,
+    micro_batch: int,
+    activation_checkpointing: bool | str,
+    engine: tuple[str, ...] = (),
 ) -> tuple[Measurement, list[str]] | None:
     """The record of this model, method and sequence length with the same checkpointing setting (the same
-    micro batch first, else the nearest), and how the setting differs from it; None when none has them."""
+    engine switches and micro batch first, else the nearest), and how the setting differs from it; None when
+    none has them. `engine` names the switches on, as `Measurement.engine` does ("loss chunk 4096", ...)."""
     wanted = checkpointing_key(activation_checkpointing)
     same = [
         m
@@ -81,8 +87,17 @@ def closest_measurement(
     ]
     if not same:
         return None
-    best = min(same, key=lambda m: (abs(m.micro_batch - micro_batch), -m.micro_batch))
+    wanted_engine = set(engine)
+
+    def distance(m: Measurement) -> tuple[int, int, int]:
+        switches = set(filter(None, m.engine.split(", ")))
+        return (len(switches ^ wanted_engine), abs(m.micro_batch - micro_batch), -m.micro_batch)
+
+    best = min(same, key=distance)
     differences = [] if best.micro_batch == micro_batch else [f"micro batch {micro_batch}, not {best.micro_batch}"]
+    measured_switches = set(filter(None, best.engine.split(", ")))
+    differences += [f"{switch} (not measured)" for switch in sorted(wanted_engine - measured_switches)]
+    differences += [f"without {switch} (measured with it)" for switch in sorted(measured_switches - wanted_engine)]
     return best, differences
 
 

@@ -143,6 +143,20 @@ def position_kind(config) -> str:
     return "repo" if "repo" in str(getattr(config, "position_method", "")) else "rope"
 
 
+def engine_switches(value: Callable[[str], Any]) -> tuple[str, ...]:
+    """The engine switches a `fit` setting turns on, named as `measured_throughput.Measurement.engine` names them."""
+    switches = []
+    if value("model.loss_chunk_tokens"):
+        switches.append(f"loss chunk {value('model.loss_chunk_tokens')}")
+    if value("model.compile"):
+        switches.append("compile")
+    if value("model.fused_adamw"):
+        switches.append("fused AdamW")
+    if strategy_of(value("trainer.strategy"))[0] == "fsdp2":
+        switches.append("FSDP2")
+    return tuple(switches)
+
+
 def training_plan(value: Callable[[str], Any], world_size: int | None = None) -> TrainingPlan:
     """The plan of the parsed `fit` settings `value(dotted key)`; `world_size` overrides devices × nodes."""
     config, preset_name = model_config_of(value)
@@ -170,7 +184,7 @@ def training_plan(value: Callable[[str], Any], world_size: int | None = None) ->
         tokens = steps * batch * seq_len
         kind = position_kind(config)
         found = measured_throughput.closest_measurement(
-            preset_name, kind, seq_len, setting.micro_batch, setting.activation_checkpointing
+            preset_name, kind, seq_len, setting.micro_batch, setting.activation_checkpointing, engine_switches(value)
         )
         if found is not None:
             measurement, differences = found

@@ -17,9 +17,11 @@ import pytest
 import torch
 from torch.profiler import record_function
 
+from repo_train.cli import main as repo_train_main
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.presets import preset, tiny
+from repo_train.training.cli import plan_arguments
 from repo_train.training.memory_plan import (
     GIB,
     LOSS_BYTES_PER_LOGIT,
@@ -29,7 +31,7 @@ from repo_train.training.memory_plan import (
     plan_memory,
 )
 from repo_train.training.module import enable_activation_checkpointing
-from repo_train.training.objective import lm_loss
+from repo_train.training.objective import chunked_lm_loss, lm_loss
 from repo_train.training.plan import training_plan
 from workflows.benchmarking import trace_allocations
 
@@ -217,3 +219,43 @@ def test_a_setting_that_does_not_fit_is_refused_naming_one_that_does():
     assert fixed.fits and fixed.refusal() is None
     hopeless = training_plan(fit_values(**{"model.preset_name": "olmo2-7b", "trainer.devices": 1}))
     assert "use more GPUs" in hopeless.refusal()
+
+
+def test_a_chunked_loss_holds_one_chunk_of_logits():
+    """`chunked_lm_loss`'s forward and backward peak at about one chunk's 20 bytes a logit (the hidden states'
+    copy and gradient and the head's weight gradient add a little), not the whole batch's."""
+    torch.manual_seed(0)
+    tokens, vocab, chunk = 2048, 3000, 512
+    head = torch.nn.Linear(64, vocab, bias=False)
+    hidden = torch.randn(1, tokens, 64, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, tokens))
+
+    def step():
+        chunked_lm_loss(hidden, head, labels, chunk).total.backward()
+
+    peak = trace_allocations(step).peak
+    assert peak == pytest.approx(LOSS_BYTES_PER_LOGIT * chunk * vocab, rel=0.10)
+    assert peak < LOSS_BYTES_PER_LOGIT * tokens * vocab / 3
+
+
+GPU_CONFIGS = sorted(p.name for p in (ROOT / "configs/train").glob("olmo2-*.yaml"))
+
+
+@pytest.mark.parametrize("name", GPU_CONFIGS)
+def test_each_shipped_gpu_config_fits_its_gpus_with_headroom(name):
+    """As `fit --plan.only` judges it: the config's own GPU count, its GPU memory, 10% to spare."""
+    plan = plan_arguments(["fit", "--config", str(ROOT / "configs/train" / name)])
+    assert plan.gpu_memory_gib == 79 and plan.memory.setting.world_size in (4, 8)
+    assert plan.fits and plan.memory.peak <= 0.9 * 79 * GIB
+    assert plan.global_batch == 512  # the paper's batch, kept through accumulation
+
+
+def test_fit_plan_only_prints_the_plan_or_refuses_in_one_line(capsys):
+    config = str(ROOT / "configs/train/olmo2-1b-stage2-repo.yaml")
+    assert repo_train_main(["fit", "--config", config, "--plan.only", "true"]) == 0
+    printed = capsys.readouterr().out
+    assert "peak ≈ 54.8 GiB per GPU of 79" in printed and "this run differs: loss chunk 4096 (not measured)" in printed
+    too_big = ["--model.loss_chunk_tokens", "0", "--trainer.devices", "1"]
+    assert repo_train_main(["fit", "--config", config, "--plan.only", "true", *too_big]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "does not fit a 79 GiB GPU" in error and "would (" in error
