@@ -200,20 +200,20 @@ def _dcp_reader(directory: Path):
 
 def _load_dcp_model(directory: Path) -> dict:
     """Lightning's dict of a DCP directory: `meta.pt` plus the full (unsharded) model `state_dict`."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state = _load_file(dcp_lightning_file(directory), directory, mmap=True)
     loaded: dict = {}
+    reader = _dcp_reader(directory)
     try:
+        reader.read_metadata()  # here, not inside DCP's loader, which wraps its errors in CheckpointException
         with weights_only_loads("lightning"):  # DCP's own byte-item reader asks for weights_only=False
             _load_state_dict(
-                loaded,
-                storage_reader=_dcp_reader(directory),
-                planner=_EmptyStateDictLoadPlanner(keys={"state_dict"}),
-                no_dist=True,
+                loaded, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(keys={"state_dict"}), no_dist=True
             )
-    except Exception as err:  # a refused global, a damaged shard: one line
+    except (Exception, CheckpointException) as err:  # a refused global, a damaged shard: one line
         if isinstance(err, pickle.UnpicklingError):
             raise refusal(directory, err) from err
         raise ValueError(
