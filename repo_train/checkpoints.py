@@ -174,8 +174,8 @@ def dcp_lightning_file(directory: Path) -> Path:
 def _dcp_reader(directory: Path):
     """DCP's FileSystemReader whose `.metadata` unpickling admits only `DCP_METADATA_GLOBALS` and dtypes."""
     import torch  # heavy: keeps --help fast
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import StorageMeta
+    from torch.distributed.checkpoint import FileSystemReader  # heavy: keeps --help fast
+    from torch.distributed.checkpoint.metadata import StorageMeta  # heavy: keeps --help fast
 
     class RestrictedUnpickler(pickle.Unpickler):
         def find_class(self, module: str, name: str):
@@ -200,9 +200,9 @@ def _dcp_reader(directory: Path):
 
 def _load_dcp_model(directory: Path) -> dict:
     """Lightning's dict of a DCP directory: `meta.pt` plus the full (unsharded) model `state_dict`."""
-    from torch.distributed.checkpoint.api import CheckpointException
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    from torch.distributed.checkpoint.api import CheckpointException  # heavy: keeps --help fast
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner  # heavy: keeps --help fast
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict  # heavy: keeps --help fast
 
     state = _load_file(dcp_lightning_file(directory), directory, mmap=True)
     loaded: dict = {}

@@ -21,9 +21,16 @@ logs) and clips with it, the same arithmetic as `torch.nn.utils.clip_grad_norm_`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 
 import torch
+from pytorch_lightning.strategies import ModelParallelStrategy
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+# Lightning rewrites `last.ckpt` (a directory here) at every checkpoint step on purpose; DCP warns each time.
+warnings.filterwarnings("ignore", message=r"Detected an existing checkpoint in .*overwriting since self.overwrite=True")
 
 #: Trainer precisions `shard_model` accepts, and the compute dtype each gives.
 PARAM_DTYPES = {"32-true": None, "32": None, "bf16-mixed": torch.bfloat16}
@@ -31,8 +38,6 @@ PARAM_DTYPES = {"32-true": None, "32": None, "bf16-mixed": torch.bfloat16}
 
 def is_model_parallel(strategy) -> bool:
     """Whether the trainer's strategy is Lightning's `ModelParallelStrategy` (FSDP2 applied by the module)."""
-    from pytorch_lightning.strategies import ModelParallelStrategy
-
     return isinstance(strategy, ModelParallelStrategy)
 
 
@@ -43,8 +48,6 @@ def shard_model(model: torch.nn.Module, mesh, precision: str) -> torch.nn.Module
     the root unit holds the rest. Activation checkpointing must already be on (it wraps the layers' forward,
     which FSDP's hooks then surround). Tensor parallelism is not used: the mesh must be 1-D.
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     if str(precision) not in PARAM_DTYPES:
         raise ValueError(
             f"FSDP2 (ModelParallelStrategy) with trainer.precision={precision!r} is not supported: use bf16-mixed "
@@ -62,8 +65,6 @@ def shard_model(model: torch.nn.Module, mesh, precision: str) -> torch.nn.Module
 
 
 def _plain(norm: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
-
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
