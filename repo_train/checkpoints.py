@@ -10,6 +10,14 @@ compared with the command line before training starts).
   (`TORCH_FORCE_WEIGHTS_ONLY_LOAD`). A crafted checkpoint cannot run code.
   Besides tensors and plain containers only the globals in `SAFE_GLOBALS`
   are allowed.
+- A distributed checkpoint directory (torch.distributed.checkpoint, what
+  Lightning's `ModelParallelStrategy` writes for FSDP2: `.metadata`,
+  `__R_0.distcp` per process, Lightning's `meta.pt`) is read without a
+  process group: `meta.pt` weights_only, the `.metadata` index with an
+  unpickler that admits only DCP's own metadata classes
+  (`DCP_METADATA_GLOBALS`; torch reads it with plain `pickle.load`), and
+  only the model's tensors (`state_dict.*`), never the optimizer's pickled
+  values.
 - Random bytes, a truncated file, a refused global, a directory that is not
   a complete ZeRO checkpoint: each is a `ValueError` with one line naming the
   file and what is accepted.
@@ -46,6 +54,34 @@ ZERO_LAYOUT = "a ZeRO checkpoint directory holds 'latest' (naming a tag) and TAG
 #: Key of a checkpoint written because a signal stopped its run (`training.interrupt`): {"signal", "step"}.
 #: Rerunning the run's command resumes such a checkpoint by itself.
 INTERRUPTED_KEY = "repo_train_interrupted"
+#: Files of a distributed (DCP) checkpoint directory: DCP's index, and Lightning's non-tensor state.
+DCP_METADATA_FILE, DCP_LIGHTNING_FILE = ".metadata", "meta.pt"
+#: What a DCP directory must hold, for the messages.
+DCP_LAYOUT = (
+    f"a distributed checkpoint directory holds {DCP_METADATA_FILE}, {DCP_LIGHTNING_FILE} and __R_0.distcp files"
+)
+#: (module, name) of the classes DCP's `.metadata` pickle holds (found by saving real checkpoints with
+#: tests/training/tiny_run.py --strategy fsdp2); any torch dtype is allowed too.
+DCP_METADATA_GLOBALS = {
+    *(
+        ("torch.distributed.checkpoint.metadata", name)
+        for name in (
+            "Metadata",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "TensorProperties",
+            "StorageMeta",
+            "MetadataIndex",
+            "_MEM_FORMAT_ENCODING",
+        )
+    ),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("collections", "OrderedDict"),
+}
 #: `ckpt_path` values Lightning resolves itself (not files).
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
@@ -118,6 +154,75 @@ def zero_optimizer_shards(directory: Path) -> list[Path]:
     return shards
 
 
+def is_distributed_checkpoint(path: Path) -> bool:
+    """A torch.distributed.checkpoint directory (FSDP2 under ModelParallelStrategy), not a ZeRO one."""
+    return path.is_dir() and ((path / DCP_METADATA_FILE).is_file() or (path / DCP_LIGHTNING_FILE).is_file())
+
+
+def dcp_lightning_file(directory: Path) -> Path:
+    """Lightning's `meta.pt` of a DCP directory (step, loops, hyperparameters); a clear error if incomplete."""
+    missing = [name for name in (DCP_METADATA_FILE, DCP_LIGHTNING_FILE) if not (directory / name).is_file()]
+    if missing or not any(directory.glob("*.distcp")):
+        what = ", ".join(missing) if missing else "any *.distcp file"
+        raise ValueError(
+            f"{directory} is an incomplete distributed checkpoint: no {what} in it ({DCP_LAYOUT}); copy the whole "
+            "checkpoint directory again, or use another checkpoint"
+        )
+    return directory / DCP_LIGHTNING_FILE
+
+
+def _dcp_reader(directory: Path):
+    """DCP's FileSystemReader whose `.metadata` unpickling admits only `DCP_METADATA_GLOBALS` and dtypes."""
+    import torch  # heavy: keeps --help fast
+    from torch.distributed.checkpoint import FileSystemReader  # heavy: keeps --help fast
+    from torch.distributed.checkpoint.metadata import StorageMeta  # heavy: keeps --help fast
+
+    class RestrictedUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            found = super().find_class(module, name) if (module, name) in DCP_METADATA_GLOBALS else None
+            if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+                found = getattr(torch, name)
+            if found is None:
+                raise pickle.UnpicklingError(f"GLOBAL {module}.{name} is not allowed in a checkpoint's .metadata")
+            return found
+
+    class Reader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            with open(directory / DCP_METADATA_FILE, "rb") as handle:
+                metadata = RestrictedUnpickler(handle).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return Reader(directory)
+
+
+def _load_dcp_model(directory: Path) -> dict:
+    """Lightning's dict of a DCP directory: `meta.pt` plus the full (unsharded) model `state_dict`."""
+    from torch.distributed.checkpoint.api import CheckpointException  # heavy: keeps --help fast
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner  # heavy: keeps --help fast
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict  # heavy: keeps --help fast
+
+    state = _load_file(dcp_lightning_file(directory), directory, mmap=True)
+    loaded: dict = {}
+    reader = _dcp_reader(directory)
+    try:
+        reader.read_metadata()  # here, not inside DCP's loader, which wraps its errors in CheckpointException
+        with weights_only_loads("lightning"):  # DCP's own byte-item reader asks for weights_only=False
+            _load_state_dict(
+                loaded, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(keys={"state_dict"}), no_dist=True
+            )
+    except (Exception, CheckpointException) as err:  # a refused global, a damaged shard: one line
+        if isinstance(err, pickle.UnpicklingError):
+            raise refusal(directory, err) from err
+        raise ValueError(
+            f"{directory}: not a readable distributed checkpoint directory ({type(err).__name__}: "
+            f"{(str(err).strip().splitlines() or [''])[0][:200]}); {ACCEPTED}"
+        ) from err
+    return {**state, "state_dict": loaded.get("state_dict")}
+
+
 def _load_file(file: Path, shown: Path, *, kind: str = "lightning", mmap: bool = False) -> dict:
     import torch  # heavy: keeps --help fast
 
@@ -145,14 +250,17 @@ def _load_file(file: Path, shown: Path, *, kind: str = "lightning", mmap: bool =
 
 
 def load_lightning_checkpoint(path: str | Path) -> dict:
-    """The whole checkpoint (a ZeRO directory merged to one fp32 state_dict), as Lightning's dict."""
+    """The whole checkpoint (a ZeRO directory merged to one fp32 state_dict; of a distributed checkpoint
+    directory, the model's weights without the optimizer state), as Lightning's dict."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"checkpoint {path} does not exist: pass a .ckpt file (or ZeRO directory) under the run's "
+            f"checkpoint {path} does not exist: pass a .ckpt file (or checkpoint directory) under the run's "
             "lightning_logs/version_N/checkpoints/"
         )
-    if path.is_dir():
+    if is_distributed_checkpoint(path):
+        state = _load_dcp_model(path)
+    elif path.is_dir():
         from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict  # heavy: Lightning
 
         zero_optimizer_shards(path)  # the layout, before DeepSpeed's own (less specific) errors
@@ -181,10 +289,12 @@ def missing_checkpoint_message(path: str | Path) -> str:
 
 
 def _run_state(path: Path) -> dict:
-    """Lightning's dict without reading the weights: a `.ckpt` file memory-mapped, or only the model-states
-    file of a ZeRO directory."""
+    """Lightning's dict without reading the weights: a `.ckpt` file memory-mapped, only the model-states
+    file of a ZeRO directory, or only Lightning's `meta.pt` of a distributed checkpoint directory."""
     if not path.exists():
         raise FileNotFoundError(missing_checkpoint_message(path))
+    if is_distributed_checkpoint(path):
+        return _load_file(dcp_lightning_file(path), path, mmap=True)
     if path.is_dir():
         return _load_file(zero_model_states_file(path), path, kind="zero", mmap=True)
     state = _load_file(path, path, mmap=True)
@@ -206,8 +316,8 @@ def read_interruption(path: str | Path) -> dict | None:
 def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     """{"model": ..., "data": ...}: the module's and the data module's saved hyperparameters (empty if none).
 
-    Reads a `.ckpt` file memory-mapped, or only the model-states file of a ZeRO
-    directory. Lightning's bookkeeping keys (`_instantiator`, `_class_path`)
+    Reads a `.ckpt` file memory-mapped, only the model-states file of a ZeRO
+    directory, or only `meta.pt` of a distributed checkpoint directory. Lightning's bookkeeping keys (`_instantiator`, `_class_path`)
     are dropped.
     """
     state = _run_state(Path(path))
@@ -219,9 +329,18 @@ def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     return {"model": plain("hyper_parameters"), "data": plain("datamodule_hyper_parameters")}
 
 
+def checkpoint_mtime(path: Path) -> float:
+    """When a checkpoint was last written: a file's mtime, or a directory's newest (ZeRO, DCP: the files in it
+    are rewritten when `last.ckpt` is saved again, not always the directory's own entry list)."""
+    if not path.is_dir():
+        return path.stat().st_mtime
+    return max([path.stat().st_mtime, *(p.stat().st_mtime for p in path.rglob("*") if p.is_file())])
+
+
 def newest_last_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir;
-    None when there is none (or no such directory). The one search for it: `fit` (which refuses to start
-    afresh beside it), the quickstart's resume and `last_checkpoint`."""
+    """The newest `last.ckpt` (or `last-vN.ckpt` after a rerun) under a training run's default_root_dir,
+    a file or a checkpoint directory (ZeRO, FSDP2's distributed checkpoint); None when there is none (or no
+    such directory). The one search for it: `fit` (which refuses to start afresh beside it), the
+    quickstart's resume and `last_checkpoint`."""
     found = [p for p in Path(run_dir).rglob("last*.ckpt") if re.fullmatch(r"last(-v\d+)?\.ckpt", p.name)]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    return max(found, key=checkpoint_mtime) if found else None

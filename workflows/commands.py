@@ -260,7 +260,7 @@ def cpu_trainer_section(max_steps: int, root_dir: Path, **extra) -> dict:
 
 def last_checkpoint(run_dir: Path) -> Path:
     """`newest_last_checkpoint`, which a finished run must have: a file for DDP, a directory for DeepSpeed
-    ZeRO; `python -m repo_train export` takes both."""
+    ZeRO or FSDP2 (a distributed checkpoint); `python -m repo_train export` takes all three."""
     found = newest_last_checkpoint(run_dir)
     if found is None:
         raise SystemExit(

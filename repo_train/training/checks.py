@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 
 from repo_common.file_permissions import check_folder_readable
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, zero_optimizer_shards
+from repo_train.checkpoints import (
+    LIGHTNING_CKPT_ALIASES,
+    dcp_lightning_file,
+    is_distributed_checkpoint,
+    zero_optimizer_shards,
+)
 from repo_train.data import DataSource, SyntheticData
 from repo_train.modeling import RePoOlmo2Config
 from repo_train.modeling.methods import position_of_fields, resolve_position
@@ -113,8 +118,12 @@ def preset_overridden_by_init_from(preset_name: str, init_from: str | None, over
     )
 
 
-def check_resume(ckpt_path: str | None, world_size: int) -> None:
-    """A ZeRO checkpoint holds one optimizer shard per process: it resumes only on the same count."""
+def check_resume(ckpt_path: str | None, world_size: int, model_parallel: bool = False) -> None:
+    """A ZeRO checkpoint holds one optimizer shard per process: it resumes only on the same count, not under FSDP2.
+
+    A distributed checkpoint directory (FSDP2, `model_parallel`: the run's strategy is ModelParallelStrategy)
+    is resharded when loaded: it resumes on any process count, but only under that strategy.
+    """
     if ckpt_path is None or ckpt_path in LIGHTNING_CKPT_ALIASES:
         return
     path = Path(ckpt_path)
@@ -122,12 +131,25 @@ def check_resume(ckpt_path: str | None, world_size: int) -> None:
         raise FileNotFoundError(f"ckpt_path={ckpt_path!r} does not exist.")
     if not path.is_dir():
         return
+    export = (
+        f"Export it (`python -m repo_train export --checkpoint {ckpt_path} --out DIR`) and start a new run with "
+        "`--model.init_from DIR` (optimizer state is not carried over)."
+    )
+    if is_distributed_checkpoint(path):
+        dcp_lightning_file(path)  # an incomplete directory is refused here
+        if not model_parallel:
+            raise ValueError(
+                f"{ckpt_path} is a distributed (FSDP2) checkpoint directory; it resumes only with trainer.strategy "
+                f"pytorch_lightning.strategies.ModelParallelStrategy (on any number of processes). {export}"
+            )
+        return
+    if model_parallel:
+        raise ValueError(f"{ckpt_path} is a DeepSpeed ZeRO checkpoint; it cannot resume under FSDP2. {export}")
     written_by = len(zero_optimizer_shards(path))  # one per process; an incomplete directory is refused here
     if written_by != world_size:
         raise ValueError(
             f"{ckpt_path} is a DeepSpeed ZeRO checkpoint written by {written_by} processes; it cannot resume on "
-            f"{world_size}. Export it (`python -m repo_train export --checkpoint {ckpt_path} --out DIR`) and start "
-            "a new run with `--model.init_from DIR` (optimizer state is not carried over)."
+            f"{world_size}. {export}"
         )
 
 

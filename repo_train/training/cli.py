@@ -87,6 +87,7 @@ from repo_train.training.checks import (
     preset_overridden_by_init_from,
 )
 from repo_train.training.datamodule import RePoDataModule
+from repo_train.training.fsdp2 import is_model_parallel
 from repo_train.training.interrupt import InterruptCheckpoint, Stop, StoppedBySignal
 from repo_train.training.module import NonFiniteLossError, RePoLightningModule, model_config_fields
 from repo_train.training.parse_errors import parse_error_line as plain_parse_error_line
@@ -365,7 +366,7 @@ class RePoCLI(LightningCLI):
         check_init_from(model.hparams.init_from)
         ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
         check_no_earlier_run(str(trainer.default_root_dir), ckpt_path)
-        check_resume(ckpt_path, trainer.world_size)
+        check_resume(ckpt_path, trainer.world_size, model_parallel=is_model_parallel(trainer.strategy))
         continue_logger_version(trainer.loggers, ckpt_path)
         check_every_n_train_steps(self.config[self.subcommand].get("checkpoint.every_n_train_steps"))
         if trainer._accelerator_connector.use_distributed_sampler:

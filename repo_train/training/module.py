@@ -23,6 +23,7 @@ from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_pol
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.presets import preset
+from repo_train.training.fsdp2 import clip_grad_norm, shard_model
 from repo_train.training.objective import IGNORE_INDEX, check_loss_chunk_tokens, chunked_lm_loss, lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay, set_fused
 
@@ -150,6 +151,8 @@ class RePoLightningModule(pl.LightningModule):
             enable_activation_checkpointing(model)
         model.config.use_cache = False
         model.train()  # from_pretrained returns eval mode; Lightning would otherwise warn that modules are in eval
+        if self.device_mesh is not None:  # ModelParallelStrategy: FSDP2, after activation checkpointing
+            shard_model(model, self.device_mesh["data_parallel"], self.trainer.precision)
         self.model = model
 
     # -------------------------------------------------------------- training
@@ -216,12 +219,12 @@ class RePoLightningModule(pl.LightningModule):
             and gradient_clip_algorithm in (None, GradClipAlgorithmType.NORM)
             and type(plugin).clip_grad_by_norm is Precision.clip_grad_by_norm  # Lightning's own is this call
         ):
-            norm = torch.nn.utils.clip_grad_norm_(plugin.main_params(optimizer), gradient_clip_val)
-            self.log("train/grad_norm", norm)
+            norm = clip_grad_norm(plugin.main_params(optimizer), gradient_clip_val)  # FSDP2's DTensors too
+            if norm is not None:
+                self.log("train/grad_norm", norm)
             return
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if grads:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        norm = clip_grad_norm(self.parameters(), None)
+        if norm is not None:
             self.log("train/grad_norm", norm)
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 

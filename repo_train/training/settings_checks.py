@@ -20,7 +20,12 @@ from repo_common import user_code
 from repo_common.config_cli import config_size_problem, read_config_yaml, take_flag
 from repo_common.model_directory import download_hint, looks_like_hub_id, no_such_directory
 from repo_common.run_lock import LOCK_FILE
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, missing_checkpoint_message, newest_last_checkpoint
+from repo_train.checkpoints import (
+    LIGHTNING_CKPT_ALIASES,
+    checkpoint_mtime,
+    missing_checkpoint_message,
+    newest_last_checkpoint,
+)
 
 #: Module options that are `model.position` now (old checkpoints and configs): old name -> its key in the
 #: model-config fields a position maps to.
@@ -109,7 +114,7 @@ def earlier_run_checkpoint(root: str) -> Path | None:
     if not Path(root).is_dir():
         return None
     others = list(Path(root).rglob("*.ckpt"))
-    return newest_last_checkpoint(root) or (max(others, key=lambda p: p.stat().st_mtime) if others else None)
+    return newest_last_checkpoint(root) or (max(others, key=checkpoint_mtime) if others else None)
 
 
 def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
