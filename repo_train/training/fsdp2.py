@@ -1,8 +1,9 @@
 """FSDP2 (`torch.distributed.fsdp.fully_shard`) under Lightning's `ModelParallelStrategy`.
 
 `ModelParallelStrategy` leaves parallelization to the module's
-`configure_model`: `shard_model` shards each decoder layer, then the root
-(embeddings, final norm, head), over the strategy's data-parallel mesh. The
+`configure_model`: `shard_model` shards each decoder layer, then the decoder
+(embeddings, final norm), the head and the root, over the strategy's
+data-parallel mesh. The
 strategy does no mixed precision of its own either; the choice here:
 
 - `precision: bf16-mixed` (what the training configs use): fp32 weights and
@@ -44,8 +45,8 @@ def is_model_parallel(strategy) -> bool:
 def shard_model(model: torch.nn.Module, mesh, precision: str) -> torch.nn.Module:
     """Shard `model` (an HF causal LM with `model.model.layers`) with FSDP2 over the 1-D `mesh`, in place.
 
-    Each decoder layer is its own FSDP unit (its weights are gathered only while it runs, and freed after);
-    the root unit holds the rest. Activation checkpointing must already be on (it wraps the layers' forward,
+    Each decoder layer is its own FSDP unit (its weights are gathered only while it runs, and freed after),
+    and so are the decoder's own weights (embeddings, final norm) and the head. Activation checkpointing must already be on (it wraps the layers' forward,
     which FSDP's hooks then surround). Tensor parallelism is not used: the mesh must be 1-D.
     """
     if str(precision) not in PARAM_DTYPES:
@@ -60,6 +61,12 @@ def shard_model(model: torch.nn.Module, mesh, precision: str) -> torch.nn.Module
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
+    # The decoder (embeddings, final norm) and the head are units of their own: a chunked loss
+    # (`model.loss_chunk_tokens`) calls them directly, not through the root's forward, whose hooks
+    # would otherwise be the only ones that gather their weights.
+    fully_shard(model.model, mesh=mesh, mp_policy=policy)
+    if not getattr(model.config, "tie_word_embeddings", False):
+        fully_shard(model.lm_head, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 

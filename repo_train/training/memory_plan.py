@@ -8,7 +8,7 @@ project actually holds memory, and the total is checked against measurements:
   this rank's partition (2N/P), the float32 master weights and Adam moments (12N/P) and, during the
   optimizer step only, the float32 gradient partition (4N/P); with P > 1, DeepSpeed's reduce and
   all-gather buckets. FSDP2 shards all of it (float32 weights, gradients and moments, 16N/P) and
-  unshards two layers' bf16 weights at a time. DDP keeps everything whole (16N) plus its gradient
+  gathers in bf16 two layers at a time (one computing, one prefetched) and the embeddings and head. DDP keeps everything whole (16N) plus its gradient
   buckets (4N).
 - **Activations**: what autograd saves for backward, per token and layer, counted tensor by tensor from
   the OLMo-2 layer (`layer_saved_bytes`): the layer input and the MLP input in the model's dtype, each
@@ -178,6 +178,7 @@ def loss_bytes(setting: MemorySetting) -> int:
 def state_bytes(setting: MemorySetting, parameters: int, layer_parameters: int) -> tuple[dict[str, float], float]:
     """(states held through backward by name, what the optimizer step adds) per rank, in bytes."""
     n, ranks, p = parameters, setting.world_size, setting.dtype_bytes
+    layers_total = layer_parameters * setting.config.num_hidden_layers
     half = p == 2 and not str(setting.precision).startswith("32")
     if setting.strategy == "deepspeed":
         states = {
@@ -193,7 +194,7 @@ def state_bytes(setting: MemorySetting, parameters: int, layer_parameters: int) 
             "weights (float32, sharded)": 4 * n / ranks,
             "gradients (float32, sharded)": 4 * n / ranks,
             "optimizer (Adam, sharded)": 8 * n / ranks,
-            "unsharded layers (2, compute dtype)": 2 * p * layer_parameters,
+            "gathered weights (2 layers, embeddings, head)": p * (2 * layer_parameters + (n - layers_total)),
         }, 0.0
     states = {"weights": 4 * n, "gradients": 4 * n, "optimizer (Adam)": 8 * n}
     if setting.strategy == "ddp" and ranks > 1:

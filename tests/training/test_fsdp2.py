@@ -199,3 +199,24 @@ def test_fsdp2_single_file_checkpoint_resumes_exactly(tmp_path):
     resumed = _torchrun(tmp_path, "resumed", *common, "--resume", str(step3))
     assert_close_to_scale(resumed["losses"], full["losses"][3:], 1e-6, what="losses")
     assert load_lightning_checkpoint(tmp_path / "ck" / "last.ckpt")["global_step"] == 6
+
+
+def test_a_chunked_loss_under_fsdp2_is_the_plain_models(one_process_group):
+    """The chunked loss calls the decoder and the head directly, not the root's forward: their own FSDP units
+    gather their weights, so two steps give the plain model's losses and gradients."""
+    from repo_train.training.objective import chunked_lm_loss, shift_labels
+
+    plain, sharded = _tiny_model(), _tiny_model()
+    shard_model(sharded, one_process_group, "32-true")
+    ids = torch.randint(16, 256, (2, 16))
+    labels = shift_labels(ids)
+    for _ in range(2):
+        losses = []
+        for model in (plain, sharded):
+            hidden = model.model(input_ids=ids).last_hidden_state
+            loss = chunked_lm_loss(hidden, model.lm_head, labels, 7).total
+            loss.backward()
+            losses.append(loss.detach())
+        assert_close_to_scale(losses[1], losses[0], 1e-6, what="chunked loss")
+    for (name, p), q in zip(plain.named_parameters(), sharded.parameters(), strict=True):
+        assert_close_to_scale(q.grad.full_tensor(), p.grad, 1e-5, what=f"grad of {name}")

@@ -19,6 +19,7 @@ from torch.profiler import record_function
 
 from repo_train.cli import main as repo_train_main
 from repo_train.modeling import RePoOlmo2ForCausalLM
+from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.presets import preset, tiny
 from repo_train.training.cli import plan_arguments
@@ -259,3 +260,16 @@ def test_fit_plan_only_prints_the_plan_or_refuses_in_one_line(capsys):
     assert repo_train_main(["fit", "--config", config, "--plan.only", "true", *too_big]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "does not fit a 79 GiB GPU" in error and "would (" in error
+
+
+def test_fsdp2_shards_every_state_and_gathers_units_in_bf16():
+    config = olmo2_1b("rope")
+    plan = plan_memory(MemorySetting(config, 4096, 4, world_size=4, strategy="fsdp2", loss_chunk_tokens=4096))
+    n = config_parameter_report(config).total
+    embeddings = 2 * config.vocab_size * config.hidden_size
+    layer = (n - embeddings) // config.num_hidden_layers
+    states = sum(v for k, v in plan.parts.items() if "activations" not in k and "loss" not in k)
+    assert states == pytest.approx(16 * n / 4 + 2 * (2 * layer + embeddings), rel=1e-9)
+    fsdp2 = {"class_path": "pytorch_lightning.strategies.ModelParallelStrategy", "init_args": {}}
+    planned = training_plan(fit_values(**{"trainer.strategy": fsdp2, "model.loss_chunk_tokens": 4096}))
+    assert planned.memory.setting.strategy == "fsdp2" and "FSDP2 (not measured)" in planned.hours_basis
