@@ -34,7 +34,9 @@ def _tiny_configs(root: Path) -> tuple[Path, Path]:
     [
         (["--micro_batches", "8,4"], "ascending"),
         (["--micro_batches", "4,x"], "--micro_batches"),
-        (["--activation_checkpointing", "maybe"], "not true or false"),
+        (["--activation_checkpointing", "maybe"], "not false, true, every_K, attention or mlp"),
+        (["--switches", "compile+turbo"], "switches joined by '+' from compile, chunked_loss, fused_adamw, fsdp2"),
+        (["--switches", "eager+compile"], "a variant is 'eager' or switches"),
         (["--steps", "3", "--warmup", "3"], "leaves no timed step"),
         (["--rope_config", "missing.yaml"], "no such file"),
     ],
@@ -55,23 +57,47 @@ def test_a_users_folder_is_not_written_into(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-def test_the_ratio_pairs_rope_and_repo_of_one_setting():
+def _record(variant, method, micro, rate=None):
+    status = "ok" if rate else "out of memory"
+    return {"variant": variant, "method": method, "activation_checkpointing": False, "micro_batch": micro,
+            "status": status, "tokens_per_s": rate, "wall_seconds": 1.0}  # fmt: skip
+
+
+def test_the_ratio_pairs_rope_and_repo_of_one_setting_and_each_variant_with_eager():
     records = [
-        {"method": "rope", "activation_checkpointing": False, "micro_batch": 4, "status": "ok", "tokens_per_s": 100.0},
-        {"method": "repo", "activation_checkpointing": False, "micro_batch": 4, "status": "ok", "tokens_per_s": 98.0},
-        {"method": "rope", "activation_checkpointing": False, "micro_batch": 8, "status": "ok", "tokens_per_s": 110.0},
-        {"method": "repo", "activation_checkpointing": False, "micro_batch": 8, "status": "out of memory"},
-    ]
-    assert bench.ratios(records) == {(False, 4): pytest.approx(100 / 98)}
+        _record("eager", "rope", 4, 100.0), _record("eager", "repo", 4, 98.0),
+        _record("eager", "rope", 8, 110.0), _record("eager", "repo", 8),
+        _record("compile", "rope", 4, 130.0), _record("compile", "repo", 4, 125.0),
+    ]  # fmt: skip
+    assert bench.ratios(records) == {
+        ("eager", "false", 4): pytest.approx(100 / 98),
+        ("compile", "false", 4): pytest.approx(130 / 125),
+    }
+    assert bench.speed_ups(records) == {
+        ("compile", "rope", "false", 4): pytest.approx(1.30),
+        ("compile", "repo", "false", 4): pytest.approx(125 / 98),
+    }
+    assert "| compile | rope | false | 4 | 1.300 |" in bench.markdown(records, parse_args("benchmark-fit", []))
+
+
+def test_a_variant_is_the_eager_engine_plus_its_switches():
+    eager = dict(zip(bench.variant_overrides("eager")[::2], bench.variant_overrides("eager")[1::2]))
+    assert eager == {"--model.compile": "false", "--model.loss_chunk_tokens": "0", "--model.fused_adamw": "false"}
+    both = bench.variant_overrides("compile+fsdp2")
+    values = {}
+    for flag, value in zip(both[::2], both[1::2]):
+        values[flag] = value  # the later value of a flag wins, as in the parser
+    assert values["--model.compile"] == "true" and "ModelParallelStrategy" in values["--trainer.strategy"]
 
 
 def test_fit_is_given_the_benchmarks_overrides_after_the_config_and_the_users_last(tmp_path):
     options = parse_args("benchmark-fit", ["--fit_args", "--trainer.accelerator cpu", "--out", str(tmp_path / "o")])
-    argv = bench.fit_argv("c.yaml", tmp_path, True, 4, options)
+    argv = bench.fit_argv("c.yaml", tmp_path, True, 4, options, "chunked_loss")
     assert argv[1:6] == ["-m", "repo_train", "fit", "--config", "c.yaml"]
     values = dict(zip(argv[::2], argv[1::2]))
     assert values["--model.init_from"] == "null" and values["--model.activation_checkpointing"] == "true"
     assert values["--data.micro_batch_size"] == "4" and values["--data.global_batch_size"] == "16"
+    assert argv[argv.index("--model.loss_chunk_tokens", argv.index("--model.loss_chunk_tokens") + 1) + 1] == "4096"
     assert argv[-2:] == ["--trainer.accelerator", "cpu"]
 
 

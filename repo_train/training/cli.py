@@ -49,6 +49,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 import yaml
 from lightning_fabric.plugins import CheckpointIO
 from lightning_fabric.utilities.exceptions import MisconfigurationException
@@ -58,6 +59,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from repo_common import user_code
 from repo_common.config_cli import take_flag
+from repo_common.cpu_threads import busy_cores_warning
 from repo_common.launcher_watch import watch_launcher
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
@@ -380,6 +382,10 @@ class RePoCLI(LightningCLI):
         config = model.model_config()  # unknown position method, bad init_from config: before any write
         self.datamodule.build_sources()  # missing, empty or damaged data files
         self.datamodule.check_model(config)
+        if trainer.strategy.root_device.type == "cpu" and trainer.is_global_zero:
+            note = busy_cores_warning(torch.get_num_threads())
+            if note:
+                print(note, file=sys.stderr, flush=True)
 
     def before_validate(self) -> None:
         """`validate` scores the validation data on a checkpoint; without either it would do nothing and exit 0."""
