@@ -67,6 +67,11 @@ def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse
     RoPE bit for bit.
     """
     half = x.shape[-1] // 2
+    if torch.compiler.is_compiling():  # `out=` into halves breaks the graph; the compiler picks the layout itself
+        x1, x2 = x[..., :half], x[..., half:]
+        if inverse:
+            return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
     out = torch.empty_like(x)
     x1, x2, out1, out2 = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
     if inverse:

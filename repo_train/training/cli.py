@@ -77,6 +77,7 @@ from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.position_config import PositionConfig, position_class
 from repo_train.modeling.presets import preset
 from repo_train.training import strategies  # noqa: F401  (registers the "deepspeed_cpu" strategy)
+from repo_train.training.activation_checkpointing import checkpoint_plan
 from repo_train.training.atomic_checkpoint_io import AtomicCheckpointIO
 from repo_train.training.callbacks import ProgressLog, StepProgressBar, ThroughputMonitor
 from repo_train.training.checks import (
@@ -325,6 +326,7 @@ class RePoCLI(LightningCLI):
             if self.subcommand == "fit" and section.get("plan.only"):
                 self._print_plan(section)
             check_settings(self.subcommand, section.get, root_dir=self.judge_root_dir)
+            checkpoint_plan(section.get("model.activation_checkpointing"), "--model.activation_checkpointing")
             self._check_preset_with_init_from(section)
 
     def _print_plan(self, section) -> None:

@@ -23,9 +23,11 @@ from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_pol
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.position_config import PositionConfig
 from repo_train.modeling.presets import preset
+from repo_train.training.activation_checkpointing import checkpoint_plan, enable_activation_checkpointing
 from repo_train.training.fsdp2 import clip_grad_norm, shard_model
 from repo_train.training.objective import IGNORE_INDEX, check_loss_chunk_tokens, chunked_lm_loss, lm_loss, shift_labels
 from repo_train.training.optim import build_adamw, linear_decay, set_fused
+from repo_train.training.regional_compile import compile_decoder_layers
 
 
 def resolve_attn_implementation(name: str) -> str:
@@ -76,10 +78,11 @@ class RePoLightningModule(pl.LightningModule):
         eps: float = 1e-8,
         warmup_steps: int = 0,
         z_loss_multiplier: float = 1e-5,
-        activation_checkpointing: bool = False,
+        activation_checkpointing: bool | str = False,
         attn_implementation: str = "auto",
         loss_chunk_tokens: int = 0,
         fused_adamw: bool = False,
+        compile: bool = False,
     ):
         """
         Args:
@@ -98,7 +101,9 @@ class RePoLightningModule(pl.LightningModule):
             eps: AdamW epsilon.
             warmup_steps: linear warm-up steps before the linear decay (paper: 0).
             z_loss_multiplier: weight of the z-loss (OLMo: 1e-5).
-            activation_checkpointing: recompute each decoder layer in backward to save memory.
+            activation_checkpointing: recompute activations in backward to save memory: true (every decoder layer),
+                false, every_K (every K-th layer), attention or mlp (that block of every layer); see
+                training/activation_checkpointing.py.
             attn_implementation: auto (flash-attn when installed on CUDA, else sdpa), sdpa, eager, flash_attention_2.
             loss_chunk_tokens: tokens per chunk of the loss; 0 = the whole micro batch at once. With OLMo-2's
                 100,352-id vocabulary a 4×4,096 micro batch's float32 logits alone are 6.1 GiB (16,384 × 100,352 ×
@@ -110,8 +115,10 @@ class RePoLightningModule(pl.LightningModule):
                 to float rounding. Under DeepSpeed ZeRO-2 this same torch optimizer steps each process's fp32
                 partition (zero2.json has no `optimizer` section, so Lightning hands DeepSpeed this one), so the
                 switch holds under every strategy here. A resume may turn it on or off.
+            compile: torch.compile each decoder layer in place (training/regional_compile.py).
         """
         super().__init__()
+        checkpoint_plan(activation_checkpointing)  # a value it does not know fails here, in one line
         # Saved as a plain {class_path, init_args} mapping, as LightningCLI's config.yaml has it: checkpoints then
         # load with weights_only=True. An unknown name or option fails here, before anything is written.
         position = resolve_position(position).to_config()
@@ -147,8 +154,9 @@ class RePoLightningModule(pl.LightningModule):
             config = preset(hp.preset_name, **self.model_config_fields())
             config._attn_implementation = attn
             model = RePoOlmo2ForCausalLM(config)
-        if hp.activation_checkpointing:
-            enable_activation_checkpointing(model)
+        enable_activation_checkpointing(model, hp.activation_checkpointing)
+        if hp.compile:  # after checkpointing, so each layer's graph holds its checkpoint
+            compile_decoder_layers(model)
         model.config.use_cache = False
         model.train()  # from_pretrained returns eval mode; Lightning would otherwise warn that modules are in eval
         if self.device_mesh is not None:  # ModelParallelStrategy: FSDP2, after activation checkpointing
@@ -280,13 +288,3 @@ class RePoLightningModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint):
         self.configure_model()
-
-
-def enable_activation_checkpointing(model) -> None:
-    """Recompute each layer's activations in the backward pass. Recent transformers 5.x (5.23, 5.24) name it
-    activation_* and warn that the gradient_* spelling goes in v6; 5.0 has only gradient_*."""
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    if enable is not None:
-        enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
