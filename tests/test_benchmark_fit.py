@@ -101,18 +101,24 @@ def test_fit_is_given_the_benchmarks_overrides_after_the_config_and_the_users_la
     assert argv[-2:] == ["--trainer.accelerator", "cpu"]
 
 
-@pytest.mark.slow  # four `python -m repo_train fit` processes on the tiny model (~40 s)
+@pytest.mark.slow  # six `python -m repo_train fit` processes on the tiny model (~60 s)
 def test_a_cpu_rehearsal_measures_both_methods_and_stops_a_setting_that_fails(tmp_path, capsys):
     rope, repo = _tiny_configs(tmp_path)
     out = tmp_path / "bench"
     common = ["--rope_config", str(rope), "--repo_config", str(repo), "--steps", "3", "--warmup", "1",
               "--accumulation", "1", "--activation_checkpointing", "false"]  # fmt: skip
-    assert main(["benchmark-fit", "--out", str(out), "--micro_batches", "2", *common]) == 0
+    variants = ["--switches", "eager,chunked_loss+fused_adamw"]
+    assert main(["benchmark-fit", "--out", str(out), "--micro_batches", "2", *variants, *common]) == 0
     report = json.loads((out / "report.json").read_text())
     runs = report["runs"]
-    assert [(r["method"], r["status"]) for r in runs] == [("rope", "ok"), ("repo", "ok")], runs
+    assert [(r["variant"], r["method"], r["status"]) for r in runs] == [
+        ("eager", "rope", "ok"), ("eager", "repo", "ok"),
+        ("chunked_loss+fused_adamw", "rope", "ok"), ("chunked_loss+fused_adamw", "repo", "ok"),
+    ], runs  # fmt: skip
     assert all(r["tokens_per_s"] > 0 and r["timed_steps"] == 2 for r in runs)
-    assert "| False | 2 |" in (out / "report.md").read_text()  # the REPO/RoPE ratio row
+    text = (out / "report.md").read_text()
+    assert "| eager | false | 2 |" in text  # the REPO/RoPE ratio row
+    assert "| chunked_loss+fused_adamw | rope | false | 2 |" in text  # its speed against eager
     # a failing micro batch ends its setting: the larger one is not tried
     failing = tmp_path / "failing"
     code = main(
@@ -120,4 +126,5 @@ def test_a_cpu_rehearsal_measures_both_methods_and_stops_a_setting_that_fails(tm
     )
     runs = json.loads((failing / "report.json").read_text())["runs"]
     assert code == 1 and [(r["micro_batch"], r["status"]) for r in runs] == [(1, "failed (2)"), (1, "failed (2)")]
+    assert all(r["variant"] == "eager" for r in runs)
     assert "learning rate must be > 0" in runs[0]["last_lines"][-1]  # the report says why

@@ -29,11 +29,11 @@ the peaks measured on one H200 (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.methods import build_policies
+from repo_train.training.activation_checkpointing import checkpoint_plan
 
 GIB = 2**30
 #: Bytes the loss holds at its peak per logit (tokens × vocabulary), bf16 or float32 logits: measured with the
@@ -94,20 +94,14 @@ class MemoryPlan:
 
 
 def checkpointing_plan(mode: bool | str, layers: int) -> list[str]:
-    """What each decoder layer recomputes: "none", "layer", "attention" or "mlp" (the module's
-    `model.activation_checkpointing` values: false, true / full, every_K, attention, mlp)."""
-    text = str(mode).lower()
-    if text in ("false", "none", ""):
+    """What each decoder layer recomputes under `model.activation_checkpointing` = `mode`, as
+    `activation_checkpointing.enable_activation_checkpointing` applies it: "none", "layer", "attention" or
+    "mlp"."""
+    plan = checkpoint_plan(mode)
+    if plan is None:
         return ["none"] * layers
-    if text in ("true", "full"):
-        return ["layer"] * layers
-    if text in ("attention", "mlp"):
-        return [text] * layers
-    every = re.fullmatch(r"every_(\d+)", text)
-    if every and int(every.group(1)) >= 1:
-        k = int(every.group(1))
-        return ["layer" if index % k == 0 else "none" for index in range(layers)]
-    raise ValueError(f"activation_checkpointing {mode!r}: give false, true, full, every_K, attention or mlp")
+    part = {"": "layer", "self_attn": "attention", "mlp": "mlp"}[plan.part]
+    return [part if (index + 1) % plan.every == 0 else "none" for index in range(layers)]
 
 
 def layer_saved_bytes(config, dtype_bytes: int, policy_bytes: int = 0) -> dict[str, int]:

@@ -90,28 +90,29 @@ def test_activation_term_is_what_autograd_saves(shape, method, dtype):
 
 @pytest.mark.parametrize("method", ["rope", "repo"])
 def test_checkpointed_layers_keep_their_inputs_only(method):
-    """Held when backward starts (CPU allocator), with every layer recomputed and with none, against the plan."""
+    """Held when backward starts (CPU allocator), for every `model.activation_checkpointing` mode, against the
+    plan: a recomputed layer or block keeps only its input."""
     torch.manual_seed(0)
     config = tiny_config("wide-ffn", method)
     batch, seq_len = 2, 128
     ids = torch.randint(2, 256, (batch, seq_len))
     held = {}
-    for checkpointing in (False, True):
+    for mode in (False, True, "every_2", "attention", "mlp"):
         model = RePoOlmo2ForCausalLM(config).train()
-        if checkpointing:
-            enable_activation_checkpointing(model)
+        enable_activation_checkpointing(model, mode)
 
         def step(model=model):
             hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state
             with record_function("backward"):
                 hidden.float().sum().backward()
 
-        held[checkpointing] = trace_allocations(step).before("backward")
+        held[mode] = trace_allocations(step).before("backward")
         predicted, _ = activation_bytes(
-            MemorySetting(config, seq_len, batch, precision="32-true", activation_checkpointing=checkpointing)
+            MemorySetting(config, seq_len, batch, precision="32-true", activation_checkpointing=mode)
         )
-        assert predicted == pytest.approx(held[checkpointing], rel=0.05)
-    assert held[True] < held[False] / 5
+        assert predicted == pytest.approx(held[mode], rel=0.05), mode
+    assert held[True] < held["every_2"] < held[False] and held[True] < held[False] / 5
+    assert held["attention"] < held[False] and held["mlp"] < held[False]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
@@ -170,10 +171,15 @@ def test_sharding_and_a_chunked_loss_lower_the_peak_as_counted():
 def test_checkpointing_modes_are_read_as_the_module_reads_them():
     assert checkpointing_plan(False, 3) == ["none"] * 3
     assert checkpointing_plan(True, 3) == ["layer"] * 3
-    assert checkpointing_plan("every_2", 4) == ["layer", "none", "layer", "none"]
+    assert checkpointing_plan("every_2", 4) == ["none", "layer", "none", "layer"]
     assert checkpointing_plan("mlp", 2) == ["mlp", "mlp"]
     with pytest.raises(ValueError, match="every_K"):
         checkpointing_plan("sometimes", 2)
+    # the same modules the module's own checkpointing wraps
+    model = RePoOlmo2ForCausalLM(tiny_config("wide-ffn", "rope"))
+    wrapped = enable_activation_checkpointing(model, "every_2")
+    assert wrapped == [model.model.layers[index] for index, part in enumerate(checkpointing_plan("every_2", 3))
+                       if part == "layer"]  # fmt: skip
 
 
 def fit_values(**given):
