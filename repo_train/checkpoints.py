@@ -86,6 +86,15 @@ DCP_METADATA_GLOBALS = {
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
 
+def unreadable_directory(path, kind: str, err: BaseException) -> Exception:
+    """The one-line error for a checkpoint directory of `kind` that could not be read: the refusal of a pickled
+    object a safe load does not allow, or what failed and which forms are accepted."""
+    if isinstance(err, pickle.UnpicklingError):
+        return refusal(path, err)
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    return ValueError(f"{path}: not a readable {kind} directory ({type(err).__name__}: {first}); {ACCEPTED}")
+
+
 def _import_global(dotted: str):
     module, _, name = dotted.rpartition(".")
     return getattr(__import__(module, fromlist=[name]), name)
@@ -214,12 +223,7 @@ def _load_dcp_model(directory: Path) -> dict:
                 loaded, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(keys={"state_dict"}), no_dist=True
             )
     except (Exception, CheckpointException) as err:  # a refused global, a damaged shard: one line
-        if isinstance(err, pickle.UnpicklingError):
-            raise refusal(directory, err) from err
-        raise ValueError(
-            f"{directory}: not a readable distributed checkpoint directory ({type(err).__name__}: "
-            f"{(str(err).strip().splitlines() or [''])[0][:200]}); {ACCEPTED}"
-        ) from err
+        raise unreadable_directory(directory, "distributed checkpoint", err) from err
     return {**state, "state_dict": loaded.get("state_dict")}
 
 
@@ -270,12 +274,7 @@ def load_lightning_checkpoint(path: str | Path) -> dict:
                 with weights_only_loads("zero"):  # DeepSpeed's shard reader hard-codes weights_only=False
                     convert_zero_checkpoint_to_fp32_state_dict(str(path), str(merged))
             except Exception as err:  # any failure to read the user's files is one line
-                if isinstance(err, pickle.UnpicklingError):
-                    raise refusal(path, err) from err
-                raise ValueError(
-                    f"{path}: not a readable DeepSpeed ZeRO checkpoint directory ({type(err).__name__}: "
-                    f"{(str(err).strip().splitlines() or [''])[0][:200]}); {ACCEPTED}"
-                ) from err
+                raise unreadable_directory(path, "DeepSpeed ZeRO checkpoint", err) from err
             state = _load_file(merged, path)
     else:
         state = _load_file(path, path)

@@ -26,13 +26,18 @@ from repo_train.training.module import model_config_fields
 
 @dataclass
 class PlanOptions:
-    """The plan's options (the `plan:` section of a fit config)."""
+    """The plan's options (the `plan:` section of a fit config).
+
+    Args:
+        gpu_memory_gib: memory of one GPU the config is for, in GiB as CUDA reports it (an H100 80GB: about
+            79); the plan refuses a setting whose predicted peak leaves less than 10% of it free. None = not
+            judged.
+        only: print the plan (per-GPU peak memory by term, hours from a named measurement) and exit: train
+            nothing.
+    """
 
     gpu_memory_gib: float | None = None
-    """Memory of one GPU the config is for, in GiB as CUDA reports it (an H100 80GB: about 79); the plan
-    refuses a setting whose predicted peak leaves less than 10% of it free. None = not judged."""
     only: bool = False
-    """Print the plan (per-GPU peak memory by term, hours from a named measurement) and exit: train nothing."""
 
 
 @dataclass

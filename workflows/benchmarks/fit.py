@@ -243,7 +243,7 @@ def ratios(records: list[dict]) -> dict[tuple[str, str, int], float]:
 
 def speed_ups(records: list[dict]) -> dict[tuple[str, str, str, int], float]:
     """(variant, method, checkpointing, micro batch) -> median tokens/s of the variant / the eager engine's at
-    the same setting, for each variant other than eager that ran beside it."""
+    the same setting, for each variant other than eager that was measured at that setting too."""
     rates: dict[tuple[str, str, str, int], list[float]] = {}
     for r in records:
         if r["status"] == "ok":
