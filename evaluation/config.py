@@ -37,7 +37,7 @@ from jsonargparse import Namespace, set_parsing_settings
 from evaluation.methods import METHODS, Method, MethodStack, configure_method, register_method
 from evaluation.run_config import TINY_DEFAULTS, RunConfig, option_fields, short_form_tasks, with_data_file
 from evaluation.sample_data import NQ_OPEN_ORACLE, check_data_dir
-from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, register_task
+from evaluation.tasks import GRID_HELP, GRID_NAMES, TASKS, Task, build_task, task_name_of
 from repo_common import user_code
 from repo_common.config_cli import ConfigParser
 from repo_common.file_permissions import check_folder_listable
@@ -133,14 +133,6 @@ class ResolvedRun:
     """The runner's input (`EvalConfig`): tasks and method stacks as configured objects."""
     config: dict[str, Any]
     """The resolved configuration (`OUT/config.yaml`): the `RunConfig`, with the user's modules first."""
-
-
-def task_name_of(cls: type[Task]) -> str:
-    """The registry name of a task class; a class named by its class_path is registered on first use."""
-    for name, registered in TASKS.items():
-        if registered is cls:
-            return name
-    return register_task(cls).name
 
 
 def _method_class(cls: type[Method]) -> type[Method]:

@@ -9,9 +9,10 @@ it goes, a refusal counts the rest by length only), for the harness's tasks of
 tens of thousands of long prompts.
 
 The last two steps, the explicit prefill + decode loop of one batch that the
-methods plug into (and `DecodeSettings`, `TokenizedPrompt`, `Generation`), live
-in `evaluation.methods.decoding`: some methods run that loop themselves, so it
-sits below them, and this module imports it.
+methods plug into (and `TokenizedPrompt`, `Generation`), live in
+`evaluation.methods.decoding`: some methods run that loop themselves, so it
+sits below them, and this module imports it. `DecodeSettings` lives below
+both, in `evaluation.decode_settings`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from evaluation.decode_settings import TRUNCATION_POLICIES
 from evaluation.methods.base import MethodStack
 from evaluation.methods.decoding import DecodeSettings, Generation, TokenizedPrompt, collate, generate_batch
-from evaluation.run_config import TRUNCATION_POLICIES
 
 
 def token_spans(offsets: Sequence[tuple[int, int]], char_spans: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

@@ -29,9 +29,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 import repo_train
+from evaluation.decode_settings import DecodeSettings
 from evaluation.methods.base import Method, MethodStack, parse_method_spec, spec_fields, split_stack_spec
 from evaluation.methods.decoding import TokenizedPrompt, collate, generate_batch, score_continuations
-from evaluation.run_config import DecodeSettings
 from repo_train.modeling import RePoOlmo2ForCausalLM
 
 #: Methods that place their work by the documents of a prompt, and why lm-eval cannot run them.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from transformers import (
 )
 
 import repo_train  # noqa: F401  (registers repo_olmo2 with the Auto classes)
-from evaluation.run_config import DEVICES
+from evaluation.devices import DEVICES
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_model_files
 from repo_train.byte_tokenizer import byte_tokenizer
@@ -195,28 +194,3 @@ def weights_identity(directory: str | os.PathLike) -> dict[str, dict[str, object
     directory = Path(directory)
     files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
     return {p.name: file_identity(p) for p in files}
-
-
-#: Values per tensor that `weights_fingerprint` hashes.
-WEIGHT_SAMPLES = 1024
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A hash of every tensor's name, shape, dtype and 1,024 evenly strided values: cheap, device-independent."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        flat = tensor.detach().reshape(-1)
-        sample = flat[:: max(1, flat.numel() // WEIGHT_SAMPLES)][:WEIGHT_SAMPLES].contiguous().cpu()
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(sample.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-def model_identity(model: PreTrainedModel) -> dict[str, str]:
-    """Name/path of a model and a hash of its config: what the results say they were measured on."""
-    config = model.config.to_dict()
-    for volatile in ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "_attn_implementation_autoset"):
-        config.pop(volatile, None)
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    name = str(getattr(model, "name_or_path", "") or model.config.name_or_path or type(model).__name__)
-    return {"name": name, "class": type(model).__name__, "config_sha256": digest}

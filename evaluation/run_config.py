@@ -1,5 +1,5 @@
-"""What one evaluation run is: `RunConfig`, whose fields are the options of `python -m evaluation run`, its
-decode settings, and the checks of its options that need no model.
+"""What one evaluation run is: `RunConfig`, whose fields are the options of `python -m evaluation run`, the
+decode settings of each task (`RunConfig.settings`), and the checks of its options that need no model.
 
 Plain Python, no torch or `datasets`: `evaluation run --help` reads the options from `RunConfig`, and
 `--print_config` and a refusal of an option come without loading the model code; the runner
@@ -15,16 +15,13 @@ from typing import Any, Literal, get_args
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
+from evaluation.decode_settings import DecodeSettings
+from evaluation.devices import Device
 from evaluation.methods import Method, MethodStack, parse_value
 from evaluation.prompt_format import PromptFormat
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid
 from repo_common.config_cli import Seed, class_entry
 
-#: Where a run may put a model it loads itself (`evaluation.model_loading.place_model`).
-Device = Literal["auto", "cpu", "cuda"]
-DEVICES = get_args(Device)
-#: How a too-long prompt may be cut (`DecodeSettings.truncate`); None = refused.
-TRUNCATION_POLICIES = ("left", "middle")
 #: The score that teacher-forces each row's gold answer instead of generating (`RunConfig.score`).
 GOLD_LOGLIK = "gold_loglik"
 #: How a run scores a prompt of a generation task.
@@ -47,32 +44,6 @@ def score_name(metric: str | None) -> str:
     """What a summary's per-method `accuracy` numbers are, for tables and axes: accuracy under a task's metric,
     or the gold answer's mean log-probability per token under `--score gold_loglik`."""
     return "gold log-likelihood" if metric == GOLD_LOGLIK else "accuracy"
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """How to generate: greedy, up to `max_new_tokens`, stopping at EOS or a stop string."""
-
-    max_new_tokens: int = 32
-    """Most tokens generated per prompt."""
-    stop_strings: tuple[str, ...] = ()
-    """Generation of a row stops once its text contains one of these; the text is cut before it."""
-    batch_size: int = 8
-    """Prompts per forward (sorted by length, left-padded)."""
-    max_length: int | None = None
-    """Budget of prompt + new tokens; None = the model's max_position_embeddings."""
-    truncate: str | None = None
-    """None: a too-long prompt is an error; 'left' drops its start, 'middle' its middle."""
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.truncate is not None and self.truncate not in TRUNCATION_POLICIES:
-            raise ValueError(f"truncate must be one of {list(TRUNCATION_POLICIES)} or None, got {self.truncate!r}")
-        if isinstance(self.stop_strings, str):
-            raise TypeError(f"stop_strings must be a tuple of strings, got the string {self.stop_strings!r}")
 
 
 @dataclass(kw_only=True)

@@ -51,10 +51,10 @@ from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_
 from evaluation.loglik import continuation_scores
 from evaluation.methods import GenerationBatch, Method, MethodStack
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch, score_continuations
+from evaluation.model_identity import model_identity
 from evaluation.model_loading import (
     file_identity,
     load_model,
-    model_identity,
     place_model,
     resolve_dtype,
     tiny_default,

@@ -2,7 +2,7 @@
 
 LPES scales are searched per model: applied to another model they are just
 some numbers. A scale file written by `python -m search run` records the
-model it was made for (`model.identity_sha256`: `evaluation.model_loading.model_identity`'s
+model it was made for (`model.identity_sha256`: `evaluation.model_identity.model_identity`'s
 config hash, which leaves out the dtype, the path and the transformers
 version; `model.weight_files`: `evaluation.model_loading.weights_identity` of its
 directory, or the tiny default's seed). `check_scale_file_models` compares

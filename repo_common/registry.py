@@ -88,6 +88,12 @@ class Registry(MutableMapping[str, T], Generic[T]):
         entry = self._entries.get(name, obj)
         return entry is obj or entry == class_path_of(obj)
 
+    def name_of(self, obj: Any) -> str | None:
+        """The name `obj` is registered under (itself, or the import path it is loaded from), else None; imports
+        nothing. What a config names by class_path is then written under its registry name."""
+        path = class_path_of(obj)
+        return next((name for name, entry in self._entries.items() if entry is obj or entry == path), None)
+
     def load_class_named(self, class_name: str) -> None:
         """Import the built-in whose class is called `class_name` (a bare name in a config), if one is."""
         for name, entry in list(self._entries.items()):

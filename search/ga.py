@@ -409,7 +409,12 @@ def _record(state: SearchState, counts: tuple[int, int] | RaceCounts) -> None:
     state.history.append(entry)
 
 
-def _resume(path: Path, space: SearchSpace, config: GAConfig, context: str) -> SearchState:
+def load_resumable_state(path: Path, space: SearchSpace, config: GAConfig, context: str) -> SearchState:
+    """The state saved at `path`, checked to continue this search: the same space, fitness context, racing and GA
+    settings but the budget (a ValueError of one line naming what differs); it takes `config` from here on.
+
+    `search run` calls it before writing anything, so a state the GA would refuse leaves the run's files as they were.
+    """
     state = SearchState.load(path)
     if state.space != space:
         raise ValueError(f"{path} searched {state.space}, not {space}: pass the same space or a new state file")
@@ -470,7 +475,7 @@ def run(
         clock["state_io_s"] += time.perf_counter() - start
 
     if resume and path is not None and path.exists():
-        state = _resume(path, space, config, context)
+        state = load_resumable_state(path, space, config, context)
     else:
         rng = np.random.default_rng(config.seed)
         state = SearchState(space, config, context, rng, initial_population(space, rng, config))

@@ -72,7 +72,7 @@ from evaluation.generation import batch_cost, plan_batches
 from evaluation.loglik import pad_token_id, token_continuation_scores
 from evaluation.methods import MethodStack
 from evaluation.methods.decoding import DecodeSettings
-from evaluation.model_loading import weights_fingerprint
+from evaluation.model_identity import weights_fingerprint
 from evaluation.prompt_format import PromptFormat
 from evaluation.runner import PreparedTask, gold_token_ids, prepare_task, run_stack, task_generation
 from evaluation.tasks import build_task

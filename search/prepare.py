@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.methods.decoding import DecodeSettings
-from evaluation.model_loading import load_model, model_identity, place_model, tiny_default, weights_identity
+from evaluation.model_identity import model_identity
+from evaluation.model_loading import load_model, place_model, tiny_default, weights_identity
 from evaluation.run_config import check_tiny_default_options
 from evaluation.runner import task_generation
 from evaluation.sample_data import NQ_OPEN_ORACLE

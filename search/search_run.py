@@ -21,7 +21,7 @@ from repo_common.launcher_watch import watch_launcher
 from repo_common.run_lock import run_lock
 from repo_train.modeling.swapping import current_policies
 from search.fitness import describe_result
-from search.ga import SearchState, _resume, run
+from search.ga import SearchState, load_resumable_state, run
 from search.harness_fitness import HarnessFitness, check_held_out_available, evaluate_held_out, model_fingerprint
 from search.outcome import every_candidate_scored, outcome_of, search_outcome
 from search.outputs import check_search_outputs, lock_path
@@ -81,7 +81,7 @@ def _run_search(config, out, resume, fitness_cls, progress, config_text) -> dict
         )
     space = config.space.build(num_layers)
     if resume and paths["state"].exists():  # a state the GA would refuse leaves NAME.config.yaml as it was
-        _resume(paths["state"], space, config.ga, getattr(fitness, "context", ""))
+        load_resumable_state(paths["state"], space, config.ga, getattr(fitness, "context", ""))
         finished = _finished_summary(config, paths)
         if finished is not None:  # rewriting it would change the file that evaluations of it pinned by hash
             if rank == 0:

@@ -14,7 +14,7 @@ import dataclasses
 import sys
 
 from evaluation.sample_data import check_data_dir
-from evaluation.tasks import TASKS, Task, register_task
+from evaluation.tasks import TASKS, Task, task_name_of
 from repo_common.user_code import resolve_class
 
 #: The task parameter holding k, per built-in search task; any other task's is `num_items`.
@@ -39,11 +39,7 @@ def task_class(name: str) -> type[Task]:
 
 def task_name(name: str) -> str:
     """The registry name of the search's task (a class named by its class_path is registered on first use)."""
-    cls = task_class(name)
-    for registered_name, registered in TASKS.items():
-        if registered is cls:
-            return registered_name
-    return register_task(cls).name
+    return task_name_of(task_class(name))
 
 
 def item_parameter(name: str) -> str:

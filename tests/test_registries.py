@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from evaluation.methods import METHODS, Method, register_method
-from evaluation.tasks import TASKS, Task, build_task, register_task
+from evaluation.tasks import TASKS, Task, build_task, register_task, task_name_of
 from repo_common.registry import Registry
 from repo_train.data import DATA_SOURCES, DataSource, SyntheticData, register_data_source, source_class
 from repo_train.modeling import POSITION_POLICIES
@@ -71,3 +71,22 @@ def test_a_part_of_each_kind_is_added_by_its_decorator_and_a_taken_name_refused(
 
     with pytest.raises(ValueError, match="model preset 'tiny' is already"):
         register_preset("tiny")(tiny_twin)
+
+
+def test_a_registry_names_what_it_holds_without_importing_it(registries_restored):
+    """`Registry.name_of`: the name of a class held or listed by its import path (not imported), else None; the
+    harness and the search name a task given by class_path through it (`task_name_of`), registering it once."""
+    lazy = Registry("part", {"probe": "no_such_module.Probe", "mdqa": TASKS["mdqa"]})
+    assert lazy.name_of(TASKS["mdqa"]) == "mdqa" and lazy.name_of(Registry) is None
+    assert lazy.class_path("probe") == "no_such_module.Probe"  # still an import path: nothing was imported
+
+    @dataclass(kw_only=True)
+    class Unlisted(Task):
+        name: ClassVar[str] = "unlisted_task"
+
+        def rows(self):
+            yield from ()
+
+    assert TASKS.name_of(Unlisted) is None
+    assert task_name_of(Unlisted) == "unlisted_task" and TASKS["unlisted_task"] is Unlisted
+    assert task_name_of(Unlisted) == "unlisted_task"  # registered once, then found

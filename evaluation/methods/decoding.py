@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from evaluation.decode_settings import DecodeSettings
 from evaluation.methods.base import GenerationBatch, GenerationState, MethodStack
 from evaluation.methods.kv_cache import reserved_cache
 from evaluation.methods.row_groups import RowGroups
-from evaluation.run_config import DecodeSettings
 from evaluation.token_ids import TokenIds
 from repo_train.modeling.cache_keyword import cache_argument
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from evaluation.model_loading import model_identity, weights_fingerprint
+from evaluation.model_identity import model_identity, weights_fingerprint
 from repo_common.atomic import write_json_atomic
 
 FORMAT = "fim-bias"

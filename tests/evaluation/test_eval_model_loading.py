@@ -18,7 +18,8 @@ from transformers import (
 )
 
 from evaluation.generation import DecodeSettings, generate
-from evaluation.model_loading import byte_tokenizer, load_model, model_identity, tiny_default
+from evaluation.model_identity import model_identity
+from evaluation.model_loading import byte_tokenizer, load_model, tiny_default
 from repo_train.modeling import RePoOlmo2ForCausalLM, RepoPolicy, layer_policies
 from repo_train.modeling.presets import tiny
 

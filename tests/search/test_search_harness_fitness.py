@@ -7,7 +7,8 @@ import torch
 from float_checks import assert_close_to_scale
 
 from evaluation.generation import DecodeSettings, generate
-from evaluation.model_loading import tiny_default, weights_fingerprint
+from evaluation.model_identity import weights_fingerprint
+from evaluation.model_loading import tiny_default
 from evaluation.sample_data import NQ_OPEN_ORACLE
 from evaluation.tasks import build_task
 from search.fitness import SubsetWeights

@@ -54,7 +54,7 @@ from typing import Literal
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from evaluation.run_config import DEVICES
+from evaluation.devices import DEVICES
 from evaluation.sample_data import check_nq_file
 from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid
 from repo_common.config_cli import deferred, script_options

@@ -2,7 +2,7 @@
 
 import evaluate
 
-from evaluation.metric_modules import LIU_2024_CITATION, LOST_IN_THE_MIDDLE_CODE, answer_metric_info, answer_scores
+from evaluation.metric_modules.base import LIU_2024_CITATION, LOST_IN_THE_MIDDLE_CODE, answer_metric_info, answer_scores
 from evaluation.metrics import best_subspan_em
 
 _CITATION = LIU_2024_CITATION

@@ -2,7 +2,7 @@
 
 import evaluate
 
-from evaluation.metric_modules import SQUAD_CITATION, SQUAD_PAGE, answer_metric_info, answer_scores
+from evaluation.metric_modules.base import SQUAD_CITATION, SQUAD_PAGE, answer_metric_info, answer_scores
 from evaluation.metrics import exact_match
 
 _CITATION = SQUAD_CITATION

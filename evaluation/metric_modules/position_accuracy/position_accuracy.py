@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from evaluation.metric_modules import LIU_2024_CITATION, mean, score_rows
+from evaluation.metric_modules.base import LIU_2024_CITATION, mean, score_rows
 from evaluation.metrics import get_metric
 from evaluation.position_metrics import accuracy_by_position, summarize_positions
 

@@ -2,7 +2,7 @@
 
 import evaluate
 
-from evaluation.metric_modules import answer_features, score_rows
+from evaluation.metric_modules.base import answer_features, score_rows
 from evaluation.metrics import ROUGE_TYPES, rouge_scores
 
 _CITATION = """\

@@ -2,7 +2,7 @@
 
 import evaluate
 
-from evaluation.metric_modules import answer_metric_info, answer_scores
+from evaluation.metric_modules.base import answer_metric_info, answer_scores
 from evaluation.metrics import substring_match
 
 # No published source: a strict variant of the release's KV containment, defined by this project.
