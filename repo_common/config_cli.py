@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import io
 import json
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
+from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace, set_parsing_settings
 from jsonargparse.typing import restricted_number_type
 
 from repo_common import user_code
@@ -510,6 +511,24 @@ def class_entry(obj: Any, fields: Callable[[Any], Mapping[str, Any]]) -> dict[st
     """`{class_path, init_args}` of a configured object, as jsonargparse and LightningCLI write it."""
     cls = type(obj)
     return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": dict(fields(obj))}
+
+
+def add_dataclass_options(parser: ConfigParser, config_class: type) -> None:
+    """A command's options are the fields of the dataclass `config_class`: one option a field, typed by it, its
+    docstring the help, each also a key of a `--config` file. The command's function builds the dataclass from
+    the parsed options (`dataclass_config`), whose `__post_init__` judges the values."""
+    # a field's docstring is its option's help; read only here, since it makes every later parser slower
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    try:
+        parser.add_class_arguments(config_class, as_group=False, fail_untyped=True)
+    finally:
+        set_parsing_settings(docstring_parse_attribute_docstrings=False)
+
+
+def dataclass_config(options: Namespace, config_class: type) -> Any:
+    """The dataclass `config_class` from a command's parsed options: a value it refuses raises its ValueError,
+    which `dispatch` prints as one line with exit code 2."""
+    return config_class(**{item.name: options[item.name] for item in dataclasses.fields(config_class) if item.init})
 
 
 def deferred(module: str, name: str) -> Callable[..., Any]:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_commands import parse_args
 
 from workflows.benchmarks import fit as bench
 from workflows.cli import main
@@ -38,22 +37,19 @@ def _tiny_configs(root: Path) -> tuple[Path, Path]:
         (["--switches", "compile+turbo"], "switches joined by '+' from compile, chunked_loss, fused_adamw, fsdp2"),
         (["--switches", "eager+compile"], "a variant is 'eager' or switches"),
         (["--steps", "3", "--warmup", "3"], "leaves no timed step"),
+        (["--steps", "0"], "option --steps: expected a positive integer"),
         (["--rope_config", "missing.yaml"], "no such file"),
     ],
 )
 def test_bad_options_are_one_line_refusals(argv, words, tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["benchmark-fit", "--out", str(tmp_path / "out"), *argv])
-    assert exit_info.value.code == 2
+    assert main(["benchmark-fit", "--out", str(tmp_path / "out"), *argv]) == 2
     error = capsys.readouterr().err.strip()
     assert words in error and "\n" not in error and not (tmp_path / "out").exists()
 
 
 def test_a_users_folder_is_not_written_into(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["benchmark-fit", "--out", str(tmp_path)])
-    assert exit_info.value.code == 2 and "notes.txt" in capsys.readouterr().err
+    assert main(["benchmark-fit", "--out", str(tmp_path)]) == 2 and "notes.txt" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
@@ -77,7 +73,7 @@ def test_the_ratio_pairs_rope_and_repo_of_one_setting_and_each_variant_with_eage
         ("compile", "rope", "false", 4): pytest.approx(1.30),
         ("compile", "repo", "false", 4): pytest.approx(125 / 98),
     }
-    assert "| compile | rope | false | 4 | 1.300 |" in bench.markdown(records, parse_args("benchmark-fit", []))
+    assert "| compile | rope | false | 4 | 1.300 |" in bench.markdown(records, bench.FitBenchmark())
 
 
 def test_a_variant_is_the_eager_engine_plus_its_switches():
@@ -91,7 +87,7 @@ def test_a_variant_is_the_eager_engine_plus_its_switches():
 
 
 def test_fit_is_given_the_benchmarks_overrides_after_the_config_and_the_users_last(tmp_path):
-    options = parse_args("benchmark-fit", ["--fit_args", "--trainer.accelerator cpu", "--out", str(tmp_path / "o")])
+    options = bench.FitBenchmark(fit_args="--trainer.accelerator cpu", out=str(tmp_path / "o"))
     argv = bench.fit_argv("c.yaml", tmp_path, True, 4, options, "chunked_loss")
     assert argv[1:6] == ["-m", "repo_train", "fit", "--config", "c.yaml"]
     values = dict(zip(argv[::2], argv[1::2]))

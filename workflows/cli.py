@@ -93,9 +93,12 @@ COMMANDS = {
     ),
 }
 #: Commands whose `--print_config` runs their action, which prints the options as checked and resolved (hidden
-#: options and derived values left out; the quickstart: a loop file's sections).
+#: options and derived values left out; the quickstart: a loop file's sections). A command whose options are a
+#: dataclass (`benchmark-fit`: `FitBenchmark`) prints them as parsed, without running anything.
+TYPED_COMMANDS = ("benchmark-fit",)
 RESOLVES_CONFIG = [
-    *(name for name in COMMANDS if name.startswith("benchmark-") or name == "device-kit"),
+    *(name for name in COMMANDS if name.startswith("benchmark-") and name not in TYPED_COMMANDS),
+    "device-kit",
     "quickstart",
     "reproduce-position-bias",
     "study-real-model",

@@ -38,13 +38,14 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from jsonargparse import Namespace
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from repo_common.atomic import write_json_atomic, write_text_atomic
-from repo_common.config_cli import ConfigParser, script_options
+from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config
 from repo_common.output_guard import check_output_directory
 from workflows.commands import logged_csv_metrics
 
@@ -67,27 +68,58 @@ SWITCHES = {
 CHECKPOINTING = re.compile(r"false|true|every_[1-9][0-9]*|attention|mlp")
 
 
+@dataclass
+class FitBenchmark:
+    """The benchmark's options (each also a key of a `--config` file), judged when built."""
+
+    out: str = "outputs/benchmark-fit"
+    """report and run logs"""
+    rope_config: str = CONFIGS["rope"]
+    """the RoPE run's fit config"""
+    repo_config: str = CONFIGS["repo"]
+    """the REPO run's fit config"""
+    micro_batches: str = "4"
+    """comma-separated micro batch sizes, ascending"""
+    activation_checkpointing: str = "false,true"
+    """comma-separated settings of model.activation_checkpointing (false, true, every_K, attention, mlp)"""
+    switches: str = "eager"
+    """comma-separated engine variants, each 'eager' or switches joined by '+' (compile, chunked_loss,
+    fused_adamw, fsdp2), e.g. eager,compile,compile+chunked_loss"""
+    steps: PositiveInt = 12
+    """optimizer steps per run"""
+    warmup: NonNegativeInt = 3
+    """first optimizer steps not counted"""
+    accumulation: PositiveInt = 4
+    """micro batches per optimizer step"""
+    rounds: PositiveInt = 1
+    """RoPE/REPO pairs per setting"""
+    run_timeout: PositiveInt = 300
+    """seconds before one run is stopped"""
+    fit_args: str = ""
+    """more `fit` overrides for every run, space-separated (e.g. a CPU rehearsal's '--trainer.accelerator cpu
+    --model.preset_name tiny')"""
+
+    def __post_init__(self) -> None:
+        """The lists parsed, the configs present, `--out` writable (a ValueError is the one-line refusal)."""
+        self.micro_batch_list = _split(self.micro_batches, "--micro_batches", int)
+        if any(size < 1 for size in self.micro_batch_list) or self.micro_batch_list != sorted(self.micro_batch_list):
+            raise ValueError(f"--micro_batches {self.micro_batches!r}: give positive sizes in ascending order")
+        self.checkpointing_list = _split(self.activation_checkpointing, "--activation_checkpointing", _checkpointing)
+        self.variant_list = _split(self.switches, "--switches", _variant)
+        if self.warmup >= self.steps:
+            raise ValueError(f"--warmup {self.warmup} leaves no timed step of --steps {self.steps}: lower it")
+        for option in ("rope_config", "repo_config"):
+            if not Path(getattr(self, option)).is_file():
+                raise ValueError(f"--{option} {getattr(self, option)}: no such file; pass a fit config (YAML)")
+
+    def options(self) -> dict:
+        """The options as given (what report.json records)."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file)."""
     parser.description = __doc__
-    parser.add_argument("--out", type=str, default="outputs/benchmark-fit", help="report and run logs")
-    parser.add_argument("--rope_config", type=str, default=CONFIGS["rope"], help="the RoPE run's fit config")
-    parser.add_argument("--repo_config", type=str, default=CONFIGS["repo"], help="the REPO run's fit config")
-    parser.add_argument("--micro_batches", type=str, default="4", help="comma-separated micro batch sizes, ascending")
-    parser.add_argument("--activation_checkpointing", type=str, default="false,true",
-                        help="comma-separated settings of model.activation_checkpointing "
-                             "(false, true, every_K, attention, mlp)")  # fmt: skip
-    parser.add_argument("--switches", type=str, default="eager",
-                        help="comma-separated engine variants, each 'eager' or switches joined by '+' "
-                             f"({', '.join(SWITCHES)}), e.g. eager,compile,compile+chunked_loss")  # fmt: skip
-    parser.add_argument("--steps", type=PositiveInt, default=12, help="optimizer steps per run")
-    parser.add_argument("--warmup", type=NonNegativeInt, default=3, help="first optimizer steps not counted")
-    parser.add_argument("--accumulation", type=PositiveInt, default=4, help="micro batches per optimizer step")
-    parser.add_argument("--rounds", type=PositiveInt, default=1, help="RoPE/REPO pairs per setting")
-    parser.add_argument("--run_timeout", type=PositiveInt, default=300, help="seconds before one run is stopped")
-    parser.add_argument("--fit_args", type=str, default="",
-                        help="more `fit` overrides for every run, space-separated (e.g. a CPU rehearsal's "
-                             "'--trainer.accelerator cpu --model.preset_name tiny')")  # fmt: skip
+    add_dataclass_options(parser, FitBenchmark)
 
 
 def _split(text: str, option: str, convert) -> list:
@@ -118,23 +150,6 @@ def variant_overrides(variant: str) -> list[str]:
     """`fit` overrides of an engine variant: the eager engine, then each switch's."""
     names = [] if variant == "eager" else variant.split("+")
     return [*EAGER, *(arg for name in names for arg in SWITCHES[name])]
-
-
-def check_options(options) -> None:
-    """The lists parsed, the configs present, `--out` writable (a ValueError is the one-line refusal)."""
-    options.micro_batch_list = _split(options.micro_batches, "--micro_batches", int)
-    if any(size < 1 for size in options.micro_batch_list) or options.micro_batch_list != sorted(
-        options.micro_batch_list
-    ):
-        raise ValueError(f"--micro_batches {options.micro_batches!r}: give positive sizes in ascending order")
-    options.checkpointing_list = _split(options.activation_checkpointing, "--activation_checkpointing", _checkpointing)
-    options.variant_list = _split(options.switches, "--switches", _variant)
-    if options.warmup >= options.steps:
-        raise ValueError(f"--warmup {options.warmup} leaves no timed step of --steps {options.steps}: lower it")
-    for option in ("rope_config", "repo_config"):
-        if not Path(getattr(options, option)).is_file():
-            raise ValueError(f"--{option} {getattr(options, option)}: no such file; pass a fit config (YAML)")
-    check_output_directory(options.out, MANIFEST, "a fit benchmark's output")
 
 
 def fit_argv(
@@ -254,15 +269,15 @@ def speed_ups(records: list[dict]) -> dict[tuple[str, str, str, int], float]:
 
 
 def run(parsed: Namespace, parser: ConfigParser) -> int:
-    options = script_options(parser, parsed, check_options)
+    options = dataclass_config(parsed, FitBenchmark)
+    check_output_directory(options.out, MANIFEST, "a fit benchmark's output")
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     configs = {"rope": options.rope_config, "repo": options.repo_config}
     records: list[dict] = []
 
     def save() -> None:  # after every run, so a stopped benchmark keeps what it measured
-        write_json_atomic(out / MANIFEST, {"command": PROG, "options": {k: v for k, v in vars(options).items()
-                                           if not k.endswith("_list")}, "runs": records})  # fmt: skip
+        write_json_atomic(out / MANIFEST, {"command": PROG, "options": options.options(), "runs": records})
         write_text_atomic(out / "report.md", markdown(records, options))
 
     for checkpointing in options.checkpointing_list:
