@@ -74,11 +74,13 @@ def lm_eval_installed() -> None:
         pytest.skip(message)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def registries_restored():
     """Every registry (tasks, methods, policies, presets, data sources) as it was, and no user module the test
     imported left loaded: a part a test registers leaks into no other test (a module left loaded would not
-    register its parts again when a later test imports it). Lazy built-ins stay unloaded."""
+    register its parts again when a later test imports it), whichever tests share a process (the suites run on
+    two pytest-xdist workers). Lazy built-ins stay unloaded. For every test; a test that registers on purpose
+    may name it to reach the registries."""
     import sys
 
     from evaluation.methods import METHODS
