@@ -89,8 +89,10 @@ class MemoryPlan:
         return self.peak <= (1.0 - headroom) * gpu_memory_gib * GIB
 
     def table(self) -> str:
-        lines = [f"  {name:<34} {value / GIB:8.2f} GiB" for name, value in self.parts.items()]
-        return "\n".join([*lines, f"  {'peak (' + self.phase + ')':<34} {self.peak / GIB:8.2f} GiB"])
+        """One line a term and the peak, in GiB (MiB for a peak under 1 GiB, a model of the CPU's size)."""
+        unit, scale = ("GiB", GIB) if self.peak >= GIB else ("MiB", 2**20)
+        lines = [f"  {name:<34} {value / scale:8.2f} {unit}" for name, value in self.parts.items()]
+        return "\n".join([*lines, f"  {'peak (' + self.phase + ')':<34} {self.peak / scale:8.2f} {unit}"])
 
 
 def checkpointing_plan(mode: bool | str, layers: int) -> list[str]:

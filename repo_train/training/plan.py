@@ -66,14 +66,14 @@ class TrainingPlan:
         """The whole plan: the setting, the memory by term and what the hours rest on."""
         setting = self.memory.setting
         head = (
-            f"{setting.strategy} on {setting.world_size} GPU{'s' * (setting.world_size > 1)}, micro batch "
+            f"{setting.strategy} on {setting.world_size} process{'es' * (setting.world_size > 1)}, micro batch "
             f"{setting.micro_batch} × sequence {setting.seq_len:,}, activation checkpointing "
             f"{setting.activation_checkpointing}, loss chunk {setting.loss_chunk_tokens or 'off'}, {setting.precision}"
         )
-        hours = "time unknown" if self.hours is None else f"≈ {self.hours:.1f} h: {self.hours_basis}"
+        hours = f"unknown ({self.hours_basis})" if self.hours is None else f"≈ {self.hours:.1f} h: {self.hours_basis}"
         return (
             f"{head}\n{self.summary()}\nmemory per GPU (the memory model, repo_train/training/memory_plan.py):\n"
-            f"{self.memory.table()}\nhours {hours}"
+            f"{self.memory.table()}\nhours: {hours}"
         )
 
     def refusal(self) -> str | None:
