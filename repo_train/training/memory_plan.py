@@ -1,15 +1,16 @@
 """Per-GPU peak memory of a `fit` step, worked out from the config before any GPU is allocated.
 
 A researcher sizes the micro batch, activation checkpointing and GPU count of a
-37-hour run from this, so each term is counted the way the code in this
+multi-day run from this, so each term is counted the way the code in this
 project actually holds memory, and the total is checked against measurements:
 
 - **States** (per rank): under DeepSpeed ZeRO-2 with bf16, the bf16 weights (2N), the bf16 gradients of
   this rank's partition (2N/P), the float32 master weights and Adam moments (12N/P) and, during the
   optimizer step only, the float32 gradient partition (4N/P); with P > 1, DeepSpeed's reduce and
-  all-gather buckets. FSDP2 shards all of it (float32 weights, gradients and moments, 16N/P) and
-  gathers in bf16 two layers at a time (one computing, one prefetched) and the embeddings and head. DDP keeps everything whole (16N) plus its gradient
-  buckets (4N).
+  all-gather buckets (stages 0, 1 and 3 shard less or more, counted alike). FSDP2 shards all of it
+  (float32 weights, gradients and moments, 16N/P) and gathers in bf16 two layers at a time (one
+  computing, one prefetched) and the embeddings and head. DDP keeps everything whole (16N) plus its
+  gradient buckets (4N).
 - **Activations**: what autograd saves for backward, per token and layer, counted tensor by tensor from
   the OLMo-2 layer (`layer_saved_bytes`): the layer input and the MLP input in the model's dtype, each
   RMSNorm's float32 upcast and normalised output (OLMo-2 normalises q and k too), SDPA's q, k, v, output
@@ -63,8 +64,8 @@ class MemorySetting:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy {self.strategy!r}: the memory plan knows {', '.join(STRATEGIES)}")
-        if self.strategy == "deepspeed" and self.zero_stage != 2:
-            raise ValueError(f"DeepSpeed ZeRO stage {self.zero_stage}: the memory plan counts stage 2 only")
+        if self.strategy == "deepspeed" and self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"DeepSpeed ZeRO stage {self.zero_stage}: the stages are 0 to 3")
 
     @property
     def tokens(self) -> int:
@@ -176,15 +177,20 @@ def state_bytes(setting: MemorySetting, parameters: int, layer_parameters: int) 
     n, ranks, p = parameters, setting.world_size, setting.dtype_bytes
     layers_total = layer_parameters * setting.config.num_hidden_layers
     half = p == 2 and not str(setting.precision).startswith("32")
-    if setting.strategy == "deepspeed":
+    if setting.strategy == "deepspeed":  # stage 2 is checked on a GPU; 0, 1 and 3 follow the same counting
+        stage = setting.zero_stage
         states = {
-            "weights": p * n,
-            "gradients (this rank's partition)": p * n / ranks,
-            "optimizer (master + Adam, sharded)": (12 if half else 8) * n / ranks,
+            "weights" if stage < 3 else "weights (sharded)": p * n / (ranks if stage == 3 else 1),
+            "gradients" + (" (this rank's partition)" if stage >= 2 else ""): p * n / (ranks if stage >= 2 else 1),
+            "optimizer (master + Adam" + (", sharded)" if stage else ")"): (12 if half else 8)
+            * n
+            / (ranks if stage else 1),
         }
+        if stage == 3:
+            states["gathered weights (2 layers, embeddings, head)"] = p * (2 * layer_parameters + (n - layers_total))
         if ranks > 1:
             states["DeepSpeed reduce/all-gather buckets"] = 2 * setting.reduce_bucket_elements * p
-        return states, (4 * n / ranks if half else 0.0)
+        return states, (4 * n / (ranks if stage else 1) if half else 0.0)
     if setting.strategy == "fsdp2":
         return {
             "weights (float32, sharded)": 4 * n / ranks,

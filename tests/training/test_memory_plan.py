@@ -279,3 +279,18 @@ def test_fsdp2_shards_every_state_and_gathers_units_in_bf16():
     fsdp2 = {"class_path": "pytorch_lightning.strategies.ModelParallelStrategy", "init_args": {}}
     planned = training_plan(fit_values(**{"trainer.strategy": fsdp2, "model.loss_chunk_tokens": 4096}))
     assert planned.memory.setting.strategy == "fsdp2" and "FSDP2 (not measured)" in planned.hours_basis
+
+
+def test_zero_stages_shard_what_they_name():
+    config = olmo2_1b("rope")
+    n = config_parameter_report(config).total
+    peaks = {
+        stage: plan_memory(MemorySetting(config, 4096, 1, world_size=8, zero_stage=stage, loss_chunk_tokens=4096))
+        for stage in (1, 2, 3)
+    }
+    states = {stage: sum(v for k, v in p.parts.items() if "activ" not in k and "loss" not in k and "step" not in k)
+              for stage, p in peaks.items()}  # fmt: skip
+    assert states[1] - states[2] == pytest.approx(2 * n * 7 / 8, rel=1e-9)  # gradients sharded from stage 2
+    assert states[2] > states[3]  # weights sharded at stage 3 (two layers and the embeddings gathered)
+    with pytest.raises(ValueError, match="stages are 0 to 3"):
+        MemorySetting(config, 4096, 1, zero_stage=4)
