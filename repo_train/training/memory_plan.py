@@ -92,8 +92,8 @@ class MemoryPlan:
     def table(self) -> str:
         """One line a term and the peak, in GiB (MiB for a peak under 1 GiB, a model of the CPU's size)."""
         unit, scale = ("GiB", GIB) if self.peak >= GIB else ("MiB", 2**20)
-        lines = [f"  {name:<34} {value / scale:8.2f} {unit}" for name, value in self.parts.items()]
-        return "\n".join([*lines, f"  {'peak (' + self.phase + ')':<34} {self.peak / scale:8.2f} {unit}"])
+        lines = [f"  {name:<46} {value / scale:8.2f} {unit}" for name, value in self.parts.items()]
+        return "\n".join([*lines, f"  {'peak (' + self.phase + ')':<46} {self.peak / scale:8.2f} {unit}"])
 
 
 def checkpointing_plan(mode: bool | str, layers: int) -> list[str]:
