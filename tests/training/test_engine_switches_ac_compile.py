@@ -14,6 +14,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from loss_history import LossHistory
+from saved_tensors import SavedStorages
 from torch._dynamo.utils import counters
 
 from repo_train.data import SyntheticData
@@ -96,29 +97,22 @@ def _saved_activation_bytes(mode) -> int:
     module = RePoLightningModule(position="repo", attn_implementation="sdpa", activation_checkpointing=mode)
     module.configure_model()
     model = module.model
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    storages: dict[int, int] = {}
-
-    def keep(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
+    saved = SavedStorages(model)
 
     def keep_inputs(_, args, kwargs):
         for value in [*args, *kwargs.values()]:
             for tensor in value if isinstance(value, tuple) else [value]:
                 if isinstance(tensor, torch.Tensor):
-                    keep(tensor)
+                    saved.keep(tensor)
 
     hooks = [m.register_forward_pre_hook(keep_inputs, with_kwargs=True) for m in checkpointed_modules(model)]
     ids = torch.randint(3, 256, (2, 64))
-    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+    with saved.recording():
         loss = model(input_ids=ids, use_cache=False).logits.float().logsumexp(-1).mean()
     loss.backward()  # the replays work under the measurement's hooks too
     for hook in hooks:
         hook.remove()
-    return sum(storages.values())
+    return saved.total
 
 
 def test_each_checkpointing_mode_keeps_fewer_activations():

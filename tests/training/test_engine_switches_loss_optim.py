@@ -8,6 +8,7 @@ from bad_input_helpers import refused_in_one_line
 from float_checks import assert_close_to_scale
 from loss_history import LossHistory
 from pytorch_lightning.callbacks import ModelCheckpoint
+from saved_tensors import SavedStorages
 
 from repo_common.cli_errors import EXIT_USAGE
 from repo_train.data import SyntheticData
@@ -106,27 +107,20 @@ def test_chunked_loss_ignores_the_same_positions(given, one_thread):
 def _saved_bytes_after_the_decoder(module, batch) -> int:
     """Bytes of the activations autograd saves for backward from the decoder's output to the loss (parameters,
     which are held anyway, not counted; each storage once)."""
-    params = {p.untyped_storage().data_ptr() for p in module.model.parameters()}
-    seen: dict[int, int] = {}
-    counting = {"on": False}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if counting["on"] and storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return tensor
+    saved = SavedStorages(module.model)
+    saved.on = False
 
     def start(*_):
-        counting["on"] = True
+        saved.on = True
 
     handle = module.model.model.register_forward_hook(start)
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with saved.recording():
             module._losses(batch).total.backward()
     finally:
         handle.remove()
-    assert counting["on"]
-    return sum(seen.values())
+    assert saved.on
+    return saved.total
 
 
 def test_chunked_loss_saves_no_full_logits_for_backward(one_thread):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from saved_tensors import SavedStorages
 from torch.profiler import record_function
 
 from repo_train.cli import main as repo_train_main
@@ -58,18 +59,9 @@ def tiny_config(shape: str, method: str):
 
 def saved_for_backward(model: torch.nn.Module, ids: torch.Tensor) -> int:
     """Bytes of the distinct storages autograd saves in one forward to the logits, weights left out."""
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in weights:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with SavedStorages(model).recording() as saved:
         model(input_ids=ids, use_cache=False)
-    return sum(saved.values())
+    return saved.total
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
