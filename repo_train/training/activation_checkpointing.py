@@ -101,16 +101,21 @@ def checkpointed_modules(model: nn.Module) -> list[nn.Module]:
     return [module for module in model.modules() if is_checkpointed(module)]
 
 
+def recomputed_parts(value: bool | str, layers: int) -> list[str | None]:
+    """Per decoder layer, what `value` recomputes: None (nothing), "" (the whole layer) or the attribute name of
+    the part ("self_attn", "mlp"). What `enable_activation_checkpointing` wraps and the memory plan counts."""
+    plan = checkpoint_plan(value)
+    return [None if plan is None or (index + 1) % plan.every else plan.part for index in range(layers)]
+
+
 def enable_activation_checkpointing(model: nn.Module, value: bool | str = True) -> list[nn.Module]:
     """Checkpoint the modules `value` selects (see the module doc); returns them. Idempotent; `false` does nothing."""
-    plan = checkpoint_plan(value)
-    if plan is None:
-        return []
+    layers = decoder_layers(model)
     chosen = []
-    for index, layer in enumerate(decoder_layers(model)):
-        if (index + 1) % plan.every:
+    for layer, part in zip(layers, recomputed_parts(value, len(layers)), strict=True):
+        if part is None:
             continue
-        module = getattr(layer, plan.part) if plan.part else layer
+        module = getattr(layer, part) if part else layer
         if not is_checkpointed(module):
             module.forward = types.MethodType(checkpointed_forward, module)
         chosen.append(module)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from repo_train.modeling.accounting import config_parameter_report
 from repo_train.modeling.methods import build_policies
-from repo_train.training.activation_checkpointing import checkpoint_plan
+from repo_train.training.activation_checkpointing import recomputed_parts
 
 GIB = 2**30
 #: Bytes the loss holds at its peak per logit (tokens × vocabulary), bf16 or float32 logits: measured with the
@@ -96,15 +96,14 @@ class MemoryPlan:
         return "\n".join([*lines, f"  {'peak (' + self.phase + ')':<46} {self.peak / scale:8.2f} {unit}"])
 
 
+#: `recomputed_parts`' answer for a layer -> what `kept_bytes` calls it.
+_RECOMPUTED = {None: "none", "": "layer", "self_attn": "attention", "mlp": "mlp"}
+
+
 def checkpointing_plan(mode: bool | str, layers: int) -> list[str]:
-    """What each decoder layer recomputes under `model.activation_checkpointing` = `mode`, as
-    `activation_checkpointing.enable_activation_checkpointing` applies it: "none", "layer", "attention" or
-    "mlp"."""
-    plan = checkpoint_plan(mode)
-    if plan is None:
-        return ["none"] * layers
-    part = {"": "layer", "self_attn": "attention", "mlp": "mlp"}[plan.part]
-    return [part if (index + 1) % plan.every == 0 else "none" for index in range(layers)]
+    """What each decoder layer recomputes under `model.activation_checkpointing` = `mode`, as the module wraps it
+    (`activation_checkpointing.recomputed_parts`): "none", "layer", "attention" or "mlp"."""
+    return [_RECOMPUTED[part] for part in recomputed_parts(mode, layers)]
 
 
 def layer_saved_bytes(config, dtype_bytes: int, policy_bytes: int = 0) -> dict[str, int]:
