@@ -248,9 +248,11 @@ def settings_that_fit(setting: MemorySetting, gpu_memory_gib: float, global_batc
             )
     if str(setting.activation_checkpointing).lower() in ("false", "none"):
         candidates.append(
-            (f"--model.activation_checkpointing true{chunk_option}",
-             replace(setting, activation_checkpointing=True, loss_chunk_tokens=chunk))
-        )  # fmt: skip
+            (
+                f"--model.activation_checkpointing true{chunk_option}",
+                replace(setting, activation_checkpointing=True, loss_chunk_tokens=chunk),
+            )
+        )
     for options, candidate in candidates:
         plan = plan_memory(candidate)
         if plan.fits(gpu_memory_gib):

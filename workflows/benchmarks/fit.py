@@ -180,14 +180,20 @@ def run_once(
     """One `fit` run; its median tokens/s, MFU and peak memory over the timed steps, or why there are none."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "fit.log"
-    record = {"method": method, "variant": variant, "activation_checkpointing": checkpointing,
-              "micro_batch": micro_batch, "log": str(log)}  # fmt: skip
+    record = {
+        "method": method,
+        "variant": variant,
+        "activation_checkpointing": checkpointing,
+        "micro_batch": micro_batch,
+        "log": str(log),
+    }
     argv = fit_argv(config, run_dir, checkpointing, micro_batch, options, variant)
     start = time.perf_counter()
     try:
         with log.open("w") as handle:
-            done = subprocess.run(argv, check=False,
-                                  cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=options.run_timeout)  # fmt: skip
+            done = subprocess.run(
+                argv, check=False, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=options.run_timeout
+            )
         code = done.returncode
     except subprocess.TimeoutExpired:
         code = "timeout"
@@ -221,19 +227,24 @@ def setting_of(record: dict) -> tuple[str, str, int]:
 def markdown(records: list[dict], options) -> str:
     """The report's table: one row a run; then the REPO/RoPE step-time ratio of each setting that ran both, and
     each variant's tokens/s against the eager engine's at the same setting."""
-    lines = [f"`python -m repo_train fit`, {options.steps} optimizer steps of {options.accumulation} micro batches "
-             f"({options.warmup} dropped), configs {options.rope_config} / {options.repo_config}"
-             + (f", extra: `{options.fit_args}`" if options.fit_args else ""), "",
-             "| variant | method | act. ckpt | micro batch | status | tokens/s | MFU | peak GiB | wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"`python -m repo_train fit`, {options.steps} optimizer steps of {options.accumulation} micro batches "
+        f"({options.warmup} dropped), configs {options.rope_config} / {options.repo_config}"
+        + (f", extra: `{options.fit_args}`" if options.fit_args else ""),
+        "",
+        "| variant | method | act. ckpt | micro batch | status | tokens/s | MFU | peak GiB | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in records:
         ok = r["status"] == "ok"
-        lines.append(f"| {r.get('variant', 'eager')} | {r['method']} | {r['activation_checkpointing']} | "
-                     f"{r['micro_batch']} | {r['status']} | "
-                     + (f"{r['tokens_per_s']:,.0f} | " if ok else "| ")
-                     + (f"{r['mfu']:.1%} | " if ok and r.get("mfu") is not None else "| ")
-                     + (f"{r['peak_memory_gib']:.1f} | " if ok and r.get("peak_memory_gib") is not None else "| ")
-                     + f"{r['wall_seconds']} |")  # fmt: skip
+        lines.append(
+            f"| {r.get('variant', 'eager')} | {r['method']} | {r['activation_checkpointing']} | "
+            f"{r['micro_batch']} | {r['status']} | "
+            + (f"{r['tokens_per_s']:,.0f} | " if ok else "| ")
+            + (f"{r['mfu']:.1%} | " if ok and r.get("mfu") is not None else "| ")
+            + (f"{r['peak_memory_gib']:.1f} | " if ok and r.get("peak_memory_gib") is not None else "| ")
+            + f"{r['wall_seconds']} |"
+        )
     lines += ["", "| variant | act. ckpt | micro batch | REPO/RoPE step time (median of rounds) |", "|---|---|---|---|"]
     for (variant, checkpointing, micro), ratio in ratios(records).items():
         lines.append(f"| {variant} | {checkpointing} | {micro} | {ratio:.4f} |")
@@ -252,8 +263,11 @@ def ratios(records: list[dict]) -> dict[tuple[str, str, int], float]:
     for r in records:
         if r["status"] == "ok":
             paired.setdefault(setting_of(r), {"rope": [], "repo": []})[r["method"]].append(r["tokens_per_s"])
-    return {key: statistics.median(rope / repo for rope, repo in zip(runs["rope"], runs["repo"]))
-            for key, runs in paired.items() if runs["rope"] and runs["repo"]}  # fmt: skip
+    return {
+        key: statistics.median(rope / repo for rope, repo in zip(runs["rope"], runs["repo"]))
+        for key, runs in paired.items()
+        if runs["rope"] and runs["repo"]
+    }
 
 
 def speed_ups(records: list[dict]) -> dict[tuple[str, str, str, int], float]:
@@ -264,8 +278,11 @@ def speed_ups(records: list[dict]) -> dict[tuple[str, str, str, int], float]:
         if r["status"] == "ok":
             variant, checkpointing, micro = setting_of(r)
             rates.setdefault((variant, r["method"], checkpointing, micro), []).append(r["tokens_per_s"])
-    return {key: statistics.median(values) / statistics.median(rates[("eager", *key[1:])])
-            for key, values in rates.items() if key[0] != "eager" and ("eager", *key[1:]) in rates}  # fmt: skip
+    return {
+        key: statistics.median(values) / statistics.median(rates[("eager", *key[1:])])
+        for key, values in rates.items()
+        if key[0] != "eager" and ("eager", *key[1:]) in rates
+    }
 
 
 def run(parsed: Namespace, parser: ConfigParser) -> int:
@@ -293,8 +310,10 @@ def run(parsed: Namespace, parser: ConfigParser) -> int:
                         records.append(record)
                         save()
                         shown = f"{record.get('tokens_per_s', 0):,.0f} tok/s" if record["status"] == "ok" else ""
-                        print(f"[benchmark-fit] {name}: {record['status']} {shown} ({record['wall_seconds']} s)",
-                              flush=True)  # fmt: skip
+                        print(
+                            f"[benchmark-fit] {name}: {record['status']} {shown} ({record['wall_seconds']} s)",
+                            flush=True,
+                        )
                         if record["status"] != "ok":
                             failed.add(variant)
             if len(failed) == len(options.variant_list):
