@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from repo_train.data import DataSource, SyntheticTextData
@@ -123,17 +124,13 @@ def zero_stage(args: dict) -> int:
 def model_config_of(value: Callable[[str], Any]):
     """The model `fit` would build, without weights: `init_from`'s config.json when that folder is here, else the
     preset (the 1B and 7B configs name the shape of their `init_from` as their preset for this)."""
-    fields = model_config_fields(_Hparams(value("model.config_overrides"), value("model.position")))
+    fields = model_config_fields(
+        SimpleNamespace(config_overrides=value("model.config_overrides"), position=value("model.position"))
+    )
     init_from = value("model.init_from")
     if init_from and (Path(init_from) / "config.json").is_file():
         return RePoOlmo2Config.from_pretrained(init_from, **fields), "init_from"
     return preset(value("model.preset_name"), **fields), value("model.preset_name")
-
-
-@dataclass
-class _Hparams:
-    config_overrides: Any
-    position: Any
 
 
 def seq_len_of(train: Any) -> int:
