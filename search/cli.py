@@ -27,10 +27,12 @@ from jsonargparse.typing import PositiveInt
 
 from evaluation.run_config import check_tiny_default_options
 from repo_common import user_code
-from repo_common.config_cli import ConfigParser, deferred, dispatch, dump_config
+from repo_common.config_cli import ConfigParser, dataclass_config, deferred, dispatch, dump_config
 from repo_common.model_directory import check_model_files
 from search.config import add_run_command, add_search_sections, config_from_options
 from search.outputs import check_search_outputs
+from search.positional_dims_options import PositionalDims, check_outputs
+from search.positional_dims_options import add_arguments as _add_positional_dims
 from search.search_task import task_data_file
 
 EPILOG = """\
@@ -51,6 +53,7 @@ resume: rerun the same command with --resume; it continues NAME.state.json (or s
 #: and the model stay out of `--help` and of every refusal that needs no model.
 _run_search = deferred("search.search_run", "run_search")
 _diagnose_scales = deferred("search.structure", "diagnose")
+_positional_dims_search = deferred("search.positional_dims", "command")
 
 
 def _add_run(parser: ConfigParser) -> None:
@@ -112,6 +115,13 @@ def _add_show(parser: ConfigParser) -> None:
     parser.add_argument("--num_layers", type=PositiveInt | None, help="also check the layer count")
 
 
+def _positional_dims(options: Namespace, parser: ConfigParser) -> int:
+    config = dataclass_config(options, PositionalDims)  # a refused value: one line, before torch loads
+    check_model_files("--model", config.model)
+    check_outputs(config)
+    return _positional_dims_search(config)
+
+
 COMMANDS = {
     "run": ("run (or resume) a search", _add_run, _run),
     "show": ("validate a scale file and print it", _add_show, deferred("search.show", "command")),
@@ -119,6 +129,11 @@ COMMANDS = {
         "structure deviation D and smoothness S of a scale file and its variants (search/structure.py)",
         _add_diagnose,
         _diagnose,
+    ),
+    "positional-dims": (
+        "PositionalHidden's search of a model's positional hidden-state channels; writes its config file",
+        _add_positional_dims,
+        _positional_dims,
     ),
 }
 
