@@ -1,7 +1,9 @@
-"""`python -m search`: run an LPES search (`run`), check and print a scale file (`show`), or `diagnose` one.
+"""`python -m search`: run an LPES search (`run`), check and print a scale file (`show`), or `diagnose` one;
+`positional-dims` searches a model's positional channels for PositionalHidden (its options:
+search/positional_dims_options.py).
 
-This module parses and checks the options; the work is search/search_run.py, search/show.py and
-search/structure.py, imported only after that.
+This module parses and checks the options; the work is search/search_run.py, search/show.py,
+search/structure.py and search/positional_dims.py, imported only after that.
 
 `run` writes, next to `--out scales/NAME.json`:
 
