@@ -39,6 +39,10 @@ COMMANDS = {
     "python -m search run": (["--ga.population", "many"], "--ga.population"),
     "python -m search show": ([], "scale_file"),
     "python -m search diagnose": (["--out", "d"], "missing option --scale_file"),
+    "python -m search positional-dims": (
+        ["--model", "no-model", "--valid_set", "v.jsonl", "--out", "o.json"],
+        "no such directory",
+    ),
     "python -m workflows": (["nope"], "unknown command 'nope'"),
     "python -m workflows check-gpu": (["--train_processes", "0"], "--train_processes"),
     "python -m workflows benchmark-startup": (["--rounds", "0"], "--rounds"),
