@@ -264,3 +264,19 @@ def test_bad_files_are_one_line(tiny, tmp_path, capsys):
 def test_parse_layers():
     assert parse_layers("10-12,3") == [3, 10, 11, 12]
     assert PositionalDims.__doc__
+
+
+def test_resume_with_other_options_or_a_foreign_state_is_refused(tiny, tmp_path, capsys):
+    out = tmp_path / "done.json"
+    assert _search(tiny, out) == 0
+    written = out.read_text()
+    capsys.readouterr()
+    assert _search(tiny, out, "--resume", "true", "--factor", "0.5") == 2
+    err = capsys.readouterr().err.strip()
+    assert "other options (factor)" in err and len(err.splitlines()) == 1
+    assert _search(tiny, out, "--resume", "true") == 0  # the same options: the finished search, written again
+    assert out.read_text() == written
+    foreign = tmp_path / "other.json"
+    (tmp_path / "other.state.json").write_text('{"kind": "something else"}')
+    assert _search(tiny, foreign, "--resume", "true") == 2
+    assert "is not a positional-dims state" in capsys.readouterr().err
