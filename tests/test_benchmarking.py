@@ -142,7 +142,7 @@ def test_the_benchmarks_share_one_options_base():
     assert script.RepoOverheadBenchmark().layers == 6 and RandomModelOptions().layers == 4  # its own default
 
 
-@pytest.mark.slow  # a fresh interpreter loads torch and generates (~10 s on two loaded cores)
+@pytest.mark.slow  # a fresh interpreter loads torch and generates (45 s on two cores at load 11, 2026-12-07)
 def test_the_fim_benchmark_measures_a_spec_in_a_fresh_process():
     """The fresh process gets the options and the spec as JSON on its standard input (no hidden option)."""
     options = fim.FimBenchmark(hidden=32, layers=2, heads=2, docs=2, examples=1, new_tokens=2, threads=1)
