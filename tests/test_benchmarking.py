@@ -1,10 +1,12 @@
 """The benchmark scripts' helpers: alternation order, warm-up, ratio arithmetic (fake clocks, no timing), and the
-memory trace (tensors of known sizes)."""
+memory trace (tensors of known sizes), the options the benchmarks share and a fresh-process measurement."""
+
+from dataclasses import fields
 
 import pytest
 import torch
 from torch.profiler import record_function
-from workflow_commands import parse_args
+from workflow_commands import command_module, parse_args
 
 from workflows.benchmarking import (
     Alternation,
@@ -14,7 +16,10 @@ from workflows.benchmarking import (
     summary,
     trace_allocations,
 )
+from workflows.benchmarks import found_in_middle_measure as fim
 from workflows.benchmarks import repo_overhead_measure as script
+from workflows.benchmarks.options import BenchmarkOptions, RandomModelOptions
+from workflows.cli import COMMANDS, TYPED_COMMANDS
 
 
 def _fake(name: str, seconds: list[float], log: list[str]):
@@ -114,3 +119,32 @@ def test_repo_overhead_benchmark_prints_every_ratio_on_a_tiny_shape(capsys):
     for line in ("RoPE / HF time: median", "REPO / RoPE time: median", "model FLOPs ratio REPO/RoPE"):
         assert line in out
     assert "n=2)" in out and "peak: RoPE" in out and "held when backward starts: RoPE" in out
+
+
+def test_the_benchmarks_share_one_options_base():
+    """`--rounds` and `--threads` (and the random model's shape) are declared once, in `workflows.benchmarks.options`;
+    a benchmark redeclares a field only for its own default or help."""
+    shared = {item.name for item in fields(RandomModelOptions)}
+    extending = {}
+    for command in COMMANDS:
+        if command.startswith("benchmark-"):
+            assert command in TYPED_COMMANDS
+            extending[command] = issubclass(command_module(command).OPTIONS, BenchmarkOptions)
+    # fit runs `fit` itself, search's rounds are its seeds, startup times fresh interpreters: the rest extend it
+    assert {command for command, extends in extending.items() if not extends} == {
+        "benchmark-fit",
+        "benchmark-search",
+        "benchmark-startup",
+    }
+    for command in ("benchmark-calibrators", "benchmark-fim", "benchmark-harness", "benchmark-repo-overhead"):
+        options = command_module(command).OPTIONS
+        assert issubclass(options, RandomModelOptions) and shared <= {item.name for item in fields(options)}
+    assert script.RepoOverheadBenchmark().layers == 6 and RandomModelOptions().layers == 4  # its own default
+
+
+@pytest.mark.slow  # a fresh interpreter loads torch and generates (45 s on two cores at load 11, 2026-12-07)
+def test_the_fim_benchmark_measures_a_spec_in_a_fresh_process():
+    """The fresh process gets the options and the spec as JSON on its standard input (no hidden option)."""
+    options = fim.FimBenchmark(hidden=32, layers=2, heads=2, docs=2, examples=1, new_tokens=2, threads=1)
+    run = fim.measure_in_child(options, "baseline")
+    assert run["seconds"] > 0 and run["peak_above_load_mb"] >= 0

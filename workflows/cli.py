@@ -94,11 +94,14 @@ COMMANDS = {
 }
 #: Commands whose `--print_config` runs their action, which prints the options as checked and resolved (hidden
 #: options and derived values left out; the quickstart: a loop file's sections). A command whose options are a
-#: dataclass (`benchmark-fit`: `FitBenchmark`) prints them as parsed, without running anything.
-TYPED_COMMANDS = ("benchmark-fit",)
-RESOLVES_CONFIG = [
-    *(name for name in COMMANDS if name.startswith("benchmark-") and name not in TYPED_COMMANDS),
+#: dataclass (its module's `OPTIONS`: `benchmark-fit`'s `FitBenchmark`) prints them as parsed, without running
+#: anything; its action builds the dataclass, whose `__post_init__` judges the values.
+TYPED_COMMANDS = (
+    "check-gpu",
+    *(name for name in COMMANDS if name.startswith("benchmark-")),
     "device-kit",
+)
+RESOLVES_CONFIG = [
     "quickstart",
     "reproduce-position-bias",
     "study-real-model",

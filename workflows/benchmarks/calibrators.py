@@ -22,13 +22,13 @@ The table puts the papers' figures beside ours and checks the targets (`TARGETS`
 `OMP_NUM_THREADS=1 ... --threads 1` on a quiet machine.
 
     OMP_NUM_THREADS=1 python -m workflows benchmark-calibrators --threads 1 --rounds 5
+    python -m workflows benchmark-calibrators --methods pcd --methods pi:scale=2 --quick true   # a smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jsonargparse import Namespace
@@ -36,7 +36,8 @@ from jsonargparse.typing import PositiveInt
 
 from evaluation.methods import METHODS
 from evaluation.methods.base import parse_method_spec, split_stack_spec
-from repo_common.config_cli import ConfigParser, deferred, script_options
+from repo_common.config_cli import ConfigParser
+from workflows.benchmarks.options import RandomModelOptions, declare, measured
 
 PROG = "python -m workflows benchmark-calibrators"
 #: The measuring (torch, the models): imported once the options are checked.
@@ -180,64 +181,61 @@ def table(results: dict[str, list[Cell]], token_lengths: list[str]) -> list[str]
     return lines
 
 
+@dataclass
+class CalibratorsBenchmark(RandomModelOptions):
+    """The benchmark's options (each also a key of a `--config` file), judged when built: every method spec reads
+    as registered names, so a typo stops the run before the baseline is timed (their parameters:
+    `calibrators_measure.build_specs`); `--quick true` sets its sizes."""
+
+    rounds: PositiveInt = 5
+    """timed pairs per method (after one warm-up)"""
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    """method specs to compare (a list, or one spec per --methods)"""
+    prompts: PositiveInt = 8
+    """MDQA-style prompts per length"""
+    docs: PositiveInt = 10
+    """documents per prompt"""
+    doc_words: PositiveInt = 12
+    """words per document (long)"""
+    short_doc_words: PositiveInt = 3
+    """words per document (short)"""
+    new_tokens: PositiveInt = 16
+    """tokens generated per prompt"""
+    batch_size: PositiveInt = 4
+    """prompts per batch"""
+    model: str | None = None
+    """a local HF model directory to time instead of the random OLMo-2 (e.g. the real model's, from `python -m
+    repo_train real-model`); --hidden, --layers and --heads then do not apply"""
+    calibration_prompts: PositiveInt = 8
+    """amortised FiM, per length"""
+    skip_memory: bool = False
+    """no peak-memory runs"""
+    quick: bool = False
+    """a smoke run of every method in seconds: tiny model and prompts, 1 round, no memory runs (sets those
+    options; its ratios mean nothing)"""
+
+    def __post_init__(self) -> None:
+        if self.quick:
+            vars(self).update(QUICK)
+        if not self.methods:
+            raise ValueError("--methods: give at least one method spec, e.g. --methods pcd --methods pi:scale=2")
+        for spec in self.methods:
+            parts = split_stack_spec(spec)
+            if not parts:
+                raise ValueError("empty method spec; use e.g. 'baseline' or 'pi:scale=2'")
+            for name in (parse_method_spec(part)[0] for part in parts):
+                METHODS.check_name(name)  # the registry's names: no method module (torch) is loaded
+
+
+OPTIONS = CalibratorsBenchmark
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file)."""
-    parser.description = __doc__
-    parser.add_argument("--methods", type=str, nargs="*", default=DEFAULT_METHODS, help="method specs to compare")
-    parser.add_argument("--prompts", type=PositiveInt, default=8, help="MDQA-style prompts per length")
-    parser.add_argument("--docs", type=PositiveInt, default=10, help="documents per prompt")
-    parser.add_argument("--doc_words", type=PositiveInt, default=12, help="words per document (long)")
-    parser.add_argument("--short_doc_words", type=PositiveInt, default=3, help="words per document (short)")
-    parser.add_argument("--new_tokens", type=PositiveInt, default=16, help="tokens generated per prompt")
-    parser.add_argument("--batch_size", type=PositiveInt, default=4, help="prompts per batch")
-    parser.add_argument(
-        "--model",
-        type=str | None,
-        default=None,
-        help="a local HF model directory to time instead of the random OLMo-2 (e.g. the real model's, from "
-        "`python -m repo_train real-model`); --hidden, --layers and --heads then do not apply",
-    )
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
-    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed pairs per method (after one warm-up)")
-    parser.add_argument("--calibration_prompts", type=PositiveInt, default=8, help="amortised FiM, per length")
-    parser.add_argument("--skip_memory", type=bool, default=False, help="no peak-memory runs")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a smoke run of every method in seconds: tiny model and prompts, 1 round, no memory runs "
-        "(sets those options; its ratios mean nothing)",
-    )
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a memory run's method
-    parser.add_argument("--child_words", type=int, default=0, help=argparse.SUPPRESS)  # ... and its length
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """Every method spec reads as registered names, so a typo stops the run before the baseline is timed (their
-    parameters: `calibrators_measure.build_specs`, after `--print_config`); `--quick` sets its sizes."""
-    if args.quick:
-        vars(args).update(QUICK)
-    if not args.methods:
-        raise ValueError("--methods: give at least one method spec, e.g. --methods pcd pi:scale=2")
-    for spec in args.methods:
-        parts = split_stack_spec(spec)
-        if not parts:
-            raise ValueError("empty method spec; use e.g. 'baseline' or 'pi:scale=2'")
-        for name in (parse_method_spec(part)[0] for part in parts):
-            METHODS.check_name(name)  # the registry's names: no method module (torch) is loaded
+    declare(parser, CalibratorsBenchmark, __doc__)
+    parser.repeatable = ("methods",)
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
-    """The checked options, then every spec built (loads the methods' modules: a bad parameter is a parser error,
-    one line and exit code 2, as the other checks'), then the measuring."""
-    args = script_options(parser, options, check_options)
-    try:
-        deferred(MEASURE, "build_specs")(args)
-    except ValueError as err:
-        parser.fail(str(err))
-    deferred(MEASURE, "main")(args)
-    return 0
+    """The options built and judged, then every spec built (loads the methods' modules: a bad parameter is a
+    ValueError, one line and exit code 2, as the other checks'), then the measuring."""
+    return measured(options, CalibratorsBenchmark, f"{MEASURE}:main")

@@ -3,7 +3,6 @@ table)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -29,7 +28,16 @@ from repo_common.atomic import write_json_atomic
 from repo_common.model_directory import check_model_directory, read_model_config
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
-from workflows.benchmarks.calibrators import BIAS_FILE, SCALE_FILE, Cell, coverage_line, spread, table, target_lines
+from workflows.benchmarks.calibrators import (
+    BIAS_FILE,
+    SCALE_FILE,
+    CalibratorsBenchmark,
+    Cell,
+    coverage_line,
+    spread,
+    table,
+    target_lines,
+)
 
 WORDS = ("the", "of", "and", "river", "city", "year", "king", "war", "music", "film", "north", "old", "new", "great")
 
@@ -141,12 +149,14 @@ def _status_kib(key: str) -> int:
     return int(re.search(rf"{key}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
 
 
-def memory_child(args) -> None:
-    """Print the peak RSS growth (KiB) of one generation pass with `args.child` (run in a fresh process)."""
+def memory_child(args: CalibratorsBenchmark, spec: str, words: int) -> None:
+    """Print the peak RSS growth (KiB) of one generation pass with `spec` at `words` words a document (run in a
+    fresh process: `peak_growth`)."""
+    torch.set_num_threads(args.threads)
     model, tokenizer = build_model(args)
-    batches, _ = build_batches(tokenizer, args, args.child_words)
+    batches, _ = build_batches(tokenizer, args, words)
     settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
-    spec = None if args.child == "baseline" else args.child
+    spec = None if spec == "baseline" else spec
     timed(model, tokenizer, batches[-1:], settings, spec)  # warm-up: one-time allocations are not the method's
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     before = _status_kib("VmRSS")
@@ -154,19 +164,20 @@ def memory_child(args) -> None:
     print(json.dumps({"peak_growth_kib": _status_kib("VmHWM") - before}))
 
 
-def peak_growth(args, spec: str, words: int) -> int | None:
-    skip = ("child", "child_words", "methods", "rounds", "calibration_prompts", "skip_memory", "quick")
-    command = [sys.executable, "-m", "workflows", "benchmark-calibrators", "--child", spec, "--child_words", str(words)]
-    command += [f"--{k}={v}" for k, v in vars(args).items() if k not in skip and v is not None]
+def peak_growth(args: CalibratorsBenchmark, spec: str, words: int) -> int | None:
+    """`memory_child` in a fresh interpreter (this module run as a program), the options, the spec and the length
+    as JSON on its standard input; its KiB, or None when it failed."""
+    request = json.dumps({"options": args.options(), "spec": spec, "words": words})
+    command = [sys.executable, "-m", __spec__.name]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, input=request, check=False, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         print(f"  memory run of {spec} failed: {done.stderr.strip().splitlines()[-1:]}")
         return None
     return json.loads(done.stdout.strip().splitlines()[-1])["peak_growth_kib"]
 
 
-def model_layers(args: argparse.Namespace) -> int:
+def model_layers(args: CalibratorsBenchmark) -> int:
     """The timed model's decoder layers: `--layers`, or `--model`'s config.json."""
     if args.model is None:
         return args.layers
@@ -183,7 +194,7 @@ def model_layers(args: argparse.Namespace) -> int:
     return layers
 
 
-def build_specs(args: argparse.Namespace) -> None:
+def build_specs(args: CalibratorsBenchmark) -> None:
     """Every spec builds (its parameters' names and types), LPES's with a scale file of the timed model's layers."""
     with tempfile.TemporaryDirectory() as scratch:
         scale_file = Path(scratch) / "lpes-scales.json"
@@ -192,15 +203,13 @@ def build_specs(args: argparse.Namespace) -> None:
             MethodStack.parse(spec.replace(SCALE_FILE, str(scale_file)))  # the bias file is read at attach
 
 
-def main(args: argparse.Namespace) -> None:
-    """The bias file if a spec needs one, then every method against the baseline at both lengths: the table."""
-
+def main(args: CalibratorsBenchmark) -> None:
+    """Every spec built, the bias file if a spec needs one, then every method against the baseline at both
+    lengths: the table."""
+    build_specs(args)
     if args.threads is None:
         args.threads = torch.get_num_threads()  # the memory runs get the same count, and the table names it
     torch.set_num_threads(args.threads)
-    if args.child:
-        memory_child(args)
-        return
 
     model, tokenizer = build_model(args)
     settings = DecodeSettings(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
@@ -249,3 +258,8 @@ def main(args: argparse.Namespace) -> None:
     print("\n".join(table(results, token_lengths)))
     print()
     print("\n".join([*target_lines(results, token_lengths), coverage_line(results)]))
+
+
+if __name__ == "__main__":  # `peak_growth`'s fresh process: its request on standard input
+    _request = json.load(sys.stdin)
+    memory_child(CalibratorsBenchmark(**_request["options"]), _request["spec"], _request["words"])

@@ -117,6 +117,9 @@ class FitBenchmark:
         return {item.name: getattr(self, item.name) for item in fields(self)}
 
 
+OPTIONS = FitBenchmark
+
+
 def add_arguments(parser: ConfigParser) -> None:
     parser.description = __doc__
     add_dataclass_options(parser, FitBenchmark)

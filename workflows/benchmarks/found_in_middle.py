@@ -18,34 +18,37 @@ On a random OLMo-2 (byte tokenizer) and MDQA prompts from the packaged sample:
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser
-from workflows.benchmarks import run_checked
+from workflows.benchmarks.options import RandomModelOptions, declare, measured
 
 PROG = "python -m workflows benchmark-fim"
 
 
-def add_arguments(parser: ConfigParser) -> None:
+@dataclass
+class FimBenchmark(RandomModelOptions):
     """The benchmark's options (each also a key of a `--config` file)."""
-    parser.description = __doc__
-    parser.add_argument("--docs", type=PositiveInt, default=4, help="documents per prompt (K)")
-    parser.add_argument("--examples", type=PositiveInt, default=2, help="prompts in the batch (B)")
-    parser.add_argument("--new_tokens", type=PositiveInt, default=8, help="tokens generated per prompt")
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
-    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument(
-        "--rounds", type=PositiveInt, default=2, help="timed baseline/fim pairs (after one warm-up pair)"
-    )
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--child", type=str | None, default=None, help=argparse.SUPPRESS)  # a fresh process's method
+
+    rounds: PositiveInt = 2
+    """timed baseline/fim pairs (after one warm-up pair)"""
+    docs: PositiveInt = 4
+    """documents per prompt (K)"""
+    examples: PositiveInt = 2
+    """prompts in the batch (B)"""
+    new_tokens: PositiveInt = 8
+    """tokens generated per prompt"""
+
+
+OPTIONS = FimBenchmark
+
+
+def add_arguments(parser: ConfigParser) -> None:
+    declare(parser, FimBenchmark, __doc__)
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
-    return run_checked(options, parser, None, "workflows.benchmarks.found_in_middle_measure:main")
+    return measured(options, FimBenchmark, "workflows.benchmarks.found_in_middle_measure:main")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import subprocess
@@ -24,6 +23,7 @@ from evaluation.tasks.mdqa import MDQATask
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from workflows.benchmarking import alternate, summary
+from workflows.benchmarks.found_in_middle import FimBenchmark
 
 # The checkout's packages, also when an older editable install does not list `evaluation` yet.
 FIXTURE = NQ_OPEN_ORACLE
@@ -65,32 +65,30 @@ def rss_mb() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
-def child(args) -> None:
+def child(args: FimBenchmark, spec: str) -> None:
     """One configuration in a fresh process: its time and its peak RSS above the loaded state."""
     torch.set_num_threads(args.threads)
     model, tokenizer, batch, _, settings = setup(args)
     base = rss_mb()
-    seconds = generate(model, tokenizer, batch, settings, args.child)
+    seconds = generate(model, tokenizer, batch, settings, spec)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
     print(json.dumps({"seconds": seconds, "peak_above_load_mb": peak - base}))
 
 
-def measure_in_child(args, spec: str) -> dict:
-    argv = [sys.executable, "-m", "workflows", "benchmark-fim", "--child", spec]
-    for name in ("docs", "examples", "new_tokens", "hidden", "layers", "heads", "threads"):
-        argv += [f"--{name}", str(getattr(args, name))]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+def measure_in_child(args: FimBenchmark, spec: str) -> dict:
+    """`child` in a fresh interpreter (this module run as a program), the options and the spec as JSON on its
+    standard input."""
+    request = json.dumps({"options": args.options(), "spec": spec})
+    command = [sys.executable, "-m", __spec__.name]
+    out = subprocess.run(command, input=request, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main(args: argparse.Namespace) -> None:
+def main(args: FimBenchmark) -> None:
     """Fresh-process runs first, then the alternated timing, the calibration's parts and the probe's rows."""
 
     if args.threads is None:
-        args.threads = torch.get_num_threads()
-    if args.child:
-        child(args)
-        return
+        args.threads = torch.get_num_threads()  # the fresh processes get the same count
     # Fresh processes first, before this one holds a model and its activations.
     runs = {spec: measure_in_child(args, spec) for spec in ("baseline", FIM, FIM_CHUNKED)}
 
@@ -141,3 +139,8 @@ def main(args: argparse.Namespace) -> None:
             f" (ratios to baseline: time {run['seconds'] / base['seconds']:.2f}, "
             f"peak memory {run['peak_above_load_mb'] / base['peak_above_load_mb']:.2f})"
         )
+
+
+if __name__ == "__main__":  # `measure_in_child`'s fresh process: its request on standard input
+    _request = json.load(sys.stdin)
+    child(FimBenchmark(**_request["options"]), _request["spec"])

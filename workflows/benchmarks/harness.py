@@ -11,42 +11,47 @@ Then times our loop with batch size 1 against batch size 8.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Literal
 
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser
-from workflows.benchmarks import run_checked
+from workflows.benchmarks.options import RandomModelOptions, declare, measured
 
 PROG = "python -m workflows benchmark-harness"
 
 
-def add_arguments(parser: ConfigParser) -> None:
+@dataclass
+class HarnessBenchmark(RandomModelOptions):
     """The benchmark's options (each also a key of a `--config` file)."""
-    parser.description = __doc__
-    parser.add_argument(
-        "--family", type=Literal["olmo2", "repo_olmo2"], default="olmo2", help="HF OLMo-2 or this project's"
-    )
-    parser.add_argument("--prompts", type=PositiveInt, default=16, help="prompts of mixed lengths")
-    parser.add_argument("--min_chars", type=PositiveInt, default=200, help="shortest prompt, characters")
-    parser.add_argument("--max_chars", type=PositiveInt, default=800, help="longest prompt, characters")
-    parser.add_argument("--new_tokens", type=PositiveInt, default=32, help="tokens generated per prompt")
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width (FFN 4x)")
-    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument("--rounds", type=PositiveInt, default=5, help="timed A/B pairs (after 1 warm-up pair)")
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
+
+    rounds: PositiveInt = 5
+    """timed A/B pairs (after 1 warm-up pair)"""
+    family: Literal["olmo2", "repo_olmo2"] = "olmo2"
+    """HF OLMo-2 or this project's"""
+    prompts: PositiveInt = 16
+    """prompts of mixed lengths"""
+    min_chars: PositiveInt = 200
+    """shortest prompt, characters"""
+    max_chars: PositiveInt = 800
+    """longest prompt, characters"""
+    new_tokens: PositiveInt = 32
+    """tokens generated per prompt"""
+
+    def __post_init__(self) -> None:
+        """Prompt lengths are drawn from [min_chars, max_chars]."""
+        if self.min_chars > self.max_chars:
+            raise ValueError(f"--min_chars {self.min_chars} is above --max_chars {self.max_chars}: lower it")
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """Prompt lengths are drawn from [min_chars, max_chars]."""
-    if args.min_chars > args.max_chars:
-        raise ValueError(f"--min_chars {args.min_chars} is above --max_chars {args.max_chars}")
+OPTIONS = HarnessBenchmark
+
+
+def add_arguments(parser: ConfigParser) -> None:
+    declare(parser, HarnessBenchmark, __doc__)
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
-    return run_checked(options, parser, check_options, "workflows.benchmarks.harness_measure:main")
+    return measured(options, HarnessBenchmark, "workflows.benchmarks.harness_measure:main")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
@@ -15,6 +14,7 @@ from evaluation.model_loading import byte_tokenizer
 from repo_train.modeling import RePoOlmo2ForCausalLM
 from repo_train.modeling.presets import tiny
 from workflows.benchmarking import alternate, summary
+from workflows.benchmarks.harness import HarnessBenchmark
 
 
 def build_model(family: str, vocab: int, hidden: int, layers: int, heads: int):
@@ -80,7 +80,7 @@ def hf(model, batches, new_tokens: int) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, tokens
 
 
-def main(args: argparse.Namespace) -> None:
+def main(args: HarnessBenchmark) -> None:
     """Time both loops, then batching, and print the comparison."""
     if args.threads is None:
         args.threads = torch.get_num_threads()

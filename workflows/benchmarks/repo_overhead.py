@@ -19,12 +19,14 @@ seconds of the one computing thread: waiting for a core then does not count.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Literal
 
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
 from repo_common.config_cli import ConfigParser
-from workflows.benchmarks import run_checked
+from workflows.benchmarks.options import RandomModelOptions, declare, measured
 
 PROG = "python -m workflows benchmark-repo-overhead"
 
@@ -33,23 +35,30 @@ PROG = "python -m workflows benchmark-repo-overhead"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def add_arguments(parser: ConfigParser) -> None:
+@dataclass
+class RepoOverheadBenchmark(RandomModelOptions):
     """The benchmark's options (each also a key of a `--config` file)."""
-    parser.description = __doc__
-    parser.add_argument("--seq_len", type=PositiveInt, default=1024, help="tokens per sequence")
-    parser.add_argument("--batch", type=PositiveInt, default=2, help="sequences per step")
-    parser.add_argument("--hidden", type=PositiveInt, default=256, help="model width")
-    parser.add_argument("--heads", type=PositiveInt, default=4, help="attention heads")
-    parser.add_argument("--layers", type=PositiveInt, default=6, help="decoder layers")
-    parser.add_argument("--vocab", type=PositiveInt, default=1024, help="vocabulary size")
-    parser.add_argument(
-        "--rounds", type=PositiveInt, default=10, help="timed rounds, one step of each model (after 2 warm-up)"
-    )
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or process CPU time")
+
+    rounds: PositiveInt = 10
+    """timed rounds, one step of each model (after 2 warm-up)"""
+    layers: PositiveInt = 6
+    """decoder layers"""
+    seq_len: PositiveInt = 1024
+    """tokens per sequence"""
+    batch: PositiveInt = 2
+    """sequences per step"""
+    vocab: PositiveInt = 1024
+    """vocabulary size"""
+    clock: Literal["cpu", "wall"] = "wall"
+    """wall time or process CPU time"""
+
+
+OPTIONS = RepoOverheadBenchmark
+
+
+def add_arguments(parser: ConfigParser) -> None:
+    declare(parser, RepoOverheadBenchmark, __doc__)
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
-    return run_checked(options, parser, None, "workflows.benchmarks.repo_overhead_measure:main")
+    return measured(options, RepoOverheadBenchmark, "workflows.benchmarks.repo_overhead_measure:main")

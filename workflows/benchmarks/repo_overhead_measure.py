@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import textwrap
 
@@ -15,7 +14,7 @@ from repo_train.modeling.accounting import config_parameter_report, parameter_re
 from repo_train.modeling.olmo2 import learned_policy_keys
 from repo_train.modeling.presets import olmo2_1b, olmo2_7b, tiny
 from workflows.benchmarking import comparison, interleave, trace_allocations
-from workflows.benchmarks.repo_overhead import CLOCKS
+from workflows.benchmarks.repo_overhead import CLOCKS, RepoOverheadBenchmark
 
 MIB = 2**20
 
@@ -68,7 +67,7 @@ def build_models(args) -> dict[str, torch.nn.Module]:
     return {"HF": hf, "RoPE": rope, "REPO": repo}
 
 
-def main(args: argparse.Namespace) -> None:
+def main(args: RepoOverheadBenchmark) -> None:
     """The three models timed in rotation, then FLOPs, step memory and parameter overheads."""
 
     if args.threads is None:

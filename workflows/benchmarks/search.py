@@ -31,15 +31,16 @@ prints every seed and the median and range over all of them, and runs nothing.""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jsonargparse import Namespace
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from repo_common.config_cli import ConfigParser, deferred, script_options
+from repo_common.config_cli import ConfigParser, dataclass_config, deferred
 from search.fitness import Score
 from workflows.assets import TINY_KV_DIP
+from workflows.benchmarks.options import declare
 from workflows.benchmarks.search_report import combine, finish, kept_seeds, print_seed, racing_config, read_reports
 
 PROG = "python -m workflows benchmark-search"
@@ -47,81 +48,81 @@ PROG = "python -m workflows benchmark-search"
 REPO = Path(__file__).resolve().parents[2]
 
 
+@dataclass
+class SearchBenchmark:
+    """The benchmark's options (each also a key of a `--config` file), judged when built; `--combine` reads its
+    reports then (their own settings count, not this run's options), `--resume` the rounds `--json` holds. Its
+    rounds are its `--seeds`, so it takes `--threads` alone of `options.BenchmarkOptions`."""
+
+    model: str = str(TINY_KV_DIP)
+    """model directory"""
+    search_config: str = str(REPO / "configs" / "search" / "quick.yaml")
+    """task and space"""
+    questions: PositiveInt = 40
+    """search-set questions (3 prompts each)"""
+    held_out: PositiveInt = 40
+    """held-out questions, after the search's"""
+    population: PositiveInt = 8
+    """GA population"""
+    parents: PositiveInt = 3
+    """parents kept per generation"""
+    crossover: NonNegativeInt = 1
+    """crossover children per generation"""
+    generations: NonNegativeInt = 4
+    """breeding rounds after generation 0"""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """GA seeds, one round of both searches each"""
+    fractions: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])
+    """racing stages"""
+    confidence: float = 0.95
+    """racing's bootstrap interval level"""
+    min_questions: PositiveInt = 8
+    """racing drops no one on fewer"""
+    exact_bound: bool = False
+    """racing also drops a candidate that cannot beat the incumbent at the top score on every question left"""
+    score: Score | None = None
+    """how a prompt is scored (task.score): metric (greedy answer) or gold_loglik; default: the search config's"""
+    threads: PositiveInt = 1
+    """torch threads"""
+    json: str | None = None
+    """also write the results here (atomically, after every seed)"""
+    resume: bool = False
+    """keep the seeds --json already holds (run with the same settings) and run only the others"""
+    combine: list[str] = field(default_factory=list)
+    """--json reports of rounds run apart (same settings, other seeds): print them as one; runs nothing"""
+
+    def __post_init__(self) -> None:
+        if self.combine:
+            self.combined = read_reports(self.combine)  # the reports' own settings count, not this run's options
+            return
+        self.kept = kept_seeds(self)
+        if self.parents + self.crossover >= self.population:
+            raise ValueError(
+                f"--population {self.population} leaves no mutation children after --parents {self.parents} and "
+                f"--crossover {self.crossover}: raise --population"
+            )
+        if not self.seeds:
+            raise ValueError("--seeds is empty: give at least one GA seed, e.g. --seeds '[0]'")
+        if not Path(self.model).is_dir():
+            raise ValueError(
+                f"--model {self.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)"
+            )
+        racing_config(self)  # its one-line checks
+
+
+OPTIONS = SearchBenchmark
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file)."""
-    parser.description = __doc__
-    parser.add_argument("--model", type=str, default=str(TINY_KV_DIP), help="model directory")
-    parser.add_argument(
-        "--search_config",
-        type=str,
-        default=str(REPO / "configs" / "search" / "quick.yaml"),
-        help="task and space",
-    )
-    parser.add_argument("--questions", type=PositiveInt, default=40, help="search-set questions (3 prompts each)")
-    parser.add_argument("--held_out", type=PositiveInt, default=40, help="held-out questions, after the search's")
-    parser.add_argument("--population", type=PositiveInt, default=8, help="GA population")
-    parser.add_argument("--parents", type=PositiveInt, default=3, help="parents kept per generation")
-    parser.add_argument("--crossover", type=NonNegativeInt, default=1, help="crossover children per generation")
-    parser.add_argument("--generations", type=NonNegativeInt, default=4, help="breeding rounds after generation 0")
-    parser.add_argument("--seeds", type=list[int], default=[0], help="GA seeds, one round of both searches each")
-    parser.add_argument("--fractions", type=list[float], default=[0.25, 0.5, 1.0], help="racing stages")
-    parser.add_argument("--confidence", type=float, default=0.95, help="racing's bootstrap interval level")
-    parser.add_argument("--min_questions", type=PositiveInt, default=8, help="racing drops no one on fewer")
-    parser.add_argument(
-        "--exact_bound",
-        type=bool,
-        default=False,
-        help="racing also drops a candidate that cannot beat the incumbent at the top score on every question left",
-    )
-    parser.add_argument(
-        "--score",
-        type=Score | None,
-        default=None,
-        help="how a prompt is scored (task.score): metric (greedy answer) or gold_loglik; default: the search config's",
-    )
-    parser.add_argument("--threads", type=PositiveInt, default=1, help="torch threads")
-    parser.add_argument(
-        "--json", type=str, default=None, help="also write the results here (atomically, after every seed)"
-    )
-    parser.add_argument(
-        "--resume",
-        type=bool,
-        default=False,
-        help="keep the seeds --json already holds (run with the same settings) and run only the others",
-    )
-    parser.add_argument(
-        "--combine",
-        type=list[str],
-        default=[],
-        help="--json reports of rounds run apart (same settings, other seeds): print them as one; runs nothing",
-    )
-
-
-def check_options(args: argparse.Namespace) -> None:
-    if args.combine:
-        args.combined = read_reports(args.combine)  # the reports' own settings count, not this run's options
-        return
-    args.kept = kept_seeds(args)
-    if args.parents + args.crossover >= args.population:
-        raise ValueError(
-            f"--population {args.population} leaves no mutation children after --parents {args.parents} and "
-            f"--crossover {args.crossover}: raise --population"
-        )
-    if not args.seeds:
-        raise ValueError("--seeds is empty: give at least one GA seed, e.g. --seeds '[0]'")
-    if not Path(args.model).is_dir():
-        raise ValueError(
-            f"--model {args.model} is not a directory: pass a local HF model (e.g. workflows/assets/tiny-kv-dip)"
-        )
-    racing_config(args)  # its one-line checks
+    declare(parser, SearchBenchmark, __doc__)
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
-    measure(script_options(parser, options, check_options))
+    measure(dataclass_config(options, SearchBenchmark))
     return 0
 
 
-def measure(args: argparse.Namespace) -> dict:
+def measure(args: SearchBenchmark) -> dict:
     """The report: of `--combine`'s reports, or of the seeds `--json` holds and those run now (the racing module,
     torch and the model, imported only when a seed is left to run)."""
     if args.combine:

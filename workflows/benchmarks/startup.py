@@ -20,12 +20,14 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_common.config_cli import ConfigParser, script_options
+from repo_common.config_cli import ConfigParser, dataclass_config
+from workflows.benchmarks.options import declare
 
 ROOT = Path(__file__).resolve().parents[2]
 #: (kind, command line after `python`): every command's --help and one model-free refusal, some --print_config
@@ -69,23 +71,35 @@ CASES = [
 ]
 
 
+@dataclass
+class StartupBenchmark:
+    """The benchmark's options (each also a key of a `--config` file), judged when built. Its cases run in fresh
+    interpreters with one thread each, so it takes `--rounds` alone of `options.BenchmarkOptions`."""
+
+    rounds: PositiveInt = 5
+    """interleaved rounds (median and range)"""
+    compare: str | None = None
+    """another checkout of the project, timed alongside"""
+    only: str | None = None
+    """comma-separated kinds: help, refusal, print_config"""
+    match: str | None = None
+    """only the cases whose command contains this text"""
+
+    def __post_init__(self) -> None:
+        if self.compare is not None and not (Path(self.compare) / "repo_common").is_dir():
+            raise ValueError(f"--compare {self.compare!r} is not a checkout of this project (no repo_common/)")
+        kinds = {kind for kind, _ in CASES}
+        if self.only is not None and not set(self.only.split(",")) <= kinds:
+            raise ValueError(f"--only {self.only!r}: choose comma-separated kinds from {sorted(kinds)}")
+        if self.match is not None and not any(self.match in command for _, command in CASES):
+            raise ValueError(f"--match {self.match!r} is in no case's command; e.g. --match 'evaluation run'")
+
+
+OPTIONS = StartupBenchmark
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The benchmark's options (each also a key of a `--config` file)."""
-    parser.description = __doc__.split("\n\n")[0]
-    parser.add_argument("--rounds", type=PositiveInt, default=5, help="interleaved rounds (median and range)")
-    parser.add_argument("--compare", type=str | None, help="another checkout of the project, timed alongside")
-    parser.add_argument("--only", type=str | None, help="comma-separated kinds: help, refusal, print_config")
-    parser.add_argument("--match", type=str | None, help="only the cases whose command contains this text")
-
-
-def check_options(options) -> None:
-    if options.compare is not None and not (Path(options.compare) / "repo_common").is_dir():
-        raise ValueError(f"--compare {options.compare!r} is not a checkout of this project (no repo_common/)")
-    kinds = {kind for kind, _ in CASES}
-    if options.only is not None and not set(options.only.split(",")) <= kinds:
-        raise ValueError(f"--only {options.only!r}: choose comma-separated kinds from {sorted(kinds)}")
-    if options.match is not None and not any(options.match in command for _, command in CASES):
-        raise ValueError(f"--match {options.match!r} is in no case's command; e.g. --match 'evaluation run'")
+    declare(parser, StartupBenchmark, __doc__.split("\n\n")[0])
 
 
 def time_once(root: Path, command: str) -> tuple[float, int]:
@@ -99,7 +113,7 @@ def time_once(root: Path, command: str) -> tuple[float, int]:
 
 
 def run(parsed: Namespace, parser: ConfigParser) -> int:
-    options = script_options(parser, parsed, check_options)
+    options = dataclass_config(parsed, StartupBenchmark)
     cases = [(kind, cmd) for kind, cmd in CASES if options.only is None or kind in options.only.split(",")]
     cases = [(kind, cmd) for kind, cmd in cases if options.match is None or options.match in cmd]
     roots = {"here": ROOT, **({"compare": Path(options.compare).resolve()} if options.compare else {})}

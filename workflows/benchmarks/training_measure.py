@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -19,10 +18,17 @@ from repo_train.data import SyntheticData
 from repo_train.training.datamodule import RePoDataModule
 from repo_train.training.module import RePoLightningModule
 from workflows.benchmarking import alternate, summary
+from workflows.benchmarks.training import TrainingBenchmark
 
 TINY_RUN = Path(__file__).resolve().parents[2] / "tests" / "training" / "tiny_run.py"
-SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 4,
-         "num_key_value_heads": 4, "vocab_size": 1024}  # fmt: skip
+SHAPE = {
+    "hidden_size": 256,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 1024,
+}
 
 
 def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
@@ -36,10 +42,16 @@ def train_seconds(method: str, steps: int, seq_len: int, batch: int) -> float:
         micro_batch_size=batch,
     )
     trainer = pl.Trainer(
-        accelerator="cpu", max_steps=steps + 2, logger=False, enable_progress_bar=False, enable_model_summary=False,
-        enable_checkpointing=False, use_distributed_sampler=False, gradient_clip_val=1.0,
+        accelerator="cpu",
+        max_steps=steps + 2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        use_distributed_sampler=False,
+        gradient_clip_val=1.0,
         callbacks=[StepTimer(skip=2)],
-    )  # fmt: skip
+    )
     trainer.fit(module, data)
     return trainer.callbacks[0].elapsed
 
@@ -60,25 +72,43 @@ class StepTimer(pl.Callback):
 def ddp_seconds(nproc: int, steps: int, workdir: Path) -> float:
     """Seconds inside `trainer.fit` (process start-up excluded) for one global batch of 8 × 512 tokens per step."""
     out = workdir / f"ddp{nproc}.json"
-    prefix = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                  f"--nproc_per_node={nproc}"]  # fmt: skip
-    args = [str(TINY_RUN), str(out), "--steps", str(steps), "--seq_len", "512", "--global_batch", "8",
-            "--micro_batch", str(8 // nproc), "--threads", "1"]  # fmt: skip
+    prefix = (
+        [sys.executable]
+        if nproc == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    )
+    args = [
+        str(TINY_RUN),
+        str(out),
+        "--steps",
+        str(steps),
+        "--seq_len",
+        "512",
+        "--global_batch",
+        "8",
+        "--micro_batch",
+        str(8 // nproc),
+        "--threads",
+        "1",
+    ]
     if nproc > 1:
         args += ["--strategy", "ddp", "--devices", str(nproc)]
     subprocess.run([*prefix, *args], check=True, capture_output=True, cwd=workdir)
     return json.loads(out.read_text())["fit_seconds"]
 
 
-def main(args: argparse.Namespace) -> None:
+def main(args: TrainingBenchmark) -> None:
     """RoPE and REPO alternated through `Trainer.fit`, then 1 vs 2 DDP processes."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     result = alternate(
         lambda: train_seconds("rope", args.steps, args.seq_len, args.batch),
         lambda: train_seconds("repo", args.steps, args.seq_len, args.batch),
         args.rounds,
     )
-    print(f"shape {SHAPE}, seq_len {args.seq_len}, batch {args.batch}, {args.steps} timed steps × {args.rounds} rounds")
+    print(
+        f"shape {SHAPE}, seq_len {args.seq_len}, batch {args.batch}, {args.steps} timed steps × {args.rounds} rounds, "
+        f"{args.threads} threads"
+    )
     tokens = args.steps * args.batch * args.seq_len
     for method, seconds in (("rope", result.a), ("repo", result.b)):
         rates = [tokens / s for s in seconds]

