@@ -145,6 +145,10 @@ class PositionalHidden(PolicyMethod):
         self.chosen_layers = given.pop("layers")
         self.setting = HiddenScale(**given)
 
+    def params(self) -> dict[str, Any]:
+        """The parameters given (a key left out reads from the file or the authors' default, so it stays out)."""
+        return {key: value for key, value in super().params().items() if value is not None}
+
     def layer_policies(self, model, current: list[PositionPolicy]) -> list[PositionPolicy]:
         width = model.config.hidden_size
         outside = [d for d in self.setting.dims if d >= width]

@@ -37,6 +37,7 @@ SPECS = {
     "lpes": "lpes:scale_file={scale_file}",
     "ms_poe": "ms_poe",
     "attention_buckets": "attention_buckets",
+    "positional_hidden": "positional_hidden:dims=3;17,layers=1-2,factor=0",
 }
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -313,6 +313,9 @@ def test_reads_the_authors_config_file_as_it_is(tmp_path):
     extra.write_text(json.dumps({**SETTING, "candidates": [{"dim": 3, "loss": 1.2}]}))
     inline = build_method(f"positional_hidden:config={extra},factor=0.5,layers=0-1")
     assert inline.setting.dims == (3, 17) and inline.chosen_layers == (0, 1) and inline.setting.factor == 0.5
+    # the label names what was given, and reads back as the same method
+    assert inline.spec() == f"positional_hidden:config={extra},layers=0-1,factor=0.5"
+    assert build_method(inline.spec()) == inline
 
 
 @pytest.mark.parametrize(
@@ -339,3 +342,20 @@ def test_a_setting_for_another_model_is_refused_at_attach(spec, message):
     model = tiny_llama()
     with pytest.raises(ValueError, match=message), MethodStack.parse(f"positional_hidden:{spec}").attached(model, None):
         pass
+
+
+def test_stacks_after_a_position_method_and_refuses_what_cannot_follow():
+    """After PI it keeps PI's rotation in its layers (the scaled input, PI's positions); PI after it, or the
+    method twice, is refused in one line (PI scales RoPE layers only; one layer takes one scaling)."""
+    model = tiny_llama(seed=5)
+    ids = torch.tensor([PROMPT])
+    logits = {}
+    for spec in ("pi:scale=2", spec_of(SETTING), "pi:scale=2+" + spec_of(SETTING)):
+        with MethodStack.parse(spec).attached(model, None), torch.no_grad():
+            logits[spec] = model(input_ids=ids).logits[0, -1]
+    stacked = logits["pi:scale=2+" + spec_of(SETTING)]
+    assert all(float((stacked - other).abs().max()) > 1e-3 for other in list(logits.values())[:2])
+    for spec in (spec_of(SETTING) + "+pi:scale=2", spec_of(SETTING) + "+" + spec_of(SETTING)):
+        with pytest.raises(ValueError) as refusal, MethodStack.parse(spec).attached(model, None):
+            pass
+        assert "\n" not in str(refusal.value)
