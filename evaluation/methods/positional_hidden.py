@@ -175,11 +175,15 @@ class PositionalHidden(PolicyMethod):
         super().detach(model)
         self._policies = []
 
-    def start(self, state: GenerationState) -> None:
-        rows = 1 if state.teacher_forced else self.setting.last_recompute_tokens
+    def set_prefill_rows(self, rows: int | None) -> None:
+        """Recompute the last `rows` rows of the next forwards without a cache (None: the setting's
+        `last_recompute_tokens`). A forward over prompt + t generated tokens with t + 1 rows equals the cached
+        decoding of those tokens (check-gpu's recomputation)."""
         for policy in self._policies:
-            policy.prefill_rows = rows
+            policy.prefill_rows = self.setting.last_recompute_tokens if rows is None else rows
+
+    def start(self, state: GenerationState) -> None:
+        self.set_prefill_rows(1 if state.teacher_forced else None)
 
     def finish(self, state: GenerationState) -> None:
-        for policy in self._policies:
-            policy.prefill_rows = self.setting.last_recompute_tokens
+        self.set_prefill_rows(None)
