@@ -84,6 +84,9 @@ class GenerationState:
     scratch: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: This step's logits `[B, V]` of each method's row groups (by method id), in the order it asked for them.
     group_logits: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    #: True when the batch's continuations are given and teacher-forced (`decoding.score_continuations`), not
+    #: generated.
+    teacher_forced: bool = False
 
     def observe(self, step, input_ids, position_ids, attention_mask, past_key_values, finished) -> None:
         self.step, self.input_ids, self.position_ids = step, input_ids, position_ids
@@ -166,6 +169,7 @@ METHODS: Registry[type[Method]] = Registry(
         "pi": "evaluation.methods.pi.PositionInterpolation",
         "ms_poe": "evaluation.methods.scaling_baselines.MsPoE",
         "attention_buckets": "evaluation.methods.scaling_baselines.AttentionBuckets",
+        "positional_hidden": "evaluation.methods.positional_hidden.PositionalHidden",
     },
 )
 

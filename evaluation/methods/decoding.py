@@ -148,10 +148,14 @@ def generate_batch(
 
 
 @contextmanager
-def _batch_started(model, tokenizer, batch: GenerationBatch, methods: MethodStack) -> Iterator[GenerationState]:
+def _batch_started(
+    model, tokenizer, batch: GenerationBatch, methods: MethodStack, teacher_forced: bool = False
+) -> Iterator[GenerationState]:
     """The state of one batch, between the methods' `start` and `finish` (also after an error). The batch is a
     copy: methods may replace its position_ids, and the caller's stays as it was."""
-    state = GenerationState(model=model, tokenizer=tokenizer, batch=dataclasses.replace(batch))
+    state = GenerationState(
+        model=model, tokenizer=tokenizer, batch=dataclasses.replace(batch), teacher_forced=teacher_forced
+    )
     methods.start(state)
     try:
         yield state
@@ -271,7 +275,7 @@ def score_continuations(
             f"{[len(c) for c in continuations]}"
         )
     methods = methods or MethodStack([])
-    with _batch_started(model, tokenizer, batch, methods) as state:
+    with _batch_started(model, tokenizer, batch, methods, teacher_forced=True) as state:
         sums, matches = _forced_loop(model, tokenizer, methods, state, continuations)
     return [
         ForcedScore(float(total), len(cont), bool(match), int(batch.attention_mask[row].sum()), batch.truncated[row])

@@ -3,7 +3,9 @@
 `PolicyAttentionMixin.forward` is identical to the forward of transformers'
 OLMo-2 / Llama / Qwen2 / Mistral / Qwen3 attention, except that the rotation
 of q and k comes from `self.position_policy` instead of the model-wide
-`position_embeddings`. Rotated q/k then go through the cache and the normal
+`position_embeddings`, and that the policy may hand its own projected q/k/v
+(`PositionPolicy.attention_input`, default: none, the module projects as HF does).
+Rotated q/k then go through the cache and the normal
 attention interface (SDPA, flash-attn, eager), so no L×L tensor is built.
 
 `install_position_policies(model, policies)` gives each attention module of a
@@ -79,13 +81,14 @@ class PolicyAttentionMixin:
         **kwargs,
     ):
         past_key_values = given_cache(past_key_values, kwargs)  # transformers >= 5.24 passes it as `cache`
-        query, key, value = self._project_qkv(hidden_states)
         position_ids = kwargs.get("position_ids")
         if position_ids is None:
             past = past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None else 0
             position_ids = torch.arange(past, past + hidden_states.shape[1], device=hidden_states.device)[None]
         if position_ids.shape[0] != hidden_states.shape[0]:
             position_ids = position_ids.expand(hidden_states.shape[0], -1)
+        given = self.position_policy.attention_input(self, hidden_states, position_ids, past_key_values)
+        query, key, value = self._project_qkv(hidden_states) if given is None else given.qkv
 
         record = self.position_record is not None
         rotation = self.position_policy.rotation(self, hidden_states, position_ids, position_embeddings, record)
@@ -120,6 +123,8 @@ class PolicyAttentionMixin:
             **kwargs,
         )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
+        if given is not None and given.finish is not None:
+            attn_output = given.finish(attn_output, rotation, attention_mask, kwargs)
         return self.o_proj(attn_output), attn_weights
 
 

@@ -20,6 +20,7 @@ names) and its schedule (`on_train_step`); no other file needs a new branch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,6 +56,27 @@ class Rotation:
         if self.encoding is not None:
             return self.encoding.rotate(query, key, self.positions)
         return apply_rotation(query, self.cos, self.sin), apply_rotation(key, self.cos, self.sin)
+
+
+@dataclass
+class AttentionInput:
+    """What a policy's `attention_input` hands the attention in place of the module's own projection.
+
+    `query [B, H, S, D]`, `key`, `value [B, KVH, S, D]`: projected, not yet rotated (as the module's
+    `_project_qkv` returns them); the layer rotates them with the policy's `Rotation`, stores key and value in
+    the cache and attends. `finish`, when set, is applied to the attention's output rows `[B, S, H*D]` before
+    `o_proj`, as `finish(output, rotation, attention_mask, attention_kwargs)`: a policy that needs a second
+    attention pass for some rows (PositionalHidden's recomputed rows) runs it there.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    finish: Callable[..., torch.Tensor] | None = None
+
+    @property
+    def qkv(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.query, self.key, self.value
 
 
 class PositionPolicy:
@@ -152,6 +174,17 @@ class PositionPolicy:
         for those ids, and `record` asks for `Rotation.positions`.
         """
         raise NotImplementedError
+
+    def attention_input(
+        self, attention: nn.Module, hidden_states: torch.Tensor, position_ids: torch.Tensor, past_key_values
+    ) -> AttentionInput | None:
+        """The layer's projected q/k/v when the policy changes what forms them, else None (the default: the module
+        projects `hidden_states [B, S, d]` as HF does).
+
+        `position_ids [B, S]` are the tokens' indices (as for `rotation`), `past_key_values` the cache this forward
+        appends to (None without one).
+        """
+        return None
 
     def describe(self) -> str:
         return self.name

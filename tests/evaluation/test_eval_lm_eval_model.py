@@ -146,6 +146,29 @@ def test_per_batch_methods_run_in_all_three_request_types(lm_eval_api, folders, 
 
 
 @pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
+def test_positional_hidden_runs_from_a_config_file_in_all_three_request_types(lm_eval_api, folders, hf_plain, tmp_path):
+    config = tmp_path / "positional_hidden.json"  # the authors' keys, for the tiny model's width and depth
+    config.write_text(
+        json.dumps(
+            {
+                "dims": [3, 17],
+                "layers": [0, 1],
+                "factor": 0,
+                "skip_first": 0,
+                "last_recompute_tokens": 1,
+                "change_value": False,
+            }
+        )
+    )
+    args = f"pretrained={folders['plain']},dtype=float32,method=positional_hidden:config={config}"
+    ours = evaluate(lm_eval_api, folders, "repo-train", args)
+    values = loglikelihoods(ours)
+    assert all(math.isfinite(v) and v < 0 for v in values) and len(generations(ours)) == 5
+    assert relative_gap(values, loglikelihoods(hf_plain)) > 1e-4  # the method acted
+    assert ours["config"]["repo_train_method"] == f"positional_hidden:config={config}"
+
+
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 def test_pcd_generates_but_refuses_loglikelihood_in_one_line(lm_eval_api, folders):
     _, _, module = lm_eval_api
     args = f"pretrained={folders['plain']},dtype=float32,method=pcd"

@@ -61,6 +61,8 @@ DEFAULT_METHODS = [
     "fim",
     AMORTISED_FIM,
     LPES,
+    # layers 1-2 fit every model this benchmark builds (--quick has 3 layers): half of the default 4
+    "positional_hidden:dims=2,layers=1-2,factor=0",
 ]
 
 
@@ -82,6 +84,7 @@ PAPER_COST = {
     "caliope": "n/a",
     "pi": "n/a",
     "lpes": "n/a",
+    "positional_hidden": "n/a",
 }
 #: `--quick`: a smoke run of every method in seconds (the tests'): tiny shapes, one round, no memory runs.
 QUICK = dict(

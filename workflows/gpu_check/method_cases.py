@@ -24,7 +24,8 @@ class MethodCase:
     spec: str = "baseline"
     #: How the cached steps are recomputed: "forward" (one forward over prompt + tokens, per-batch state of the
     #: method kept), "prefill" (the harness prefills prompt + the first t tokens, for methods acting in the decode
-    #: loop's hooks), "fim" (one forward with Found-in-the-Middle's edit on every current query row).
+    #: loop's hooks), "fim" (one forward with Found-in-the-Middle's edit on every current query row), "rows" (one
+    #: forward with the method's last rows recomputed, one per step: PositionalHidden's rule).
     recompute: str = "forward"
     #: Why flash_attention_2 does not apply, when it does not.
     no_flash: str = ""
@@ -43,6 +44,10 @@ SETTINGS = {
         "fim", "rope", "fim", "fim", no_flash="fim's attention probe wraps SDPA (it refuses other kernels)"
     ),
     "ms_poe": MethodCase("ms_poe", "rope", "ms_poe"),
+    # its cached decoding recomputes the prompt's last row and every generated row: "rows" recomputes them so
+    "positional_hidden": MethodCase(
+        "positional_hidden", "rope", "positional_hidden:dims=2,layers=1-2,factor=0", "rows"
+    ),
 }
 
 

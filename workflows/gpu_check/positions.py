@@ -257,11 +257,15 @@ def recompute(case: MethodCase, model, tokenizer, prompts, stack, cached: Decode
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     if case.recompute == "fim":
         _request_fim_edit(model, stack.methods[0], batch, rows=steps)
+    if case.recompute == "rows":
+        stack.methods[0].set_prefill_rows(steps)
     try:
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -steps:]
     finally:
         if case.recompute == "fim":
             probe_of(model).clear()
+        if case.recompute == "rows":
+            stack.methods[0].set_prefill_rows(None)
     return logits.to("cpu", torch.float32).transpose(0, 1)
 
 

@@ -116,6 +116,7 @@ def run_study(args, parser) -> None:
         "pi": f"PI at the LPES mean ({mean_scale:.3f})",
         "ms_poe": "Ms-PoE",
         "lpes": lpes_name(scales),
+        "positional_hidden": "PositionalHidden (channel 2 × 0, layers 9-23)",
         "pcd": "PCD",
         "fim": "Found in the Middle",
         "attention_buckets": "Attention Buckets (6 bases, θ × 1–2.25)",
