@@ -1,23 +1,23 @@
-"""How the dimension search applies a candidate: the authors' scaling of the attention input, as forward hooks.
+"""How the dimension search applies a candidate: the method's own rule, `HiddenScalePolicy`, swapped in.
 
-PositionalHidden multiplies chosen channels of a layer's attention input (the hidden state after the layer's
-input norm) by a factor before the query and key projections, from token `skip_first` on; with `change_value`
-the value projection reads the scaled input too (positional_hidden/models/modeling_llama_hidden_scale.py,
-commit f3bcd5560c2b080233e9f12ae60b8c42880faf97). Here the projections' inputs are scaled by pre-hooks on
-`q_proj`, `k_proj` (and `v_proj`) of the chosen layers, for every row of the sequence.
-
-The authors' attention recomputes only the last `last_recompute_tokens` rows with the scaled queries and keys
-(their validation sets it to the answer's length + 1) and keeps the unscaled attention for the rows before;
-scaling every row, as here, also changes the prompt's rows. This is the search's own, minimal application, kept
-in this one function so that the method `positional_hidden` can take its place.
+A candidate channel is scored as the authors' validation script scores it
+(experiments/search_dimension/eval_on_valid_set.py, commit f3bcd5560c2b080233e9f12ae60b8c42880faf97): the chosen
+layers' attention input has the channel multiplied by the factor, and the last `answer length + 1` rows of the
+teacher-forced forward (the prompt's last token and the answer's) are recomputed with it, the rows before keep
+the untouched attention. The policy is the one `positional_hidden` installs
+(`repo_train.modeling.hidden_scale_policy`), so a config the search writes is applied by the method exactly as
+it was scored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
+
+from repo_train.modeling.hidden_scale_policy import HiddenScale, HiddenScalePolicy
+from repo_train.modeling.swapping import current_policies, swapped_policies
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -37,23 +37,23 @@ def scaled_channels(
     *,
     skip_first: int = 0,
     change_value: bool = False,
-) -> Iterator[None]:
-    """Within the block, the attention input's channels `dims` are multiplied by `factor` in `layers`."""
-    index = torch.tensor(list(dims), dtype=torch.long)
+) -> Iterator[Callable[[int], None]]:
+    """Within the block, `layers` run PositionalHidden's rule with channels `dims` times `factor`.
 
-    def scale(_module: torch.nn.Module, args: tuple) -> tuple:
-        hidden = args[0].clone()
-        hidden[:, skip_first:, index.to(hidden.device)] *= factor
-        return (hidden, *args[1:])
+    Yields `recompute_rows(n)`: the next forwards recompute their last `n` rows with the scaled input (the
+    authors' `last_recompute_tokens`; their validation sets it to the answer's length + 1).
+    """
+    scale = HiddenScale(dims=tuple(dims), factor=float(factor), skip_first=skip_first, change_value=change_value)
+    chosen = set(layers)
+    policies = [
+        HiddenScalePolicy(policy, scale) if index in chosen else policy
+        for index, policy in enumerate(current_policies(model))
+    ]
+    scaled = [policy for policy in policies if isinstance(policy, HiddenScalePolicy)]
 
-    handles = []
-    names = ("q_proj", "k_proj", "v_proj") if change_value else ("q_proj", "k_proj")
-    modules = attention_modules(model)
-    try:
-        if len(index):
-            for layer in layers:
-                handles += [getattr(modules[layer], name).register_forward_pre_hook(scale) for name in names]
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    def recompute_rows(rows: int) -> None:
+        for policy in scaled:
+            policy.prefill_rows = rows
+
+    with swapped_policies(model, policies):
+        yield recompute_rows

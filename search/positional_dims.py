@@ -18,6 +18,7 @@ import signal
 import string
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,12 +175,14 @@ def prompt_text(tokenizer, text: str) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def answer_loss(model, tokenizer, example: dict) -> float:
-    """Mean cross-entropy of the answer's tokens after the prompt (teacher-forced), as the authors' validation."""
+def answer_loss(model, tokenizer, example: dict, recompute_rows: Callable[[int], None]) -> float:
+    """Mean cross-entropy of the answer's tokens after the prompt (teacher-forced), as the authors' validation:
+    the answer's rows and the prompt's last row are the recomputed ones (`recompute_rows`)."""
     prompt = tokenizer.encode(prompt_text(tokenizer, example["input"]), add_special_tokens=False)
     answer = tokenizer.encode(example["output"], add_special_tokens=False)
     if not answer:
         raise ValueError(f"a validation example's output {example['output']!r} has no tokens; give a non-empty one")
+    recompute_rows(len(answer) + 1)
     ids = torch.tensor([prompt + answer], device=model.device)
     labels = torch.tensor([[-100] * len(prompt) + answer], device=model.device)
     with torch.no_grad():
@@ -198,11 +201,11 @@ def score_candidates(model, tokenizer, config: PositionalDims, state: SearchStat
             losses = state.losses.setdefault(key, [])
             dims = [] if key == "baseline" else [int(key)]
             scaling = {"skip_first": config.skip_first, "change_value": config.change_value}
-            with scaled_channels(model, dims, config.layer_list, config.factor, **scaling):
+            with scaled_channels(model, dims, config.layer_list, config.factor, **scaling) as recompute_rows:
                 while len(losses) < len(examples):
                     if stop.requested:
                         raise SearchInterrupted
-                    losses.append(answer_loss(model, tokenizer, examples[len(losses)]))
+                    losses.append(answer_loss(model, tokenizer, examples[len(losses)], recompute_rows))
                     state.save(paths["state"])
                     bar.update(loss=losses[-1])
     return len(examples)

@@ -197,30 +197,32 @@ def test_factor_one_leaves_every_loss_as_the_baseline(tiny, tmp_path):
     assert all(abs(item["loss"] - found["baseline_loss"]) <= 1e-6 * scale for item in found["candidates"])
 
 
-def test_scaled_channels_hook_scales_the_attention_input(tiny):
-    """The search's own application: queries and keys (and values with change_value) of the chosen layers read
-    the attention input with the channels multiplied, from token skip_first on; the hooks go with the block."""
+def test_a_candidate_is_scored_by_the_method_with_the_answer_rows_recomputed(tiny):
+    """The search applies the method's own rule: with `n` recomputed rows, the rows before them are the
+    untouched model's, the last `n` differ, and all equal `positional_hidden` with last_recompute_tokens=n;
+    the untouched policies come back after the block."""
+    from evaluation.methods import build_method  # the method's module needs the model core (torch)
+
     model = LlamaForCausalLM.from_pretrained(tiny["model"]).eval()
-    seen = {}
-    layer = model.model.layers[3].self_attn
-    for name in ("q_proj", "k_proj", "v_proj"):
-        getattr(layer, name).register_forward_hook(lambda module, args, out, name=name: seen.__setitem__(name, args[0]))
-    ids = torch.arange(3, 13)[None]
+    ids = torch.arange(3, 15)[None]
     with torch.no_grad():
         plain = model(ids).logits
-        reference = {name: value.clone() for name, value in seen.items()}
-        with scaled_channels(model, [7, 9], [3], 0.5, skip_first=2):
+        with scaled_channels(model, [PLANTED, 9], [3, 5], 0.0) as recompute_rows:
+            recompute_rows(4)
             scaled = model(ids).logits
-        for name in ("q_proj", "k_proj"):
-            expected = reference[name].clone()
-            expected[:, 2:, [7, 9]] *= 0.5
-            torch.testing.assert_close(seen[name], expected, rtol=0, atol=0)
-        torch.testing.assert_close(seen["v_proj"], reference["v_proj"], rtol=0, atol=0)
-        with scaled_channels(model, [7], [3], 0.0, change_value=True):
-            model(ids)
-        assert float(seen["v_proj"][0, :, 7].abs().max()) == 0.0
-        assert not torch.equal(scaled, plain)
-        torch.testing.assert_close(model(ids).logits, plain, rtol=0, atol=0)  # the hooks are gone
+        method = build_method(f"positional_hidden:dims={PLANTED};9,layers=3;5,factor=0,last_recompute_tokens=4")
+        method.attach(model, None)
+        try:
+            by_method = model(ids).logits
+        finally:
+            method.detach(model)
+        after = model(ids).logits
+    scale = float(plain.abs().max())
+    # the untouched rows are recomputed apart from the scaled pass: equal up to summation order
+    torch.testing.assert_close(scaled[:, :-4], plain[:, :-4], rtol=0, atol=1e-6 * scale)
+    assert float((scaled[:, -4:] - plain[:, -4:]).abs().max()) > 1e-4 * scale  # 100× the rounding above
+    torch.testing.assert_close(scaled, by_method, rtol=0, atol=0)
+    torch.testing.assert_close(after, plain, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
