@@ -122,6 +122,8 @@ class RunConfig:
             raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
         PromptFormat(self.chat_template, self.system_prompt)  # a system prompt without the template: refused
         self.methods = [_method_stack(entry) for entry in self.methods]  # a bad spec first
+        if not self.methods:  # a run of no method would load the model and write empty records
+            raise ValueError("--methods is an empty list: name at least one method (e.g. --methods baseline)")
         if isinstance(self.tasks, str):
             self.tasks = short_form_tasks(self)
         elif isinstance(self.tasks, Mapping):  # {name: build_task parameters}

@@ -64,7 +64,12 @@ from repo_common.launcher_watch import watch_launcher
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters, read_interruption
+from repo_train.checkpoints import (
+    LIGHTNING_CKPT_ALIASES,
+    read_global_step,
+    read_hyperparameters,
+    read_interruption,
+)
 from repo_train.data import (
     BUILT_IN_SOURCES,
     DataSource,
@@ -223,6 +228,18 @@ def stop_line(stop: Stop, argv: list[str], last_checkpoint: str | None, max_step
     return f"{where} without writing a checkpoint, and none was written before: the run starts afresh"
 
 
+def _check_steps_left(ckpt_path: str, max_steps) -> None:
+    """A resume whose --trainer.max_steps is below the checkpoint's step would train nothing (Lightning says only
+    "no training batches"): refused naming both."""
+    step = read_global_step(ckpt_path)
+    if step is None or not isinstance(max_steps, int) or max_steps < 0 or max_steps >= step:
+        return
+    raise ValueError(
+        f"--trainer.max_steps {max_steps} is below the step of the checkpoint it resumes ({step}, {ckpt_path}): "
+        f"nothing would train. Pass --trainer.max_steps above {step} to go on, or start a new run elsewhere"
+    )
+
+
 class RePoCLI(LightningCLI):
     #: Whether the model-free checks judge `trainer.default_root_dir` (not for a caller that sets it itself).
     judge_root_dir = True
@@ -285,6 +302,8 @@ class RePoCLI(LightningCLI):
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
         saved = read_hyperparameters(ckpt_path)
+        if subcommand == "fit":
+            _check_steps_left(str(ckpt_path), section.get("trainer.max_steps"))
         explicit = self.parser.parse_args(self._argv, defaults=False)[subcommand]
         given = {}
         for name in ("model", "data"):
