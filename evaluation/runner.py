@@ -768,11 +768,17 @@ def _summarize(
 ) -> dict:
     manifest = _manifest(config, identity, tokenizer, dtype)
     ids = {task.name: {row["id"] for row in task.rows} for task in prepared}
-    records = [
-        r
-        for r in read_records(Path(config.out) / RECORDS_FILE)
-        if r["task"] in ids and r["id"] in ids[r["task"]] and r["method"] in labels
+    written = [
+        r for r in read_records(Path(config.out) / RECORDS_FILE) if r["task"] in ids and r["id"] in ids[r["task"]]
     ]
+    records = [r for r in written if r["method"] in labels]
+    left_out = sorted({r["method"] for r in written} - set(labels))
+    if left_out:  # an earlier run of this directory evaluated more methods: say so, never drop them unmentioned
+        print(
+            f"note: {RECORDS_FILE} also holds records of {', '.join(left_out)} (an earlier run here), left out of "
+            "this summary and report; pass those --methods too to include them",
+            file=sys.stderr,
+        )
     tasks = {
         task.name: {**manifest["tasks"][task.name], "rows": len(task.rows)}  # the manifest names the metric
         for task in prepared
@@ -782,6 +788,10 @@ def _summarize(
         model={**identity, "path": config.model},
         tasks=tasks,
         methods=labels,
-        extra={"decode": manifest["decode"], **({"search_overlap": overlap} if overlap else {})},
+        extra={
+            "decode": manifest["decode"],
+            **({"search_overlap": overlap} if overlap else {}),
+            **({"methods_left_out": left_out} if left_out else {}),
+        },
         n_resamples=config.bootstrap_resamples,
     )
