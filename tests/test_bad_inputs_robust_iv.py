@@ -83,6 +83,35 @@ def _lm_eval(*args: str, model: Callable[[Context], str] | None = None) -> Calla
     return make
 
 
+def _method_named(name: str) -> str:
+    """A user's module registering an evaluation method called `name`."""
+    return (
+        "from dataclasses import dataclass\nfrom typing import ClassVar\n"
+        "from evaluation.methods import Method, register_method\n\n\n"
+        f"@register_method\n@dataclass\nclass Mine(Method):\n    name: ClassVar[str] = {name!r}\n"
+    )
+
+
+def _importing(cli: str, source: str, *args: str) -> Callable[[Context], list[str]]:
+    """`evaluation run` (cli "evaluation") or `fit` (cli "repo_train") with `--import` of ctx.tmp/mine.py."""
+
+    def make(ctx: Context) -> list[str]:
+        (ctx.tmp / "mine.py").write_text(source)
+        if cli == "evaluation":
+            return [*EVAL, "--import", str(ctx.tmp / "mine.py"), "--out", str(ctx.tmp / "out"), *args]
+        root = ["--trainer.default_root_dir", str(ctx.tmp / "run")]
+        return ["fit", "--import", str(ctx.tmp / "mine.py"), "--trainer.max_steps", "1", *root, *args]
+
+    return make
+
+
+def _preset(signature: str) -> str:
+    return (
+        "from repo_train.modeling.presets import register_preset, tiny\n\n\n"
+        f"@register_preset('mine')\ndef mine({signature}):\n    return tiny()\n"
+    )
+
+
 def _empty_dir(ctx: Context) -> str:
     (ctx.tmp / "empty").mkdir()
     return str(ctx.tmp / "empty")
@@ -170,6 +199,23 @@ ROWS = [
              "--gen_kwargs max_gen_toks must be at least 1"),
     BadInput("lm-eval-dtype-nonsense", "evaluation", _lm_eval("--model_args", "pretrained={model},dtype=nonsense"),
              EXIT_USAGE, "dtype=nonsense: choose one of auto, float32, bfloat16, float16"),
+    # -- the registries refuse names the spec syntax cannot name, and presets of the wrong shape
+    BadInput("registry-name-with-plus", "evaluation", _importing("evaluation", _method_named("a+b")), EXIT_USAGE,
+             "method name 'a+b' holds '+'"),
+    BadInput("registry-name-with-colon", "evaluation", _importing("evaluation", _method_named("x:y")), EXIT_USAGE,
+             "holds ':'"),
+    BadInput("registry-name-with-comma", "evaluation", _importing("evaluation", _method_named("p,q")), EXIT_USAGE,
+             "holds ','"),
+    BadInput("registry-name-with-equals", "evaluation", _importing("evaluation", _method_named("k=v")), EXIT_USAGE,
+             "holds '='"),
+    BadInput("registry-name-with-space", "evaluation", _importing("evaluation", _method_named("my method")),
+             EXIT_USAGE, "holds ' '"),
+    BadInput("preset-required-argument", "repo_train", _importing("repo_train", _preset("width")), EXIT_USAGE,
+             "mine cannot be a preset (it requires width)"),
+    BadInput("preset-no-overrides", "repo_train", _importing("repo_train", _preset("")), EXIT_USAGE,
+             "it takes no **overrides"),
+    BadInput("preset-positional-only", "repo_train", _importing("repo_train", _preset("config, /, **overrides")),
+             EXIT_USAGE, "it requires config"),
 ]  # fmt: skip
 
 
