@@ -135,12 +135,12 @@ class PromptFormat:
         if not prompts or (not before and not after):
             return prompts, [[list(span) for span in row] for row in spans]
         texts = [before + prompt + after for prompt in prompts]
-        check = render_chat(tokenizer, self.messages(prompts[0]))
-        if check != texts[0]:
-            raise ValueError(
-                "the tokenizer's chat template changes the prompt text (it is not placed verbatim), so item spans "
-                "cannot be placed; drop --chat_template"
-            )
+        for index, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):  # a template may vary by prompt
+            if render_chat(tokenizer, self.messages(prompt)) != text:
+                raise ValueError(
+                    f"the tokenizer's chat template changes the text of prompt {index + 1} of {len(prompts)} (it is "
+                    "not placed verbatim), so item spans cannot be placed; drop --chat_template"
+                )
         shift = len(before)
         return texts, [[[s + shift, e + shift] for s, e in row] for row in spans]
 
