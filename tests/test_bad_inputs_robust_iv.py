@@ -112,6 +112,20 @@ def _preset(signature: str) -> str:
     )
 
 
+def _beside_damaged_last(damage: Callable[[bytes], bytes]) -> Callable[[Context], list[str]]:
+    """`fit` into a root whose interrupted run's last.ckpt was then damaged (`damage` of its bytes)."""
+
+    def make(ctx: Context) -> list[str]:
+        last = ctx.tmp / "run" / "checkpoints" / "last.ckpt"
+        last.parent.mkdir(parents=True)
+        state = {"state_dict": {"w": torch.zeros(256)}, "global_step": 124, "repo_train_interrupted": {"step": 124}}
+        torch.save(state, last)
+        last.write_bytes(damage(last.read_bytes()))
+        return ["fit", "--trainer.max_steps", "600", "--trainer.default_root_dir", str(ctx.tmp / "run")]
+
+    return make
+
+
 def _empty_dir(ctx: Context) -> str:
     (ctx.tmp / "empty").mkdir()
     return str(ctx.tmp / "empty")
@@ -199,6 +213,13 @@ ROWS = [
              "--gen_kwargs max_gen_toks must be at least 1"),
     BadInput("lm-eval-dtype-nonsense", "evaluation", _lm_eval("--model_args", "pretrained={model},dtype=nonsense"),
              EXIT_USAGE, "dtype=nonsense: choose one of auto, float32, bfloat16, float16"),
+    # -- a damaged last.ckpt is named as damaged, never offered for a resume
+    BadInput("fit-beside-empty-last-ckpt", "repo_train", _beside_damaged_last(lambda data: b""), EXIT_USAGE,
+             "which is damaged ("),
+    BadInput("fit-beside-truncated-last-ckpt", "repo_train", _beside_damaged_last(lambda data: data[: len(data) // 2]),
+             EXIT_USAGE, "which is damaged ("),
+    BadInput("fit-beside-random-last-ckpt", "repo_train", _beside_damaged_last(lambda data: bytes(range(256)) * 8),
+             EXIT_USAGE, "which is damaged ("),
     # -- the registries refuse names the spec syntax cannot name, and presets of the wrong shape
     BadInput("registry-name-with-plus", "evaluation", _importing("evaluation", _method_named("a+b")), EXIT_USAGE,
              "method name 'a+b' holds '+'"),

@@ -22,6 +22,7 @@ from repo_common.model_directory import download_hint, looks_like_hub_id, no_suc
 from repo_common.run_lock import LOCK_FILE
 from repo_train.checkpoints import (
     LIGHTNING_CKPT_ALIASES,
+    checkpoint_damage,
     checkpoint_mtime,
     missing_checkpoint_message,
     newest_last_checkpoint,
@@ -128,6 +129,13 @@ def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
     if ckpt_path or "://" in root:
         return
     found = earlier_run_checkpoint(root)
+    damage = checkpoint_damage(found) if found is not None else None
+    if damage is not None:  # never point the user at resuming a file that cannot be resumed
+        raise ValueError(
+            f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}, which is damaged ({damage}); "
+            "move it away (or resume from an earlier checkpoint with --ckpt_path), or pass another "
+            "--trainer.default_root_dir to start afresh"
+        )
     if found is not None:
         raise ValueError(
             f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
