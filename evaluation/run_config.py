@@ -18,6 +18,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from evaluation.decode_settings import DecodeSettings
 from evaluation.devices import Device
 from evaluation.methods import Method, MethodStack, parse_value
+from evaluation.methods.base import refuse_generation_hooks
 from evaluation.prompt_format import PromptFormat
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid
 from repo_common.config_cli import Seed, class_entry
@@ -135,6 +136,10 @@ class RunConfig:
         names = [task.name for task in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"the same task is listed twice: {names}; give each task once")
+        for task in self.tasks:  # a mixed task list is refused now, not after its generations
+            if task.scoring == "loglikelihood":
+                for stack in self.methods:
+                    refuse_generation_hooks(stack, task.name)
         labels = self.labels
         if len(set(labels)) != len(labels):
             raise ValueError(f"the same method stack is listed twice: {labels}")

@@ -49,7 +49,8 @@ import datasets
 
 from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
-from evaluation.methods import GenerationBatch, Method, MethodStack
+from evaluation.methods import GenerationBatch, MethodStack
+from evaluation.methods.base import refuse_generation_hooks
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch, score_continuations
 from evaluation.model_identity import model_identity
 from evaluation.model_loading import (
@@ -95,8 +96,6 @@ SCORE_EVERY_SECONDS = 1.0
 _ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers")
 #: Extra columns of tasks scored by log-likelihood (`scoring = "loglikelihood"`): the context and its options.
 _LOGLIK_COLUMNS = ("prompt", "choices")
-#: Method hooks that act on generation steps, which log-likelihood scoring does not run.
-_GENERATION_HOOKS = ("start", "finish", "prefill_position_ids", "process_logits")
 #: What methods may see of a row (`GenerationBatch.rows`): never the answer or where it is.
 _PUBLIC_COLUMNS = ("id", "example_id", "num_positions")
 
@@ -347,13 +346,7 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
     Only methods that act through attach/detach (position policies) apply here; a method with
     generation hooks would silently do nothing, so it is refused.
     """
-    for method in stack.methods:
-        hooks = [h for h in _GENERATION_HOOKS if getattr(type(method), h) is not getattr(Method, h)]
-        if hooks:
-            raise ValueError(
-                f"method {method.spec()!r} acts through {hooks}, which log-likelihood scoring "
-                f"({prepared.name!r}) does not run; evaluate it on generation tasks only"
-            )
+    refuse_generation_hooks(stack, prepared.name)
     label, task = stack.label, prepared.task
     use_cache = bool(task.use_kv_cache)
     with stack.attached(model, tokenizer):

@@ -126,6 +126,18 @@ def _beside_damaged_last(damage: Callable[[bytes], bytes]) -> Callable[[Context]
     return make
 
 
+def _mixed_tasks(spec: str) -> Callable[[Context], list[str]]:
+    """kv (generation) then multiple_choice (log-likelihood) with `--methods spec`, on the tiny default."""
+
+    def make(ctx: Context) -> list[str]:
+        line = {"question": "q", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "A"}
+        (ctx.tmp / "mc.jsonl").write_text((json.dumps(line) + "\n") * 2)
+        tasks = ["--tasks", "kv,multiple_choice", "--task_param", f"multiple_choice:path={ctx.tmp / 'mc.jsonl'}"]
+        return [*EVAL, *tasks, "--methods", "baseline", "--methods", spec, "--out", str(ctx.tmp / "out")]
+
+    return make
+
+
 def _empty_dir(ctx: Context) -> str:
     (ctx.tmp / "empty").mkdir()
     return str(ctx.tmp / "empty")
@@ -220,6 +232,11 @@ ROWS = [
              EXIT_USAGE, "which is damaged ("),
     BadInput("fit-beside-random-last-ckpt", "repo_train", _beside_damaged_last(lambda data: bytes(range(256)) * 8),
              EXIT_USAGE, "which is damaged ("),
+    # -- a method the log-likelihood task cannot run, on a mixed task list: refused before any generation
+    BadInput("pcd-on-generation-and-multiple-choice", "evaluation", _mixed_tasks("pcd"), EXIT_USAGE,
+             "log-likelihood scoring ('multiple_choice') does not run", absent="out/records.jsonl"),
+    BadInput("attention-buckets-on-mixed-tasks", "evaluation", _mixed_tasks("attention_buckets"), EXIT_USAGE,
+             "evaluate it on generation tasks only", absent="out/records.jsonl"),
     # -- the registries refuse names the spec syntax cannot name, and presets of the wrong shape
     BadInput("registry-name-with-plus", "evaluation", _importing("evaluation", _method_named("a+b")), EXIT_USAGE,
              "method name 'a+b' holds '+'"),
