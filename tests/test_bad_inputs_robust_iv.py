@@ -356,3 +356,57 @@ def test_ctrl_c_during_an_evaluation_exits_130_in_one_line_and_resumes(tmp_path,
     done = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
     assert len(done) == len({(r["task"], r["method"], r["id"]) for r in done}) > 1
     assert done[0] == json.loads(kept[0])
+
+
+#: A full disk as torch's zip writer reports it (a RuntimeError) and as safetensors does (a SafetensorError).
+TORCH_FULL_DISK = "[enforce fail at inline_container.cc:672] . unexpected pos 1024 vs 988"
+SAFETENSORS_FULL_DISK = (
+    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+)
+
+
+def test_a_checkpoint_on_a_full_disk_in_torchs_words_keeps_the_last_good_one(tmp_path, monkeypatch):
+    """torch's zip writer says "unexpected pos" (a RuntimeError, not an OSError) when the disk is full: the
+    checkpoint writer turns it into the OSError every command reports in one line, and the last good
+    last.ckpt is kept."""
+    from repo_common.cli_errors import environment_message
+    from repo_train.training import atomic_checkpoint_io
+
+    last = tmp_path / "last.ckpt"
+    writer = atomic_checkpoint_io.AtomicCheckpointIO()
+    writer.save_checkpoint({"global_step": 1}, last)
+    before = tree_bytes(tmp_path)
+
+    def full(*args, **kwargs):
+        raise RuntimeError(TORCH_FULL_DISK)
+
+    monkeypatch.setattr(atomic_checkpoint_io.torch, "save", full)
+    with pytest.raises(OSError) as err:
+        writer.save_checkpoint({"global_step": 2}, last)
+    line = environment_message(err.value)
+    assert "No space left on device (RuntimeError" in line and str(last) in line and "free space" in line, line
+    assert "\n" not in line and tree_bytes(tmp_path) == before
+
+
+def test_an_export_on_a_full_disk_in_safetensors_words_is_one_line(tmp_path, capsys, monkeypatch):
+    """safetensors reports a full disk as SafetensorError: `export` says it in one line, exit 2, and the earlier
+    export stays whole."""
+    from bad_input_helpers import lightning_like, run_cli
+    from safetensors import SafetensorError
+    from transformers import PreTrainedModel
+
+    checkpoint = lightning_like(tmp_path / "run.ckpt")
+    argv = ["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf")]
+    assert run_cli("repo_train", argv) == 0
+    before = tree_bytes(tmp_path)
+
+    def full(self, *args, **kwargs):
+        raise SafetensorError(SAFETENSORS_FULL_DISK)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full)
+    capsys.readouterr()
+    assert run_cli("repo_train", argv) == EXIT_USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device (SafetensorError" in lines[0], lines
+    assert str(tmp_path / "hf") in lines[0] and "free space" in lines[0], lines
+    assert tree_bytes(tmp_path) == before
