@@ -728,3 +728,19 @@ def test_an_export_on_a_full_disk_in_safetensors_words_is_one_line(tmp_path, cap
     assert len(lines) == 1 and "No space left on device (SafetensorError" in lines[0], lines
     assert str(tmp_path / "hf") in lines[0] and "free space" in lines[0], lines
     assert tree_bytes(tmp_path) == before
+
+
+def test_the_stop_line_names_this_stops_own_checkpoint_after_a_second_signal(tmp_path):
+    """SIGTERM wrote its checkpoint, then a second signal stopped the run at once: the line does not say it
+    stopped "without writing a checkpoint; the last one is ..." of the very checkpoint this stop wrote."""
+    from repo_train.checkpoints import INTERRUPTED_KEY
+    from repo_train.training.cli import stop_line
+    from repo_train.training.interrupt import Stop
+
+    last = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}, "global_step": 131, INTERRUPTED_KEY: {"signal": "SIGTERM", "step": 131}}, last)
+    line = stop_line(Stop("SIGTERM", 131, None), ["fit"], str(last), 300)
+    assert "its checkpoint was written before the next signal" in line and str(last) in line, line
+    assert "without writing" not in line
+    older = stop_line(Stop("SIGTERM", 140, None), ["fit"], str(last), 300)  # the checkpoint of an earlier step
+    assert "without writing a checkpoint; the last one is" in older, older

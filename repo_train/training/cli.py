@@ -220,6 +220,12 @@ def stop_line(stop: Stop, argv: list[str], last_checkpoint: str | None, max_step
         )
     if stop.step == 0:
         return f"{where}, before training started: nothing trained, nothing written"
+    record = read_interruption(last_checkpoint) if last_checkpoint else None
+    if record is not None and record.get("step") == stop.step:  # this stop's own checkpoint, written before the
+        return (  # next signal stopped the run at once: it is the one to resume, not an older one
+            f"{where}; its checkpoint was written before the next signal: {last_checkpoint}; to resume, run the same "
+            f"command again: {resume_command(argv, last_checkpoint)}"
+        )
     if last_checkpoint:  # a second signal cut the write short, or a resumed run stopped before its first step
         return (
             f"{where} without writing a checkpoint; the last one is {last_checkpoint}: resume it with "
