@@ -138,6 +138,16 @@ def _mixed_tasks(spec: str) -> Callable[[Context], list[str]]:
     return make
 
 
+def _fit_config(text: str) -> Callable[[Context], list[str]]:
+    """`fit --config FILE` of a file holding `text`."""
+
+    def make(ctx: Context) -> list[str]:
+        (ctx.tmp / "fit.yaml").write_text(text)
+        return ["fit", "--config", str(ctx.tmp / "fit.yaml"), "--trainer.default_root_dir", str(ctx.tmp / "run")]
+
+    return make
+
+
 def _config_only(ctx: Context) -> str:
     """A model directory with config.json and weights but no tokenizer files."""
     from bad_input_helpers import config_only
@@ -514,6 +524,22 @@ ROWS = [
         _beside_damaged_last(lambda data: bytes(len(data))),
         EXIT_USAGE,
         "which is damaged (",
+    ),
+    # -- a fit config file whose section is not a section
+    BadInput(
+        "fit-config-model-a-number",
+        "repo_train",
+        _fit_config("model: 3\ntrainer: null\n"),
+        EXIT_USAGE,
+        "'model:' is 3, a int; it must be a section of keys",
+    ),
+    BadInput("fit-config-data-a-list", "repo_train", _fit_config("data: [1, 2]\n"), EXIT_USAGE, "'data:' is [1, 2]"),
+    BadInput(
+        "fit-config-trainer-a-boolean",
+        "repo_train",
+        _fit_config("trainer: true\n"),
+        EXIT_USAGE,
+        "'trainer:' is True, a bool",
     ),
     # -- the registries refuse names the spec syntax cannot name, and presets of the wrong shape
     BadInput(

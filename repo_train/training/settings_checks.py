@@ -196,11 +196,30 @@ def read_config_files(paths: list[str]) -> list[Any]:
             data = read_config_yaml(path) if Path(path).is_file() else None
         except yaml.YAMLError:
             data = None
-        problem = config_size_problem(path, data)
+        problem = config_size_problem(path, data) or section_shape_problem(path, data)
         if problem:
             raise ValueError(problem)
         found.append(data)
     return found
+
+
+#: The sections of a `fit` / `validate` config file: each a mapping of its keys (or null, or a nested file's path).
+SECTIONS = ("model", "data", "trainer")
+
+
+def section_shape_problem(path: str, data: Any) -> str | None:
+    """A config file whose `model:`, `data:` or `trainer:` is a number, a boolean or a list (jsonargparse ends
+    in a TypeError, or judges another key): one line naming the file and the section."""
+    if not isinstance(data, dict):
+        return None
+    for section in SECTIONS:
+        value = data.get(section)
+        if value is not None and not isinstance(value, dict | str):
+            return (
+                f"--config {path}: '{section}:' is {value!r}, a {type(value).__name__}; it must be a section of keys "
+                f"(indented `key: value` lines under `{section}:`) or be left out"
+            )
+    return None
 
 
 def named_class_paths(args: list[str], configs: list[Any]) -> list[str]:
