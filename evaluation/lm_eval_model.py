@@ -18,20 +18,27 @@ before the model loads.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import torch
 from lm_eval.__main__ import setup_logging
 from lm_eval._cli import HarnessCLI
+from lm_eval._cli.utils import split_top_level
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
+from transformers import AutoTokenizer
 
 import repo_train
 from evaluation.decode_settings import DecodeSettings
 from evaluation.methods.base import Method, MethodStack, parse_method_spec, spec_fields, split_stack_spec
 from evaluation.methods.decoding import TokenizedPrompt, collate, generate_batch, score_continuations
+from evaluation.prompt_format import require_chat_template
+from evaluation.run_config import RunConfig
+from repo_common.file_permissions import describe
+from repo_common.model_directory import check_model_files
 from repo_train.modeling import RePoOlmo2ForCausalLM
 
 #: Methods that place their work by the documents of a prompt, and why lm-eval cannot run them.
@@ -50,6 +57,97 @@ GREEDY_KWARGS = frozenset({"do_sample", "temperature", "top_p", "top_k"})
 
 class MethodRefused(ValueError):
     """A method stack (or a request to it) this model cannot run faithfully; one line saying why."""
+
+
+class ArgumentRefused(ValueError):
+    """An lm-eval argument for `repo-train` that `evaluation run` would refuse as its own option; one line."""
+
+
+#: lm-eval's options whose values are `key=value` lists, read strictly here (lm-eval keeps the last of a repeated
+#: key with a log warning, and keeps spaces around a key as part of its name).
+KEY_VALUE_OPTIONS = {"--model_args": "--model_args", "-a": "--model_args", "--gen_kwargs": "--gen_kwargs"}
+
+
+def _key_value_texts(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """(option, text) of every value given to a KEY_VALUE_OPTIONS option (`nargs="+"`; `--opt=value` too)."""
+    found, option = [], None
+    for token in argv:
+        name, equals, value = token.partition("=")
+        if token.startswith("-") and equals and name in KEY_VALUE_OPTIONS:
+            found.append((KEY_VALUE_OPTIONS[name], value))
+            option = KEY_VALUE_OPTIONS[name]
+        elif token in KEY_VALUE_OPTIONS:
+            option = KEY_VALUE_OPTIONS[token]
+        elif token.startswith("-") and len(token) > 1:
+            option = None
+        elif option is not None:
+            found.append((option, token))
+    return found
+
+
+def check_key_values(argv: Sequence[str]) -> None:
+    """A key given twice (in one value or across values of the same option) or with spaces around it: refused
+    in one line, before lm-eval would keep the last or a key named `' method '`. JSON values are lm-eval's own."""
+    seen: dict[tuple[str, str], str] = {}
+    for option, text in _key_value_texts(argv):
+        if text.lstrip().startswith("{"):
+            continue
+        for item in split_top_level(text):
+            key = item.split("=", 1)[0]
+            if key != key.strip():
+                raise ArgumentRefused(
+                    f"{option}: key {key!r} has spaces around it; write {key.strip()}=VALUE with no spaces"
+                )
+            if (option, key) in seen:
+                raise ArgumentRefused(
+                    f"{option}: {key} is given twice ({seen[option, key]!r}, then {item!r}); give it once"
+                )
+            seen[option, key] = item
+
+
+def _positive(option: str, value: Any) -> None:
+    """`value` (an int or its text; lm-eval's 'auto' forms pass) is at least 1, as `evaluation run` asks."""
+    text = str(value).strip()
+    if text.lstrip("+-").isdigit() and int(text) < 1:
+        raise ArgumentRefused(f"{option} must be at least 1, got {text}")
+
+
+def check_repo_train_args(args: argparse.Namespace) -> None:
+    """`--model repo-train`'s arguments judged as `evaluation run` judges its own options, before lm-eval loads
+    anything: the model directory (`pretrained=`, as `--model`), the dtype, batch sizes, `max_gen_toks`, and the
+    tokenizer's chat template when `--apply_chat_template` asks for it."""
+    if getattr(args, "model", None) != "repo-train":
+        return
+    model_args = getattr(args, "model_args", None) or {}
+    pretrained = model_args.get("pretrained")
+    if pretrained is None or not str(pretrained).strip():
+        raise ArgumentRefused(
+            "--model repo-train needs the model directory: --model_args pretrained=DIR (as `evaluation run --model`)"
+        )
+    try:
+        check_model_files("pretrained=", str(pretrained))
+    except PermissionError as err:
+        raise ArgumentRefused(describe(err)) from None
+    except (FileNotFoundError, ValueError) as err:
+        raise ArgumentRefused(str(err)) from None
+    dtypes = get_args(get_type_hints(RunConfig)["dtype"])
+    if "dtype" in model_args and str(model_args["dtype"]) not in dtypes:
+        raise ArgumentRefused(f"--model_args dtype={model_args['dtype']}: choose one of {', '.join(dtypes)}")
+    _positive("--batch_size", getattr(args, "batch_size", 1))
+    for key in ("batch_size", "max_batch_size", "max_gen_toks", "max_length"):
+        if key in model_args:
+            _positive(f"--model_args {key}", model_args[key])
+    gen_kwargs = getattr(args, "gen_kwargs", None) or {}
+    if isinstance(gen_kwargs, dict):
+        for key in ("max_gen_toks", "max_new_tokens"):
+            if key in gen_kwargs:
+                _positive(f"--gen_kwargs {key}", gen_kwargs[key])
+    if getattr(args, "apply_chat_template", False):
+        tokenizer = AutoTokenizer.from_pretrained(str(pretrained))
+        try:
+            require_chat_template(tokenizer, "--apply_chat_template")
+        except ValueError as err:
+            raise ArgumentRefused(str(err)) from None
 
 
 def acts_per_batch(method: Method) -> bool:
@@ -180,10 +278,13 @@ def run_cli(argv: Sequence[str]) -> int:
     saved = sys.argv
     sys.argv = ["lm-eval", *argv]  # lm-eval's parser reads sys.argv itself
     try:
+        check_key_values(argv)
         parser = HarnessCLI()
-        parser.execute(parser.parse_args())
-    except MethodRefused as refusal:
-        print(f"python -m evaluation lm-eval: {refusal}", file=sys.stderr)
+        args = parser.parse_args()
+        check_repo_train_args(args)
+        parser.execute(args)
+    except (MethodRefused, ArgumentRefused) as refusal:
+        print(f"python -m evaluation lm-eval: error: {refusal}", file=sys.stderr)
         return 2
     finally:
         sys.argv = saved

@@ -85,6 +85,16 @@ def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
     return text
 
 
+def require_chat_template(tokenizer, option: str = "--chat_template") -> None:
+    """A tokenizer without a chat template, asked for one by `option`: one line (the same in every command)."""
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "")
+        raise ValueError(
+            f"{option} asks for the tokenizer's chat template, but the tokenizer{f' of {name}' if name else ''}"
+            f" has none; drop {option} (or evaluate an instruction model)"
+        )
+
+
 @dataclass(frozen=True)
 class PromptFormat:
     """Whether task prompts go through the tokenizer's chat template, and with which system message."""
@@ -111,13 +121,7 @@ class PromptFormat:
         """(text before, text after) the user message in the rendered template; ('', '') without the template."""
         if not self.chat_template:
             return "", ""
-        template = getattr(tokenizer, "chat_template", None)
-        if not template:
-            name = getattr(tokenizer, "name_or_path", "")
-            raise ValueError(
-                f"--chat_template asks for the tokenizer's chat template, but the tokenizer{f' of {name}' if name else ''}"
-                " has none; drop --chat_template (or evaluate an instruction model)"
-            )
+        require_chat_template(tokenizer)
         text = render_chat(tokenizer, self.messages(_PLACEHOLDER))
         if text.count(_PLACEHOLDER) != 1:
             raise ValueError("the tokenizer's chat template does not place the user message verbatim once")
@@ -131,12 +135,12 @@ class PromptFormat:
         if not prompts or (not before and not after):
             return prompts, [[list(span) for span in row] for row in spans]
         texts = [before + prompt + after for prompt in prompts]
-        check = render_chat(tokenizer, self.messages(prompts[0]))
-        if check != texts[0]:
-            raise ValueError(
-                "the tokenizer's chat template changes the prompt text (it is not placed verbatim), so item spans "
-                "cannot be placed; drop --chat_template"
-            )
+        for index, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):  # a template may vary by prompt
+            if render_chat(tokenizer, self.messages(prompt)) != text:
+                raise ValueError(
+                    f"the tokenizer's chat template changes the text of prompt {index + 1} of {len(prompts)} (it is "
+                    "not placed verbatim), so item spans cannot be placed; drop --chat_template"
+                )
         shift = len(before)
         return texts, [[[s + shift, e + shift] for s, e in row] for row in spans]
 

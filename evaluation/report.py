@@ -175,6 +175,10 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[s
             f"| {interval_cell(r['rho'], r['rho_ci'], 1)} | {worst} | {p_cell(vs, 'p_value')} | {mcnemar_cell(vs)} "
             f"| {delta_cell(middle_vs)} | {p_cell(middle_vs, 'p_holm')} |"
         )
+    single = [label for label, r, _ in _curves(task, runs, labels) if r.get("n_examples") == 1]
+    if single:
+        note = f"{', '.join(single)}: one question (n=1), so no interval (no CI) and no shape is given."
+        main += ["", note]
     return [*main, "", "Curve details:", "", *details]
 
 
@@ -345,6 +349,9 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
         lines.append(f"Compared with: {', '.join(f'`{label}`' for label, _ in runs[1:])}.")
     lines += ["", "Methods (label: full spec):", ""]
     lines += [f"- {label}: `{spec}`" if label != spec else f"- {label}" for spec, label in labels.items()]
+    if main.get("methods_left_out"):
+        left_out = ", ".join(f"`{m}`" for m in main["methods_left_out"])
+        lines += ["", f"Not in this report: {left_out}, whose records an earlier run here wrote (records.jsonl)."]
     written = []
     for task in tasks:
         spec = main["tasks"].get(task, {})

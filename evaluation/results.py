@@ -86,6 +86,17 @@ RESULT_KEYS = (
 )
 
 
+#: The intervals a summary leaves out (None) when its group has one question: every resample is that question, so
+#: the interval has zero width and says nothing about uncertainty (the shape, judged from intervals, too).
+ONE_QUESTION_NO_INTERVAL = (
+    "accuracy_ci",
+    "rho_ci",
+    "middle_minus_edges_ci",
+    "middle_accuracy_ci",
+    "edges_accuracy_ci",
+)
+
+
 class ResultsFormatError(ValueError):
     """A results file that does not follow this module's schema."""
 
@@ -331,6 +342,8 @@ def summarize_group(
         "empty_answers": empty_answers(records),
         "vs_baseline": None,
     }
+    if len(table.clusters) < 2:  # one question resampled is itself: a zero-width interval would read as exact
+        result.update({key: None for key in ONE_QUESTION_NO_INTERVAL}, shape=None)
     if baseline is not None:
         vs = compare_with_baseline(records, baseline, n_resamples, alpha, seed, n_permutations)
         if vs is not None:
@@ -366,10 +379,11 @@ def compare_with_baseline(
     empty = empty_answers(answered)
     delta = cluster_bootstrap_ratio(paired.sums, paired.counts, n_resamples, alpha, seed)
     test = sign_flip_test(paired.sums / paired.counts, n_permutations, seed)
+    one = len(paired.clusters) < 2  # no interval from one question (ONE_QUESTION_NO_INTERVAL)
     return {
         "mean_diff": delta.mean,
-        "low": delta.low,
-        "high": delta.high,
+        "low": None if one else delta.low,
+        "high": None if one else delta.high,
         "p_value": test.p_value,
         "test": test.description(),
         "identical": paired.identical,

@@ -18,6 +18,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from evaluation.decode_settings import DecodeSettings
 from evaluation.devices import Device
 from evaluation.methods import Method, MethodStack, parse_value
+from evaluation.methods.base import refuse_generation_hooks
 from evaluation.prompt_format import PromptFormat
 from evaluation.tasks import GRID_NAMES, TASKS, Task, build_task, refuse_renamed_grid
 from repo_common.config_cli import Seed, class_entry
@@ -122,6 +123,8 @@ class RunConfig:
             raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
         PromptFormat(self.chat_template, self.system_prompt)  # a system prompt without the template: refused
         self.methods = [_method_stack(entry) for entry in self.methods]  # a bad spec first
+        if not self.methods:  # a run of no method would load the model and write empty records
+            raise ValueError("--methods is an empty list: name at least one method (e.g. --methods baseline)")
         if isinstance(self.tasks, str):
             self.tasks = short_form_tasks(self)
         elif isinstance(self.tasks, Mapping):  # {name: build_task parameters}
@@ -133,6 +136,10 @@ class RunConfig:
         names = [task.name for task in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"the same task is listed twice: {names}; give each task once")
+        for task in self.tasks:  # a mixed task list is refused now, not after its generations
+            if task.scoring == "loglikelihood":
+                for stack in self.methods:
+                    refuse_generation_hooks(stack, task.name)
         labels = self.labels
         if len(set(labels)) != len(labels):
             raise ValueError(f"the same method stack is listed twice: {labels}")

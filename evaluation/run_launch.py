@@ -14,6 +14,8 @@ from repo_common.launcher_watch import watch_launcher
 
 #: Exit code of a run stopped early by --max_records (rerunning it resumes).
 EXIT_INTERRUPTED = 3
+#: Exit code of a run Ctrl-C stopped: 128 + SIGINT's number, as a shell reports it (and as `fit` exits).
+EXIT_SIGINT = 130
 
 
 def launch(config: RunConfig, config_text: str) -> int:
@@ -30,6 +32,13 @@ def launch(config: RunConfig, config_text: str) -> int:
     except RunInterrupted as stop:
         print(f"python -m evaluation run: {stop}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # Ctrl-C: the records written so far stay (a torn last line is redone on resume)
+        print(
+            f"python -m evaluation run: stopped by SIGINT; the records so far are kept in {config.out}: run the same "
+            "command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_SIGINT
     finally:
         close_distributed(started)
     if summary is None:  # a rank other than 0: rank 0 merged the records and writes the summary and report

@@ -49,7 +49,8 @@ import datasets
 
 from evaluation.generation import batch_cost, plan_batches, prompt_limit, token_lengths, tokenize_and_fit
 from evaluation.loglik import continuation_scores
-from evaluation.methods import GenerationBatch, Method, MethodStack
+from evaluation.methods import GenerationBatch, MethodStack
+from evaluation.methods.base import refuse_generation_hooks
 from evaluation.methods.decoding import DecodeSettings, TokenizedPrompt, collate, generate_batch, score_continuations
 from evaluation.model_identity import model_identity
 from evaluation.model_loading import (
@@ -95,8 +96,6 @@ SCORE_EVERY_SECONDS = 1.0
 _ROW_COLUMNS = ("id", "example_id", "gold_position", "num_positions", "answers")
 #: Extra columns of tasks scored by log-likelihood (`scoring = "loglikelihood"`): the context and its options.
 _LOGLIK_COLUMNS = ("prompt", "choices")
-#: Method hooks that act on generation steps, which log-likelihood scoring does not run.
-_GENERATION_HOOKS = ("start", "finish", "prefill_position_ids", "process_logits")
 #: What methods may see of a row (`GenerationBatch.rows`): never the answer or where it is.
 _PUBLIC_COLUMNS = ("id", "example_id", "num_positions")
 
@@ -347,13 +346,7 @@ def _loglikelihood_records(model, tokenizer, prepared: PreparedTask, stack: Meth
     Only methods that act through attach/detach (position policies) apply here; a method with
     generation hooks would silently do nothing, so it is refused.
     """
-    for method in stack.methods:
-        hooks = [h for h in _GENERATION_HOOKS if getattr(type(method), h) is not getattr(Method, h)]
-        if hooks:
-            raise ValueError(
-                f"method {method.spec()!r} acts through {hooks}, which log-likelihood scoring "
-                f"({prepared.name!r}) does not run; evaluate it on generation tasks only"
-            )
+    refuse_generation_hooks(stack, prepared.name)
     label, task = stack.label, prepared.task
     use_cache = bool(task.use_kv_cache)
     with stack.attached(model, tokenizer):
@@ -768,11 +761,17 @@ def _summarize(
 ) -> dict:
     manifest = _manifest(config, identity, tokenizer, dtype)
     ids = {task.name: {row["id"] for row in task.rows} for task in prepared}
-    records = [
-        r
-        for r in read_records(Path(config.out) / RECORDS_FILE)
-        if r["task"] in ids and r["id"] in ids[r["task"]] and r["method"] in labels
+    written = [
+        r for r in read_records(Path(config.out) / RECORDS_FILE) if r["task"] in ids and r["id"] in ids[r["task"]]
     ]
+    records = [r for r in written if r["method"] in labels]
+    left_out = sorted({r["method"] for r in written} - set(labels))
+    if left_out:  # an earlier run of this directory evaluated more methods: say so, never drop them unmentioned
+        print(
+            f"note: {RECORDS_FILE} also holds records of {', '.join(left_out)} (an earlier run here), left out of "
+            "this summary and report; pass those --methods too to include them",
+            file=sys.stderr,
+        )
     tasks = {
         task.name: {**manifest["tasks"][task.name], "rows": len(task.rows)}  # the manifest names the metric
         for task in prepared
@@ -782,6 +781,10 @@ def _summarize(
         model={**identity, "path": config.model},
         tasks=tasks,
         methods=labels,
-        extra={"decode": manifest["decode"], **({"search_overlap": overlap} if overlap else {})},
+        extra={
+            "decode": manifest["decode"],
+            **({"search_overlap": overlap} if overlap else {}),
+            **({"methods_left_out": left_out} if left_out else {}),
+        },
         n_resamples=config.bootstrap_resamples,
     )

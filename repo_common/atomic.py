@@ -79,7 +79,8 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         raise
     old = None
     try:
-        yield staging
+        with writing_to(path):  # a library's full disk (safetensors, torch) as the OSError every command reports
+            yield staging
         apply_default_permissions(staging)
         if path.is_dir() and not path.is_symlink():
             old = Path(tempfile.mkdtemp(dir=path.parent, prefix=_staging_prefix(path), suffix=".old"))
@@ -161,6 +162,22 @@ def writing_to(path: str | os.PathLike) -> Iterator[None]:
         fix = WRITE_FIXES.get(err.errno, "check that it can be written")
         reason = err.strerror or str(err) or type(err).__name__
         raise OSError(err.errno, f"{reason} while writing {path}; {fix}") from err
+    except Exception as err:
+        if not library_full_disk(err):
+            raise
+        reason = f"No space left on device ({type(err).__name__}: {str(err).strip().splitlines()[0][:120]})"
+        raise OSError(errno.ENOSPC, f"{reason} while writing {path}; {WRITE_FIXES[errno.ENOSPC]}") from err
+
+
+#: How libraries that write files without raising OSError report a full disk: safetensors' SafetensorError
+#: quotes the OS ("No space left on device"); torch's zip writer sees fewer bytes taken than it wrote
+#: ("[enforce fail at inline_container.cc:...] . unexpected pos N vs M").
+_FULL_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "unexpected pos")
+
+
+def library_full_disk(err: BaseException) -> bool:
+    """Whether `err`, not an OSError, is a library's own report of a write the disk could not hold."""
+    return not isinstance(err, OSError) and any(words in str(err) for words in _FULL_DISK_WORDS)
 
 
 @contextmanager

@@ -26,6 +26,10 @@ def class_path_of(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
+#: What the short spec syntax (`NAME:key=value,key2=value2+NAME2`) reads as structure, so no name may hold it.
+SPEC_SYNTAX = frozenset("+:,=")
+
+
 class Registry(MutableMapping[str, T], Generic[T]):
     """`name -> class`, as a dict; an entry given as an import path is imported when it is first read."""
 
@@ -61,6 +65,12 @@ class Registry(MutableMapping[str, T], Generic[T]):
         name = getattr(obj, "name", None) if name is None else name
         if not isinstance(name, str) or not name:
             raise TypeError(f"{class_path_of(obj)} needs a class attribute `name` (its {self.kind} name in configs)")
+        unnameable = sorted({c for c in name if c in SPEC_SYNTAX or c.isspace()})
+        if unnameable:
+            raise ValueError(
+                f"{self.kind} name {name!r} holds {' '.join(repr(c) for c in unnameable)}, which a spec "
+                "(NAME:key=value,...+NAME2) cannot name; register it under a name of letters, digits, '_', '-' or '.'"
+            )
         if not self.holds(name, obj):
             raise ValueError(
                 f"{self.kind} {name!r} is already {self.class_path(name)}; give {obj.__name__} another name"

@@ -312,6 +312,22 @@ def read_interruption(path: str | Path) -> dict | None:
     return dict(record) if isinstance(record, dict) else None
 
 
+def checkpoint_damage(path: str | Path) -> str | None:
+    """Why the checkpoint at `path` cannot be read (empty, truncated, not a checkpoint: the reader's one line), or
+    None when its run state reads (the weights are not read)."""
+    try:
+        _run_state(Path(path))
+    except (ValueError, OSError) as err:
+        return str(err)
+    return None
+
+
+def read_global_step(path: str | Path) -> int | None:
+    """The optimiser step the checkpoint was saved at (Lightning's `global_step`), None if it records none."""
+    step = _run_state(Path(path)).get("global_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def read_hyperparameters(path: str | Path) -> dict[str, dict]:
     """{"model": ..., "data": ...}: the module's and the data module's saved hyperparameters (empty if none).
 

@@ -729,20 +729,21 @@ def test_an_export_replaces_its_own_earlier_export(tmp_path):
     assert (tmp_path / "hf" / "model.safetensors").read_bytes() != b"stale"
 
 
-def test_the_quickstart_writes_only_into_its_own_output(tmp_path):
+def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys):
     """A folder of other files, a file, or `--out ''` is refused before anything is written; an earlier
     quickstart's (steps.json, or only the commands.sh of a run killed before its first step) is taken."""
     folder = _user_folder(Context(tmp_path))
     before = tree_bytes(tmp_path)
     for given in (str(folder), str(folder / "report.md"), ""):
-        with pytest.raises(SystemExit) as stop:
-            workflows_main(["quickstart", "--config", FULL_SCALE, "--dry_run", "--out", given])
-        assert str(stop.value).startswith("python -m workflows quickstart: --out"), stop.value
+        capsys.readouterr()
+        assert workflows_main(["quickstart", "--config", FULL_SCALE, "--dry_run", "--out", given]) == EXIT_USAGE
+        assert capsys.readouterr().err.startswith("python -m workflows quickstart: error: --out")
     assert tree_bytes(tmp_path) == before
-    for manifest in ("steps.json", "commands.sh"):
+    header = "#!/usr/bin/env bash\n# The commands of loop.yaml, in order.\n"
+    for manifest, text in (("steps.json", "{}\n"), ("commands.sh", header)):
         earlier = tmp_path / manifest.replace(".", "-")
         earlier.mkdir()
-        (earlier / manifest).write_text("{}\n")
+        (earlier / manifest).write_text(text)
         (earlier / "report.md").write_text("# the quickstart's report\n")
         check_out(str(earlier), earlier)  # taken: no exception
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from repo_common.atomic import write_text_atomic
 from repo_common.launcher_watch import prctl_function, set_parent_death_signal
 from repo_common.output_guard import check_output_directory
 from repo_train.checkpoints import newest_last_checkpoint
@@ -95,10 +96,14 @@ class CommandRunner:
         self.cwd = cwd
         self.script = Path(script) if script is not None else self.out / COMMANDS_FILE
         self.script.parent.mkdir(parents=True, exist_ok=True)
+        #: The script as written so far: each command rewrites it whole, atomically (`_add`), so a reader, a
+        #: full disk or a kill never leaves a torn script.
+        self._text = ""
         if fresh or not self.script.is_file():
             where = f"cd {shlex.quote(str(Path(cwd).resolve()))}\n" if cwd is not None else ""
-            self.script.write_text(f"#!/usr/bin/env bash\n# {description}\nset -euo pipefail\n{where}")
-            self.script.chmod(0o755)  # `OUT/commands.sh` reruns the whole run
+            self._add(f"#!/usr/bin/env bash\n# {description}\nset -euo pipefail\n{where}")
+        else:
+            self._text = self.script.read_text(encoding="utf-8")
         #: The interpreter as the script writes it: the project's virtualenv (relative to cwd when inside it).
         self.python = _shown_interpreter(cwd)
         self.env = dict(env or {})
@@ -152,10 +157,16 @@ class CommandRunner:
     ) -> None:
         """Write a command that is not run now (done in an earlier run, or a dry run's), with `comment`; its
         `seconds` (the earlier run's) count in `timings`."""
-        with self._lock, self.script.open("a") as handle:
-            handle.write(f"\n# {title} ({comment})\n{self._printable(shown, env)}\n")
+        with self._lock:
+            self._add(f"\n# {title} ({comment})\n{self._printable(shown, env)}\n")
         if seconds:
             self.timings.append((title, seconds))
+
+    def _add(self, text: str) -> None:
+        """`text` added to the script, which is rewritten whole and atomically (never appended in place)."""
+        write_text_atomic(self.script, self._text + text)
+        self._text += text
+        self.script.chmod(0o755)  # `OUT/commands.sh` reruns the whole run
 
     def _printable(self, shown: list[str], env: dict[str, str] | None = None) -> str:
         prefix = [f"{key}={shlex.quote(value)}" for key, value in {**self.env, **(env or {})}.items()]
@@ -169,8 +180,7 @@ class CommandRunner:
         added = {**self.env, **(env or {})}
         environment = {**os.environ, **added} if added else None
         with self._lock:
-            with self.script.open("a") as handle:
-                handle.write(f"\n# {title}\n{printable}\n")
+            self._add(f"\n# {title}\n{printable}\n")
             if echo:
                 print(f"\n=== {title}\n$ {printable}", flush=True)
         if self.dry_run:

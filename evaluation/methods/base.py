@@ -355,3 +355,19 @@ class Baseline(Method):
     """The model as it is: no hook does anything."""
 
     name: ClassVar[str] = "baseline"
+
+
+#: The hooks a method acts through while generating; a log-likelihood task (multiple choice) runs none of them.
+GENERATION_HOOKS = ("start", "finish", "prefill_position_ids", "process_logits")
+
+
+def refuse_generation_hooks(stack: MethodStack, task_name: str) -> None:
+    """A method acting through generation hooks would silently do nothing on a log-likelihood task: refused in one
+    line (`RunConfig` checks every such task before any work, so a mixed task list is refused before it starts)."""
+    for method in stack.methods:
+        hooks = [h for h in GENERATION_HOOKS if getattr(type(method), h) is not getattr(Method, h)]
+        if hooks:
+            raise ValueError(
+                f"method {method.spec()!r} acts through {hooks}, which log-likelihood scoring "
+                f"({task_name!r}) does not run; evaluate it on generation tasks only"
+            )

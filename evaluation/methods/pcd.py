@@ -183,8 +183,12 @@ class PositionalContrastiveDecoding(Method):
             raise ValueError(f"pcd: alpha must be a finite number >= 0 (T(x) <= 1), got {self.alpha!r}")
         if not (math.isfinite(self.beta) and self.beta >= 0):
             raise ValueError(f"pcd: beta must be a finite number >= 0, got {self.beta!r}")
-        if not (math.isfinite(self.ratio) and self.ratio > 0):
-            raise ValueError(f"pcd: ratio (B'/B) must be a finite number > 0, got {self.ratio!r}")
+        if not (math.isfinite(self.ratio) and 0 < self.ratio <= 1):
+            raise ValueError(
+                f"pcd: ratio (B'/B) must be in (0, 1], got {self.ratio!r}: the contrast copy's base B' = ratio * B "
+                "must be lower than the model's for it to over-rotate (above 1 it under-rotates and reverses the "
+                "contrast; 1 reproduces greedy decoding)"
+            )
         if self.gamma < 1:
             raise ValueError(f"pcd: gamma (top tokens kept) must be >= 1, got {self.gamma!r}")
         check_passes("pcd", self.passes)

@@ -8,8 +8,9 @@ continues from (OLMo-2-0425-1B and OLMo-2-1124-7B configs): dolma2 tokenizer
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from repo_common.registry import Registry
 
@@ -21,8 +22,31 @@ PRESETS: Registry[Callable[..., RePoOlmo2Config]] = Registry("model preset")
 
 
 def register_preset(name: str) -> Callable[[Callable[..., RePoOlmo2Config]], Callable[..., RePoOlmo2Config]]:
-    """Function decorator: make a config factory `f(**overrides)` a preset called `name`."""
-    return lambda factory: PRESETS.register(factory, name)
+    """Function decorator: make a config factory `f(**overrides)` a preset called `name`; a function of another
+    shape is refused here, at registration, not by a TypeError deep in `fit` (`check_preset_signature`)."""
+
+    def register(factory: Callable[..., RePoOlmo2Config]) -> Callable[..., RePoOlmo2Config]:
+        check_preset_signature(name, factory)
+        return PRESETS.register(factory, name)
+
+    return register
+
+
+def check_preset_signature(name: str, factory: Any) -> None:
+    """A preset is called as `factory(**overrides)`: it must be callable, take keyword overrides (`**overrides`)
+    and need no other argument. Raises TypeError in one line naming the function and the shape it needs."""
+    shape = f"def {getattr(factory, '__name__', 'preset')}(**overrides) -> RePoOlmo2Config"
+    if not callable(factory):
+        raise TypeError(f"@register_preset({name!r}) decorates {factory!r}, not a function; write {shape}")
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: judged when called
+    required = [p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_overrides = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    if required or not takes_overrides:
+        why = f"it requires {', '.join(required)}" if required else "it takes no **overrides"
+        raise TypeError(f"@register_preset({name!r}): {factory.__name__} cannot be a preset ({why}); write {shape}")
 
 
 _DOLMA2_TOKENS = dict(vocab_size=100352, eos_token_id=100257, pad_token_id=100277, bos_token_id=None)

@@ -64,7 +64,12 @@ from repo_common.launcher_watch import watch_launcher
 from repo_common.progress import is_terminal
 from repo_common.run_lock import locked_directory
 from repo_common.user_code import subclasses
-from repo_train.checkpoints import LIGHTNING_CKPT_ALIASES, read_hyperparameters, read_interruption
+from repo_train.checkpoints import (
+    LIGHTNING_CKPT_ALIASES,
+    read_global_step,
+    read_hyperparameters,
+    read_interruption,
+)
 from repo_train.data import (
     BUILT_IN_SOURCES,
     DataSource,
@@ -215,12 +220,30 @@ def stop_line(stop: Stop, argv: list[str], last_checkpoint: str | None, max_step
         )
     if stop.step == 0:
         return f"{where}, before training started: nothing trained, nothing written"
+    record = read_interruption(last_checkpoint) if last_checkpoint else None
+    if record is not None and record.get("step") == stop.step:  # this stop's own checkpoint, written before the
+        return (  # next signal stopped the run at once: it is the one to resume, not an older one
+            f"{where}; its checkpoint was written before the next signal: {last_checkpoint}; to resume, run the same "
+            f"command again: {resume_command(argv, last_checkpoint)}"
+        )
     if last_checkpoint:  # a second signal cut the write short, or a resumed run stopped before its first step
         return (
             f"{where} without writing a checkpoint; the last one is {last_checkpoint}: resume it with "
             f"--ckpt_path {last_checkpoint}"
         )
     return f"{where} without writing a checkpoint, and none was written before: the run starts afresh"
+
+
+def _check_steps_left(ckpt_path: str, max_steps) -> None:
+    """A resume whose --trainer.max_steps is below the checkpoint's step would train nothing (Lightning says only
+    "no training batches"): refused naming both."""
+    step = read_global_step(ckpt_path)
+    if step is None or not isinstance(max_steps, int) or max_steps < 0 or max_steps >= step:
+        return
+    raise ValueError(
+        f"--trainer.max_steps {max_steps} is below the step of the checkpoint it resumes ({step}, {ckpt_path}): "
+        f"nothing would train. Pass --trainer.max_steps above {step} to go on, or start a new run elsewhere"
+    )
 
 
 class RePoCLI(LightningCLI):
@@ -285,6 +308,8 @@ class RePoCLI(LightningCLI):
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
         saved = read_hyperparameters(ckpt_path)
+        if subcommand == "fit":
+            _check_steps_left(str(ckpt_path), section.get("trainer.max_steps"))
         explicit = self.parser.parse_args(self._argv, defaults=False)[subcommand]
         given = {}
         for name in ("model", "data"):

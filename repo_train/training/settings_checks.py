@@ -22,6 +22,7 @@ from repo_common.model_directory import download_hint, looks_like_hub_id, no_suc
 from repo_common.run_lock import LOCK_FILE
 from repo_train.checkpoints import (
     LIGHTNING_CKPT_ALIASES,
+    checkpoint_damage,
     checkpoint_mtime,
     missing_checkpoint_message,
     newest_last_checkpoint,
@@ -128,6 +129,13 @@ def check_no_earlier_run(root: str, ckpt_path: str | None) -> None:
     if ckpt_path or "://" in root:
         return
     found = earlier_run_checkpoint(root)
+    damage = checkpoint_damage(found) if found is not None else None
+    if damage is not None:  # never point the user at resuming a file that cannot be resumed
+        raise ValueError(
+            f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}, which is damaged ({damage}); "
+            "move it away (or resume from an earlier checkpoint with --ckpt_path), or pass another "
+            "--trainer.default_root_dir to start afresh"
+        )
     if found is not None:
         raise ValueError(
             f"--trainer.default_root_dir {root} holds an earlier run's checkpoint {found}: pass --ckpt_path {found} "
@@ -188,11 +196,30 @@ def read_config_files(paths: list[str]) -> list[Any]:
             data = read_config_yaml(path) if Path(path).is_file() else None
         except yaml.YAMLError:
             data = None
-        problem = config_size_problem(path, data)
+        problem = config_size_problem(path, data) or section_shape_problem(path, data)
         if problem:
             raise ValueError(problem)
         found.append(data)
     return found
+
+
+#: The sections of a `fit` / `validate` config file: each a mapping of its keys (or null, or a nested file's path).
+SECTIONS = ("model", "data", "trainer")
+
+
+def section_shape_problem(path: str, data: Any) -> str | None:
+    """A config file whose `model:`, `data:` or `trainer:` is a number, a boolean or a list (jsonargparse ends
+    in a TypeError, or judges another key): one line naming the file and the section."""
+    if not isinstance(data, dict):
+        return None
+    for section in SECTIONS:
+        value = data.get(section)
+        if value is not None and not isinstance(value, dict | str):
+            return (
+                f"--config {path}: '{section}:' is {value!r}, a {type(value).__name__}; it must be a section of keys "
+                f"(indented `key: value` lines under `{section}:`) or be left out"
+            )
+    return None
 
 
 def named_class_paths(args: list[str], configs: list[Any]) -> list[str]:

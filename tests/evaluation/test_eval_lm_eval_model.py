@@ -222,7 +222,7 @@ def test_the_command_refuses_caliope_in_one_line_with_exit_2(folders, capsys):
             "--include_path", str(folders["tasks"]), "--tasks", "tiny_mc", "--device", "cpu"]  # fmt: skip
     assert evaluation_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("python -m evaluation lm-eval: method 'caliope' is not available in lm-eval")
+    assert err[-1].startswith("python -m evaluation lm-eval: error: method 'caliope' is not available in lm-eval")
 
 
 def test_a_missing_lm_eval_is_one_line_naming_the_extra(monkeypatch, capsys):

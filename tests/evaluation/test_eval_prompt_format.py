@@ -115,8 +115,19 @@ def test_a_template_that_never_ends_is_stopped(chat_model, monkeypatch):
 def test_a_template_that_rewrites_the_message_is_refused(chat_model):
     _, tokenizer = chat_model
     tokenizer.chat_template = CHATML.replace("{{ m['content'] }}", "{{ m['content'] | trim }}")
-    with pytest.raises(ValueError, match="changes the prompt text"):
+    with pytest.raises(ValueError, match="changes the text of prompt 1 of 1"):
         PromptFormat(chat_template=True).apply(tokenizer, ["  padded  "], [[[2, 8]]])
+
+
+def test_a_template_that_cuts_long_messages_is_checked_on_every_prompt(chat_model):
+    """A template whose output depends on the message (it cuts long ones) is caught on the prompt it changes,
+    not only when the first prompt happens to be the long one."""
+    _, tokenizer = chat_model
+    tokenizer.chat_template = CHATML.replace("{{ m['content'] }}", "{{ m['content'][:2000] }}")
+    texts, _ = PromptFormat(chat_template=True).apply(tokenizer, ["short", "also short"], [[[0, 1]], [[0, 1]]])
+    assert "also short" in texts[1]
+    with pytest.raises(ValueError, match="changes the text of prompt 2 of 3"):
+        PromptFormat(chat_template=True).apply(tokenizer, ["short", "x" * 2500, "short"], [[[0, 1]]] * 3)
 
 
 def test_notice_only_for_a_templated_tokenizer_without_the_option(chat_model):

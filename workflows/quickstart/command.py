@@ -12,10 +12,10 @@ from jsonargparse import Namespace
 
 from repo_common.config_cli import ConfigParser
 from repo_common.output_guard import check_output_directory, require_path
-from repo_common.run_lock import RunLockedError, run_lock
+from repo_common.run_lock import run_lock
 from workflows.loop_checks import machine_problems
 from workflows.quickstart.loop_file import loop_steps
-from workflows.quickstart.options import PROG, ROOT, resolve
+from workflows.quickstart.options import ROOT, resolve
 from workflows.quickstart.tiny_loop import tiny_loop
 
 #: The output directory's lock: one quickstart writes it at a time.
@@ -25,10 +25,7 @@ LOCK_NAME = "quickstart.lock"
 def run(options: Namespace, parser: ConfigParser) -> int:
     """The command: the checked options (`options.resolve`), then the loop they choose."""
     args = resolve(options, parser)
-    try:
-        check_out(args.out, (ROOT / args.out).resolve())
-    except ValueError as err:
-        raise SystemExit(f"{PROG}: {err}") from None
+    check_out(args.out, (ROOT / args.out).resolve())  # a refusal: one line `PROG: error: ...`, exit 2
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     if args.loop is not None:
         run_config(args, out)
@@ -37,19 +34,33 @@ def run(options: Namespace, parser: ConfigParser) -> int:
     try:
         with run_lock(out / LOCK_NAME, f"quickstart output {out}"):
             tiny_loop(args, out)
-    except (ValueError, RunLockedError) as err:
-        raise SystemExit(f"{PROG}: {err}") from None
     except KeyboardInterrupt:
         raise SystemExit(f"\ninterrupted; rerun the same command to go on from here ({out / 'steps.json'})") from None
     return 0
 
 
+#: How the second line of a commands.sh that a quickstart began starts (the built-in loop's, a loop file's run and
+#: its dry run): a folder holding another commands.sh is a user's, not an earlier quickstart's.
+BEGUN_BY_QUICKSTART = ("# The commands this quickstart ran", "# The commands of ", "# Dry run of ")
+
+
 def check_out(given: str, out: Path) -> None:
-    """`--out` is new, empty, or an earlier quickstart's (its steps.json, or the commands.sh a run writes before
-    its first step); another folder, a file or `--out ''` is refused before anything is written."""
+    """`--out` is new, empty, or an earlier quickstart's (its steps.json, or the commands.sh a quickstart begins
+    before its first step, recognised by its header); another folder, a file or `--out ''` is refused before
+    anything is written."""
     require_path(given)
-    if not (out / "commands.sh").is_file():
+    if not _began_by_quickstart(out / "commands.sh"):
         check_output_directory(out, "steps.json", "a quickstart output directory")
+
+
+def _began_by_quickstart(script: Path) -> bool:
+    """Whether `script` is a commands.sh a quickstart began: its first line a shebang, its second a quickstart's."""
+    try:
+        with open(script, encoding="utf-8") as handle:
+            first, second = handle.readline(4096), handle.readline(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith("#!") and second.startswith(BEGUN_BY_QUICKSTART)
 
 
 def run_config(args: Namespace, out: Path) -> None:
@@ -66,7 +77,5 @@ def run_config(args: Namespace, out: Path) -> None:
     try:
         with nullcontext() if args.dry_run else run_lock(out / LOCK_NAME, f"quickstart output {out}"):
             loop_steps(args, out, values, problems)
-    except (ValueError, RunLockedError) as err:
-        raise SystemExit(f"{PROG}: {err}") from None
     except KeyboardInterrupt:
         raise SystemExit(f"\ninterrupted; rerun the same command to go on from here ({out / 'steps.json'})") from None
