@@ -166,6 +166,7 @@ METHODS: Registry[type[Method]] = Registry(
         "pi": "evaluation.methods.pi.PositionInterpolation",
         "ms_poe": "evaluation.methods.scaling_baselines.MsPoE",
         "attention_buckets": "evaluation.methods.scaling_baselines.AttentionBuckets",
+        "string": "evaluation.methods.string.String",
     },
 )
 
