@@ -37,6 +37,7 @@ SPECS = {
     "lpes": "lpes:scale_file={scale_file}",
     "ms_poe": "ms_poe",
     "attention_buckets": "attention_buckets",
+    "string": "string:shifted_offset=16,small_local_value=4",  # the prompt is ~70 tokens: the shift acts
 }
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -121,7 +122,9 @@ def test_each_model_kind_cell_is_what_the_code_does(method, tiny_lm, tmp_path):
         for model in _models(column, tokenizer):
             spec = SPECS[method].format(scale_file=_scale_file(tmp_path / "scales.json", model))
             got = _outcome(spec, model, tokenizer)
-            assert got == expected, f"{method} on {column} ({type(model).__name__}): the code {got}, the table says {expected}"
+            assert got == expected, (
+                f"{method} on {column} ({type(model).__name__}): the code {got}, the table says {expected}"
+            )
 
 
 @pytest.mark.parametrize("method", sorted(SPECS))
