@@ -22,7 +22,7 @@ import pytest
 import torch
 from method_helpers import gqa_llama
 
-from evaluation.generation import DecodeSettings, generate_batch
+from evaluation.generation import DecodeSettings, generate, generate_batch
 from evaluation.methods import MethodStack, build_method
 from evaluation.methods.decoding import TokenizedPrompt, collate
 from evaluation.model_loading import byte_tokenizer
@@ -303,3 +303,52 @@ def test_refuses_stacks_that_mean_nothing_in_one_line(llama, spec, message):
     with pytest.raises(ValueError, match=message) as err, MethodStack.parse(spec).attached(model, tokenizer):
         pass
     assert "\n" not in str(err.value)
+
+
+def test_caliope_then_string_runs_and_differs_from_string_alone(llama):
+    """CALIOPE's remapped positions rotate queries and keys; near or far stays by token index, as their windows."""
+    model, tokenizer = llama
+    prompt = "Doc A: the key is blue and the door is green.\nDoc B: the key is red.\nQuestion: which key?"
+    spans = [[[0, 45], [46, 68]]]
+    settings = DecodeSettings(max_new_tokens=4, batch_size=1)
+    answers = {}
+    for spec in (SPEC, f"caliope:calibrator=hourglass+{SPEC}"):
+        tap_logits: list[torch.Tensor] = []
+        tap = build_method("baseline")
+        tap.process_logits = lambda step, logits, state, seen=tap_logits: seen.append(logits) or logits
+        stack = MethodStack([*MethodStack.parse(spec).methods, tap])
+        with stack.attached(model, tokenizer):
+            generate(model, tokenizer, [prompt], settings, stack, spans)
+        answers[spec] = tap_logits[0]
+    first, second = answers.values()
+    assert not torch.allclose(first, second, atol=1e-3)
+
+
+@pytest.mark.slow  # SmolLM2 on the CPU, ~1 min
+def test_smollm2_agrees_with_the_authors_rule(real_model_dir):
+    """SmolLM2-135M (GQA 9/3 heads, 30 layers, float32): a 300-token sequence with S = 96, W = 32 (most keys
+    shifted), full-sequence log-likelihoods and 8 cached greedy steps against the reference."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(real_model_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(real_model_dir)
+    text = " ".join(f"Document {i}: the value of key {i * 7 % 13} is {i * 31 % 97}." for i in range(30))
+    ids = tokenizer(text)["input_ids"][:300]
+    reference = ReferenceString(model, 96, 32)
+    want = token_logprobs(reference.forward(ids, 0), ids)
+    want_tokens, want_steps = reference.greedy(ids, 8)
+    with MethodStack.parse("string:shifted_offset=96,small_local_value=32").attached(model, tokenizer):
+        with torch.no_grad():
+            got = token_logprobs(model(torch.tensor([ids])).logits[0], ids)
+        seen: list[torch.Tensor] = []
+        tap = build_method("baseline")
+        tap.process_logits = lambda step, logits, state: seen.append(logits[0].log_softmax(-1)) or logits
+        settings = DecodeSettings(max_new_tokens=8, batch_size=1)
+        stack = MethodStack([*MethodStack.parse("string:shifted_offset=96,small_local_value=32").methods, tap])
+    with stack.attached(model, tokenizer):
+        [output] = generate_batch(model, tokenizer, collate([TokenizedPrompt(ids, [])], 0), settings, stack)
+    gap = float((got - want).abs().max())
+    step_gap = max(abs(float(s[t] - w[t])) for s, w, t in zip(seen, want_steps, output.token_ids))
+    print(f"SmolLM2 STRING vs the authors' rule: full sequence {gap:.2e} nats/token, cached steps {step_gap:.2e}")
+    assert gap < 1e-4 and step_gap < 1e-4
+    assert output.token_ids == want_tokens[: len(output.token_ids)]
