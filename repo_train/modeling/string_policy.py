@@ -15,11 +15,11 @@ key j) with d = i - j (token indices):
 
 Queries and keys are rotated with the model's RoPE tables multiplied by the attention factor a
 (0.1 ln 2 + 1 in their code, which scales their cached cos and sin), so every attention logit is a² times
-RoPE's, near and far. The shifted query is the rotated query turned back by S - W positions (RoPE's
-rotations compose), so every static rope type works as the model computes it.
+RoPE's, near and far.
 
-`StringPolicy.attend` computes this in plain torch, a block of query rows at a time: two score matrices
-against the same keys, masked by the rule above and by the model's attention mask, one softmax over both.
+`StringPolicy.attend` computes this as one SDPA call over the keys twice: as cached, and turned on by S - W
+positions (q_i · R(S - W) k_j is the query at i - S + W against key j: RoPE's rotations compose, so every static
+rope type works as the model computes it), with a mask holding the rule above and the model's attention mask.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from repo_train.modeling.policy import RopePolicy, Rotation, linear_positions
@@ -38,8 +39,6 @@ AUTHORS_ATTENTION_FACTOR = 0.1 * math.log(2) + 1
 AUTHORS_OFFSET_SHARE = 0.33
 #: Their default small_local_value W (README: 128; they suggest 128, 256 or 512).
 AUTHORS_LOCAL_VALUE = 128
-#: Query rows per block in `attend`: bounds the [B, H, rows, 2·S_k] scores a long prompt's prefill holds.
-QUERY_BLOCK = 512
 
 
 def allowed_keys(attention_mask: torch.Tensor | None, rows: int, keys: int, device) -> torch.Tensor | None:
@@ -84,9 +83,9 @@ class StringPolicy(RopePolicy):
         super().__init__(encoding)
         self.shifted_offset, self.small_local_value = int(shifted_offset), int(small_local_value)
         self.attention_factor = float(attention_factor)
-        shift = -(self.shifted_offset - self.small_local_value) * encoding.inv_freq.double()
-        #: cos/sin `[D]` of turning a query back by S - W positions (float64 angles, applied in q's dtype).
-        self._back = torch.cat([shift.cos(), shift.cos()]), torch.cat([shift.sin(), shift.sin()])
+        shift = (self.shifted_offset - self.small_local_value) * encoding.inv_freq.double()
+        #: cos/sin `[D]` of turning a key on by S - W positions (float64 angles, applied in k's dtype).
+        self._ahead = torch.cat([shift.cos(), shift.cos()]), torch.cat([shift.sin(), shift.sin()])
 
     def rotation(self, attention, hidden_states, position_ids, shared, record):
         factor = self.attention_factor
@@ -97,10 +96,11 @@ class StringPolicy(RopePolicy):
         encoding = RotaryEncoding(self.encoding.inv_freq, self.encoding.attention_scaling * factor)
         return Rotation.from_positions(encoding, linear_positions(position_ids))
 
-    def shifted_query(self, query: torch.Tensor) -> torch.Tensor:
-        """The rotated query `[B, H, S_q, D]` turned back by S - W positions: the query at position i - S + W."""
-        cos, sin = (t.to(device=query.device, dtype=query.dtype) for t in self._back)
-        return (query * cos + rotate_half(query) * sin).to(query.dtype)
+    def shifted_keys(self, key: torch.Tensor) -> torch.Tensor:
+        """The rotated keys `[B, KVH, S_k, D]` turned on by S - W positions: q_i · R(S - W) k_j is the query at
+        i - S + W against key j (RoPE's rotations compose), so one attention call reads both passes."""
+        cos, sin = (t.to(device=key.device, dtype=key.dtype) for t in self._ahead)
+        return (key * cos + rotate_half(key) * sin).to(key.dtype)
 
     def attend(self, attention: nn.Module, query, key, value, attention_mask):
         if getattr(attention, "attention_probe", None) is not None:
@@ -108,51 +108,22 @@ class StringPolicy(RopePolicy):
                 "string computes attention itself, so the attention probe of fim (Found in the Middle) would see "
                 "nothing; evaluate string and fim separately"
             )
-        heads, rows = query.shape[1], query.shape[2]
-        keys, key_heads = key.shape[-2], key.shape[1]
+        rows, keys = query.shape[2], key.shape[-2]
         decode = rows == 1 and keys > 1  # one new token over a cache: the authors' decoding rule
         window, shifted = string_masks(rows, keys, self.shifted_offset, decode, query.device)
-        allowed = allowed_keys(attention_mask, rows, keys, query.device)
-        groups = heads // key_heads
-        out = []
-        for start in range(0, rows, QUERY_BLOCK):
-            block = slice(start, start + QUERY_BLOCK)
-            near = query[:, :, block]
-            far = self.shifted_query(near)
-            block_allowed = None if allowed is None else allowed[:, :, block]
-            out.append(
-                _two_pass_attention(
-                    near, far, key, value, window[block], shifted[block], block_allowed, attention.scaling, groups
-                )
-            )
-        return torch.cat(out, dim=1) if len(out) > 1 else out[0]
+        allowed = torch.cat([window, shifted], dim=-1)  # [rows, 2·S_k]: the window keys, then the shifted ones
+        given = allowed_keys(attention_mask, rows, keys, query.device)
+        if given is not None:
+            allowed = allowed & torch.cat([given, given], dim=-1)  # [B, 1, rows, 2·S_k]
+        output = F.scaled_dot_product_attention(
+            query,
+            torch.cat([key, self.shifted_keys(key)], dim=-2),
+            torch.cat([value, value], dim=-2),
+            attn_mask=allowed,
+            scale=attention.scaling,
+            enable_gqa=query.shape[1] != key.shape[1],
+        )
+        return output.nan_to_num_(0.0).transpose(1, 2).contiguous()  # a fully masked (padding) row: zeros
 
     def describe(self) -> str:
         return f"{self.name}(S={self.shifted_offset}, W={self.small_local_value}, a={self.attention_factor:.4g})"
-
-
-def _two_pass_attention(near, far, key, value, window, shifted, allowed, scaling: float, groups: int):
-    """Softmax over [window keys scored by `near`, shifted keys scored by `far`]; output `[B, rows, H, D]`.
-
-    `near`, `far` `[B, H, rows, D]`; `key`, `value` `[B, KVH, S_k, D]` (query head h reads key head h // groups,
-    as HF's `repeat_kv`); `window`, `shifted` `[rows, S_k]`; `allowed` `[B, 1, rows, S_k]` or None.
-    """
-    batch, heads, rows, dim = near.shape
-    key_heads = key.shape[1]
-
-    def scores(query):  # [B, KVH, groups, rows, S_k], float32 as eager attention's softmax
-        grouped = query.reshape(batch, key_heads, groups * rows, dim)
-        return (grouped @ key.transpose(-1, -2)).float().mul_(scaling).view(batch, key_heads, groups, rows, -1)
-
-    masks = [window, shifted]
-    if allowed is not None:
-        masks = [m[None, None] & allowed for m in masks]  # [B, 1, rows, S_k]
-    masks = [m.unsqueeze(1) if m.dim() == 4 else m for m in masks]  # broadcast over (KVH, groups)
-    logits = torch.cat(
-        [scores(near).masked_fill(~masks[0], -math.inf), scores(far).masked_fill(~masks[1], -math.inf)], -1
-    )
-    weights = logits.softmax(dim=-1).nan_to_num_(0.0).to(value.dtype)  # a fully masked (padding) row: zeros
-    keys = key.shape[-2]
-    combined = weights[..., :keys] + weights[..., keys:]  # both passes read the same values
-    output = combined.view(batch, key_heads, groups * rows, keys) @ value
-    return output.view(batch, heads, rows, dim).transpose(1, 2).contiguous()
