@@ -273,7 +273,7 @@ def test_the_calibrator_benchmark_table_checks_each_target_at_every_length():
     assert fim_target.endswith("1.35 (1.31–1.40) at 1000 tok: missed")
     assert (
         calibrators.coverage_line(results, BUILT_IN_METHODS)
-        == "registered methods not in this run: caliope, lpes, ms_poe, pi, positional_hidden"
+        == "registered methods not in this run: caliope, lpes, ms_poe, pi, positional_hidden, string"
     )
 
 

@@ -93,7 +93,7 @@ def test_gold_loglik_study_scores_every_step_by_it_and_projects_no_pcd():
     assert command[command.index("--score") + 1] == "gold_loglik"
     speed = {"prompts_per_second": 1.0}
     metric = projected_seconds(args.size, speed)["evaluation"]
-    assert projected_seconds(args.size, {**speed, "score": "gold_loglik"})["evaluation"] == metric * 5 / 7
+    assert projected_seconds(args.size, {**speed, "score": "gold_loglik"})["evaluation"] == metric * 6 / 8
 
 
 def test_a_study_directory_of_the_other_score_is_refused_before_anything_is_written(tmp_path, capsys):
@@ -208,6 +208,7 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
         "caliope",
         *pi,
         "ms_poe",
+        "string",
         "lpes",
         "positional_hidden",
         "pcd",
@@ -217,7 +218,17 @@ def test_the_quick_study_runs_end_to_end_and_resumes(real_model_dir, tmp_path, c
     for row in result["main_rows"]:
         assert row["result"]["n"] == size["questions"] * size["documents"]
     assert len(result["bias"]["mean"]["gold"]) == size["documents"]
-    assert set(result["claims"]) >= {"bias", "accuracy", "caliope", "fim", "pcd", "ms_poe", "lpes", "positional_hidden"}
+    assert set(result["claims"]) >= {
+        "bias",
+        "accuracy",
+        "caliope",
+        "fim",
+        "pcd",
+        "ms_poe",
+        "string",
+        "lpes",
+        "positional_hidden",
+    }
     assert len(result["search"]["scales"]) == 30  # one per layer of SmolLM2
     text = (out / "README.md").read_text()
     assert "## Each paper's claim next to what was seen" in text and (out / "study.png").is_file()
@@ -242,6 +253,7 @@ def test_the_quick_gold_loglik_study_leaves_pcd_out(real_model_dir, tmp_path):
         "caliope",
         *pi,
         "ms_poe",
+        "string",
         "lpes",
         "positional_hidden",
     ]

@@ -170,6 +170,7 @@ METHODS: Registry[type[Method]] = Registry(
         "ms_poe": "evaluation.methods.scaling_baselines.MsPoE",
         "attention_buckets": "evaluation.methods.scaling_baselines.AttentionBuckets",
         "positional_hidden": "evaluation.methods.positional_hidden.PositionalHidden",
+        "string": "evaluation.methods.string.String",
     },
 )
 

@@ -106,22 +106,25 @@ class PolicyAttentionMixin:
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
 
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, _eager_attention_of(type(self))
-        )
-        sliding_window = getattr(self, "sliding_window", None)
-        if sliding_window is not None:
-            kwargs["sliding_window"] = sliding_window
-        attn_output, attn_weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        # A policy that computes the attention itself (STRING's two passes) answers here; None = the interface.
+        attn_output, attn_weights = self.position_policy.attend(self, query, key, value, attention_mask), None
+        if attn_output is None:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, _eager_attention_of(type(self))
+            )
+            sliding_window = getattr(self, "sliding_window", None)
+            if sliding_window is not None:
+                kwargs["sliding_window"] = sliding_window
+            attn_output, attn_weights = attention_interface(
+                self,
+                query,
+                key,
+                value,
+                attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout,
+                scaling=self.scaling,
+                **kwargs,
+            )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
         if given is not None and given.finish is not None:
             attn_output = given.finish(attn_output, rotation, attention_mask, kwargs)

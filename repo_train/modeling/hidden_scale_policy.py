@@ -76,6 +76,11 @@ class HiddenScalePolicy(PositionPolicy):
             raise ValueError(  # noqa: TRY004  (a user's stack: exit 2, one line)
                 "positional_hidden: this layer is already scaled by positional_hidden; give the method once"
             )
+        if type(inner).attend is not PositionPolicy.attend:
+            raise ValueError(
+                f"positional_hidden: layer policy {inner.describe()!r} computes its own attention (STRING), "
+                "which the recomputed rows would bypass; run the two methods separately"
+            )
         self.inner, self.scale = inner, scale
         self.per_head, self.needs_encoding = inner.per_head, inner.needs_encoding
         self.prefill_rows = scale.last_recompute_tokens

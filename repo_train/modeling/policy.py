@@ -186,6 +186,24 @@ class PositionPolicy:
         """
         return None
 
+    def attend(
+        self,
+        attention: nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        """The layer's attention output `[B, S_q, H, D]` computed by the policy itself, or None (the default) for
+        the model's attention interface (SDPA, flash-attn, eager).
+
+        `query [B, H, S_q, D]` is rotated by this policy's `rotation`; `key`, `value` `[B, KVH, S_k, D]` hold the
+        whole cache after this call's tokens were appended (keys rotated); `attention_mask` is what the
+        interface would get (None, or `[B, 1, S_q, >= S_k]`, bool or additive). A policy that needs more than
+        one query rotation per (query, key) pair overrides it (STRING, `string_policy.py`).
+        """
+        return None
+
     def describe(self) -> str:
         return self.name
 

@@ -277,3 +277,19 @@ def test_the_published_repo_layout_keeps_its_repo_weights(lm_eval_api, tmp_path)
     ids = torch.tensor([[40, 41, 42, 43, 44]])
     with torch.no_grad():
         assert torch.equal(ours.model(ids).logits, saved.model(ids).logits)
+
+
+@pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
+def test_string_runs_in_all_three_request_types(lm_eval_api, folders, hf_plain):
+    """STRING with two parameters (model_args as a dict, as lm-eval's Python API takes them); S = 8 shifts the
+    tiny tasks' far keys, so its answers differ from hf's."""
+    args = {
+        "pretrained": str(folders["plain"]),
+        "dtype": "float32",
+        "method": "string:shifted_offset=8,small_local_value=2",
+    }
+    ours = evaluate(lm_eval_api, folders, "repo-train", args)
+    values = loglikelihoods(ours)
+    assert all(math.isfinite(v) and v < 0 for v in values) and len(generations(ours)) == 5
+    assert relative_gap(values, loglikelihoods(hf_plain)) > 1e-4  # the method acted
+    assert ours["config"]["repo_train_method"].startswith("string:shifted_offset=8,small_local_value=2,")

@@ -38,6 +38,7 @@ SPECS = {
     "ms_poe": "ms_poe",
     "attention_buckets": "attention_buckets",
     "positional_hidden": "positional_hidden:dims=3;17,layers=1-2,factor=0",
+    "string": "string:shifted_offset=16,small_local_value=4",  # the prompt is ~70 tokens: the shift acts
 }
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -70,7 +70,7 @@ def main_methods(caliope: str, scales: Sequence[float], scale_file: Path, score:
     scale: LPES is then PI at that scale, so it runs once, as LPES (the report says why PI has no row)."""
     mean = statistics.fmean(scales)
     methods = {"baseline": "baseline", caliope.split(",")[0]: caliope, "pi": f"pi:scale={mean:.4g}", "ms_poe": "ms_poe",
-               "lpes": f"lpes:scale_file={scale_file}", "positional_hidden": POSITIONAL_HIDDEN}  # fmt: skip
+               "string": "string", "lpes": f"lpes:scale_file={scale_file}", "positional_hidden": POSITIONAL_HIDDEN}  # fmt: skip
     if uniform_scale(scales) is not None:
         del methods["pi"]
     if score == "metric":  # PCD's contrast has no comparable log-likelihood (`forced_scoring_problem`)

@@ -64,8 +64,8 @@ def projected_seconds(size: Mapping[str, int], speed: Mapping[str, float]) -> di
     return {
         "search": (candidates * 3 * size["search_questions"] + 3 * 3 * size["held_out"]) / rate,
         "attention bias": 0.9 * k * size["bias_questions"] / rate,  # a prefill, no decoding
-        # baseline, caliope, pi, ms_poe, lpes: 1 prefill each; pcd (scored by the metric only): 2
-        "evaluation": (7 if speed.get("score", "metric") == "metric" else 5) * k * size["questions"] / rate,
+        # baseline, caliope, pi, ms_poe, string, lpes: 1 prefill each; pcd (scored by the metric only): 2
+        "evaluation": (8 if speed.get("score", "metric") == "metric" else 6) * k * size["questions"] / rate,
         # baseline 1, fim K + 1, attention buckets 6
         "costly methods": (1 + (k + 1) + len(BUCKET_RATIOS)) * k * size["costly_questions"] / rate,
     }

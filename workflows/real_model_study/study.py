@@ -115,6 +115,7 @@ def run_study(args, parser) -> None:
         "caliope": f"CALIOPE hourglass ({caliope_why})",
         "pi": f"PI at the LPES mean ({mean_scale:.3f})",
         "ms_poe": "Ms-PoE",
+        "string": "STRING (the authors' S = 0.33 × max_position_embeddings, W = 128)",
         "lpes": lpes_name(scales),
         "positional_hidden": "PositionalHidden (channel 2 × 0, layers 9-23)",
         "pcd": "PCD",

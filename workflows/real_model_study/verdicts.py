@@ -18,6 +18,8 @@ PAPER_CLAIMS = {
     "pcd": "Positional Contrastive Decoding: contrasting logits of a long-range-decayed encoding raises accuracy on "
     "long-context QA / retrieval.",
     "ms_poe": "Ms-PoE: per-head position rescaling raises middle-position accuracy of multi-document QA.",
+    "string": "STRING: shifting well-trained positions over the rarely trained large ones raises long-context "
+    "retrieval (RULER, NIAH) without training; here, middle-position accuracy of multi-document QA.",
     "attention_buckets": "Attention Buckets: parallel RoPE bases fill each other's attention troughs and raise "
     "multi-document QA accuracy.",
     "positional_hidden": "PositionalHidden: scaling one positional channel of the attention input in the middle "
