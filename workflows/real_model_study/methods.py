@@ -58,11 +58,10 @@ def uniform_scale(scales: Sequence[float]) -> float | None:
     return float(scales[0]) if scales and len(set(scales)) == 1 else None
 
 
-#: PositionalHidden's setting for SmolLM2-135M-Instruct: channel 2, the channel of the attention input whose
-#: value follows the token position most monotonically (the authors' prior; Spearman ρ = -0.43 over 400 tokens
-#: of MDQA passages, mean of layers 8, 12 and 16), scaled by 0 in layers 9-23 (the authors' 10-25 of 32, in
-#: proportion). The same as configs/positional_hidden/smollm2-135m-instruct-prior-guess.json.
-POSITIONAL_HIDDEN = "positional_hidden:dims=2,layers=9-23,factor=0"
+#: PositionalHidden's setting for SmolLM2-135M-Instruct, as `python -m search positional-dims` found it
+#: (configs/positional_hidden/smollm2-135m-instruct.json, 2026-12-07): channel 100 of the attention input scaled
+#: by 0 in layers 10-25. Inline, so that the study needs no file outside the package.
+POSITIONAL_HIDDEN = "positional_hidden:dims=100,layers=10-25,factor=0"
 
 
 def main_methods(caliope: str, scales: Sequence[float], scale_file: Path, score: str) -> dict[str, str]:

@@ -117,7 +117,7 @@ def run_study(args, parser) -> None:
         "ms_poe": "Ms-PoE",
         "string": "STRING (the authors' S = 0.33 × max_position_embeddings, W = 128)",
         "lpes": lpes_name(scales),
-        "positional_hidden": "PositionalHidden (channel 2 × 0, layers 9-23)",
+        "positional_hidden": "PositionalHidden (channel 100 × 0, layers 10-25, searched)",
         "pcd": "PCD",
         "fim": "Found in the Middle",
         "attention_buckets": "Attention Buckets (6 bases, θ × 1–2.25)",
