@@ -49,7 +49,7 @@ class LmEvalReport:
         """Each run parsed into (method, folder), the folders present, one baseline."""
         self.run_list: list[tuple[str, Path]] = []
         for item in self.runs:
-            method, sep, path = item.partition("=")
+            method, sep, path = item.rpartition("=")  # a method spec holds "=" too (pi:scale=2=DIR)
             if not sep or not method or not path:
                 raise ValueError(f"--runs {item!r}: give METHOD=PATH (e.g. baseline=results/hf)")
             if not Path(path).is_dir():
