@@ -13,7 +13,6 @@ reports the per-position scores with lm-eval's own engines (`hf`, `vllm`, `repo-
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import shutil
 import sys
@@ -28,7 +27,7 @@ from evaluation.results import write_json_atomic
 from evaluation.sample_data import KV_RETRIEVAL_75_KEYS, NQ_OPEN_ORACLE
 from evaluation.tasks.base import Task
 from evaluation.tasks.kv_retrieval import KVRetrievalTask
-from evaluation.tasks.mdqa import MDQAReleaseTask, MDQATask
+from evaluation.tasks.mdqa import MDQAReleaseTask, MDQATask, release_files
 from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config
 from repo_common.output_guard import check_output_directory
 
@@ -42,22 +41,11 @@ SCORES = {
 }
 #: The columns of a written row (every one a column of the project's task rows).
 ROW_KEYS = ("id", "example_id", "gold_position", "num_positions", "prompt", "answers")
-RELEASE_FILE = re.compile(r"nq-open-(\d+)_total_documents_gold_at_(\d+)\.jsonl(\.gz)?")
 
 
 def add_arguments(parser: ConfigParser) -> None:
     parser.description = __doc__.split("\n\n")[0]
     add_dataclass_options(parser, LitmTasks)
-
-
-def release_files(data_dir: Path, k: int) -> dict[int, Path]:
-    """The release's MDQA files for k documents under `data_dir` (any depth), by gold position."""
-    found: dict[int, Path] = {}
-    for path in sorted(data_dir.rglob(f"nq-open-{k}_total_documents_gold_at_*.jsonl*")):
-        match = RELEASE_FILE.fullmatch(path.name)
-        if match and path.is_file():
-            found.setdefault(int(match.group(2)), path)
-    return found
 
 
 def family_tasks(family: str, options: LitmTasks) -> list[Task]:
@@ -94,7 +82,7 @@ def family_tasks(family: str, options: LitmTasks) -> list[Task]:
             f"no nq-open-{options.num_documents}_total_documents_gold_at_*.jsonl(.gz) {where}; the release's "
             "qa_data/{k}_total_documents folders hold them"
         )
-    return [MDQAReleaseTask(path=str(files[position]), **common) for position in sorted(files)]
+    return [MDQAReleaseTask(path=str(folder), num_documents=options.num_documents, **common)]
 
 
 def rows_by_position(tasks: list[Task]) -> dict[int, list[dict[str, Any]]]:
@@ -104,6 +92,10 @@ def rows_by_position(tasks: list[Task]) -> dict[int, list[dict[str, Any]]]:
         for row in task.rows():
             grouped[row["gold_position"]].append({key: row[key] for key in ROW_KEYS})
     return dict(sorted(grouped.items()))
+
+
+def _files(task: Task) -> list:
+    return task.files() if isinstance(task, MDQAReleaseTask) else [task.path]
 
 
 def group_name(family: str, options: LitmTasks) -> str:
@@ -191,7 +183,7 @@ def write_family(out: Path, family: str, tasks: list[Task], options: LitmTasks) 
         "group": group,
         "metric": metric,
         "tasks": {str(p): n for p, n in names.items()},
-        "files": sorted({t.path for t in tasks}),
+        "files": sorted({str(path) for t in tasks for path in _files(t)}),
         "params": params,
         "questions": len(next(iter(by_position.values()))),
     }
