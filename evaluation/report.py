@@ -1,6 +1,7 @@
 """Plots and a short markdown report from summary.json files (re-renderable at any time).
 
-Per task, `accuracy_by_position_<task>.png` draws one curve per method (and
+Per task, `accuracy_by_position_<task>.png` (`gold_loglik_by_position_<task>.png` for the gold
+log-likelihood) draws one curve per method (and
 per model when other run directories are compared), with 95% bootstrap
 intervals as error bars; `report.md` tabulates accuracy, middle, edges and the
 comparison with the baseline ending in a verdict word, then the curve details,
