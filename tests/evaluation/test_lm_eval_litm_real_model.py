@@ -50,90 +50,32 @@ def project_scores(summary: dict, method: str) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def runs(real_model_dir, tmp_path_factory):
+    """The tasks, lm-eval's `hf` run, the `repo-train` run with PI, the harness's run of both, and the report of
+    the two lm-eval runs (paths hold no spaces: each command is split at them)."""
     root = tmp_path_factory.mktemp("litm_real")
-    python = sys.executable
-    _run(
-        [python, "-m", "evaluation", "lm-eval", "tasks", "--out", str(root / "tasks"), "--families", "mdqa", *SIZE],
-        root,
+    python, size, model = sys.executable, " ".join(SIZE), f"pretrained={real_model_dir},dtype=float32"
+    lm_eval = Path(python).parent / "lm_eval"  # lm-eval's own console script
+    common = (
+        f"--include_path {root / 'tasks'} --tasks litm_mdqa_k3 --device cpu --batch_size 1 --apply_chat_template "
+        "--log_samples"
     )
-    common = [
-        "--include_path",
-        str(root / "tasks"),
-        "--tasks",
-        "litm_mdqa_k3",
-        "--device",
-        "cpu",
-        "--batch_size",
-        "1",
-        "--apply_chat_template",
-        "--log_samples",
-    ]
-    model = f"pretrained={real_model_dir},dtype=float32"
-    lm_eval = str(Path(python).parent / "lm_eval")  # lm-eval's own console script
-    _run([lm_eval, "run", *common, "--model", "hf", "--model_args", model, "--output_path", str(root / "hf")], root)
-    _run(
-        [
-            python,
-            "-m",
-            "evaluation",
-            "lm-eval",
-            "run",
-            *common,
-            "--model",
-            "repo-train",
-            "--model_args",
-            f"{model},method={PI}",
-            "--output_path",
-            str(root / "pi"),
-        ],
-        root,
-    )
-    _run(
-        [
-            python,
-            "-m",
-            "evaluation",
-            "run",
-            "--model",
-            str(real_model_dir),
-            "--tasks",
-            "mdqa",
-            *SIZE,
-            "--methods",
-            "baseline",
-            "--methods",
-            PI,
-            "--chat_template",
-            "true",
-            "--dtype",
-            "float32",
-            "--device",
-            "cpu",
-            "--batch_size",
-            "1",
-            "--no_report",
-            "true",
-            "--out",
-            str(root / "ours"),
-        ],
-        root,
-    )
-    _run(
-        [
-            python,
-            "-m",
-            "evaluation",
-            "lm-eval",
-            "report",
-            "--out",
-            str(root / "report"),
-            "--runs",
-            f"baseline={root / 'hf'}",
-            "--runs",
-            f"{PI}={root / 'pi'}",
-        ],
-        root,
-    )
+    for command in (
+        f"{python} -m evaluation lm-eval tasks --out {root / 'tasks'} --families mdqa {size}",
+        f"{lm_eval} run {common} --model hf --model_args {model} --output_path {root / 'hf'}",
+        (
+            f"{python} -m evaluation lm-eval run {common} --model repo-train --model_args {model},method={PI} "
+            f"--output_path {root / 'pi'}"
+        ),
+        (
+            f"{python} -m evaluation run --model {real_model_dir} --tasks mdqa {size} --methods baseline --methods {PI} "
+            f"--chat_template true --dtype float32 --device cpu --batch_size 1 --no_report true --out {root / 'ours'}"
+        ),
+        (
+            f"{python} -m evaluation lm-eval report --out {root / 'report'} --runs baseline={root / 'hf'} "
+            f"--runs {PI}={root / 'pi'}"
+        ),
+    ):
+        _run(command.split(), root)
     return root
 
 
