@@ -35,8 +35,10 @@ class Curve(NamedTuple):
     reference: Mapping[str, Any] | None = None
 
 
-def plot_name(task: str) -> str:
-    return f"accuracy_by_position_{re.sub(r'[^A-Za-z0-9_.-]', '_', task)}.png"
+def plot_name(task: str, score: str = "accuracy") -> str:
+    """The plot's file name: what it draws (`accuracy`, `gold_loglik`: `evaluation.run_config.score_key`) by
+    position, for which task."""
+    return f"{score}_by_position_{re.sub(r'[^A-Za-z0-9_.-]', '_', task)}.png"
 
 
 def short(label: str, width: int = 56) -> str:

@@ -1,6 +1,7 @@
 """Plots and a short markdown report from summary.json files (re-renderable at any time).
 
-Per task, `accuracy_by_position_<task>.png` draws one curve per method (and
+Per task, `accuracy_by_position_<task>.png` (`gold_loglik_by_position_<task>.png` for the gold
+log-likelihood) draws one curve per method (and
 per model when other run directories are compared), with 95% bootstrap
 intervals as error bars; `report.md` tabulates accuracy, middle, edges and the
 comparison with the baseline ending in a verdict word, then the curve details,
@@ -23,10 +24,10 @@ from evaluation.method_labels import short_labels
 from evaluation.position_metrics import middle_and_edges
 from evaluation.position_plot import Curve, plot_name, plot_task_curves
 from evaluation.results import BASELINE, comparison_verdict, load_summary
-from evaluation.run_config import score_name
+from evaluation.run_config import score_key, score_name
 from evaluation.run_directory import MANIFEST_FILE
 from evaluation.search_overlap import overlap_lines
-from evaluation.statistics import mean_std_over_seeds
+from evaluation.statistics import mean_std_over_seeds, smallest_attainable_p
 from repo_common.atomic import write_text_atomic
 
 REPORT_FILE = "report.md"
@@ -130,6 +131,19 @@ def delta_cell(vs: dict[str, Any] | None) -> str:
     return interval_cell(vs["mean_diff"], [vs["low"], vs["high"]], signed=True) if vs else "–"
 
 
+def power_note(vs: dict[str, Any] | None, comparisons: int, alpha: float) -> str:
+    """Beside a verdict: that the run has too few questions for any result to reach significance, if so."""
+    if not vs or vs.get("identical") or not vs.get("n_examples"):
+        return ""
+    holm, mcnemar = smallest_attainable_p(vs["n_examples"], comparisons)
+    if holm < alpha:
+        return ""
+    return (
+        f" (too few questions to reach p < {alpha:g}: with {vs['n_examples']} the smallest attainable p is "
+        f"{holm:.2g} for the sign-flip test with Holm, {mcnemar:.2g} for exact McNemar)"
+    )
+
+
 def _middle_edges(result: dict[str, Any]) -> tuple[Any, Any]:
     """Middle and edge accuracy: stored by newer summaries, else from the per-position accuracies."""
     if "middle_accuracy" in result:
@@ -162,7 +176,8 @@ def _table(task: str, runs: Sequence[tuple[str, dict[str, Any]]], labels: dict[s
         none = "reference" if r is summary["results"][task].get(BASELINE) else "–"  # no comparison
         if none == "reference" and r.get("empty_answers") and r["empty_answers"] == r["n"]:
             none = "reference (no answers)"  # every comparison is then with a model that said nothing
-        verdict = comparison_verdict(vs, alpha) or none
+        comparisons = sum(1 for result in summary["results"][task].values() if result.get("vs_baseline"))
+        verdict = (comparison_verdict(vs, alpha) or none) + power_note(vs, comparisons, alpha)
         middle_verdict = comparison_verdict(middle_vs, alpha) or ("–" if vs else none)
         main.append(
             f"| {label} | {r['n_examples']} ({r['n']}) | {interval_cell(r['accuracy'], r['accuracy_ci'])} "
@@ -355,7 +370,7 @@ def render_report(out: str | Path, compare: Sequence[str | Path] = (), seeds: bo
     written = []
     for task in tasks:
         spec = main["tasks"].get(task, {})
-        path = out / plot_name(task)
+        path = out / plot_name(task, score_key(spec.get("metric")))
         plot_task(task, runs, path, labels)
         written.append(path)
         lines += ["", f"## {task}", "", f"Parameters: `{spec.get('params', {})}`, metric `{spec.get('metric')}`."]

@@ -43,8 +43,13 @@ PYTHON_ONLY = {"option": False}
 
 def score_name(metric: str | None) -> str:
     """What a summary's per-method `accuracy` numbers are, for tables and axes: accuracy under a task's metric,
-    or the gold answer's mean log-probability per token under `--score gold_loglik`."""
-    return "gold log-likelihood" if metric == GOLD_LOGLIK else "accuracy"
+    or the gold answer's mean log-probability per token under `--score gold_loglik`, with its unit."""
+    return "gold log-likelihood (nats per token)" if metric == GOLD_LOGLIK else "accuracy"
+
+
+def score_key(metric: str | None) -> str:
+    """The score's short name for file names and `key=value` lines: `accuracy` or `gold_loglik`."""
+    return GOLD_LOGLIK if metric == GOLD_LOGLIK else "accuracy"
 
 
 @dataclass(kw_only=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from evaluation.report import render_report
-from evaluation.run_config import TINY_DEFAULTS, RunConfig, score_name
+from evaluation.run_config import TINY_DEFAULTS, RunConfig, score_key
 from evaluation.runner import RunInterrupted, run
 from repo_common.distributed import close_distributed, init_distributed, rank_and_world
 from repo_common.launcher_watch import watch_launcher
@@ -44,7 +44,7 @@ def launch(config: RunConfig, config_text: str) -> int:
     if summary is None:  # a rank other than 0: rank 0 merged the records and writes the summary and report
         return 0
     for task, by_method in summary["results"].items():
-        score = score_name(summary["tasks"].get(task, {}).get("metric")).replace(" ", "_")
+        score = score_key(summary["tasks"].get(task, {}).get("metric"))
         for method, result in by_method.items():
             print(f"{task:12s} {method:24s} n={result['n']:<5d} {score}={result['accuracy']:.3f}")
     if not config.no_report:

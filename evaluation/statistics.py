@@ -237,6 +237,22 @@ def sign_flip_test(
     return SignFlipTest((1 + hits) / (1 + n_permutations), False, n_permutations, m)
 
 
+def smallest_attainable_p(
+    n_questions: int, comparisons: int = 1, n_permutations: int = DEFAULT_PERMUTATIONS
+) -> tuple[float, float]:
+    """(sign-flip with Holm, exact McNemar): the smallest p each test can give with `n_questions` paired questions.
+
+    The best case of both is every question differing the same way. The exact sign-flip test then finds 2 of the
+    2^n sign patterns as extreme (p = 2 / 2^n; a Monte Carlo test, past `EXACT_SIGN_FLIP_MAX`, no less than
+    1 / (1 + n_permutations)), and Holm multiplies the smallest of `comparisons` p-values by their number; the
+    clustered exact McNemar test is a two-sided binomial over the questions, 2 × 0.5^n (not adjusted). When
+    these reach alpha, no verdict of a run this small can be "helps" or "hurts", whatever the method does.
+    """
+    n = max(int(n_questions), 0)
+    sign_flip = 2.0 ** (1 - n) if n <= EXACT_SIGN_FLIP_MAX else 1.0 / (1 + n_permutations)
+    return min(1.0, max(comparisons, 1) * sign_flip), min(1.0, 2.0 ** (1 - n))
+
+
 def holm_adjust(p_values: Mapping[str, float]) -> dict[str, float]:
     """Holm's step-down adjustment of p-values of several comparisons against one baseline.
 

@@ -54,6 +54,9 @@ ZERO_LAYOUT = "a ZeRO checkpoint directory holds 'latest' (naming a tag) and TAG
 #: Key of a checkpoint written because a signal stopped its run (`training.interrupt`): {"signal", "step"}.
 #: Rerunning the run's command resumes such a checkpoint by itself.
 INTERRUPTED_KEY = "repo_train_interrupted"
+#: Key of the run's `max_steps` in its checkpoints (the training module writes it), so an export can say whether
+#: the weights are those of a finished run.
+MAX_STEPS_KEY = "repo_train_max_steps"
 #: Files of a distributed (DCP) checkpoint directory: DCP's index, and Lightning's non-tensor state.
 DCP_METADATA_FILE, DCP_LIGHTNING_FILE = ".metadata", "meta.pt"
 #: What a DCP directory must hold, for the messages.
@@ -326,6 +329,27 @@ def read_global_step(path: str | Path) -> int | None:
     """The optimiser step the checkpoint was saved at (Lightning's `global_step`), None if it records none."""
     step = _run_state(Path(path)).get("global_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def training_progress(state: dict) -> dict:
+    """What a checkpoint's weights are: its optimizer step, the run's total, and whether the run had finished, was
+    stopped by a signal (`training.interrupt`), or was saved on the way (a periodic checkpoint). A checkpoint
+    written before the total was recorded says "unknown"."""
+    step, total = state.get("global_step"), state.get(MAX_STEPS_KEY)
+    interrupted = state.get(INTERRUPTED_KEY)
+    if isinstance(interrupted, dict):
+        status = "interrupted"
+    elif isinstance(total, int) and total > 0 and isinstance(step, int):
+        status = "finished" if step >= total else "unfinished"
+    else:
+        status = "unknown"
+    return {
+        "step": step,
+        "total_steps": total if isinstance(total, int) and total > 0 else None,
+        "status": status,
+        "finished": {"finished": True, "unknown": None}.get(status, False),
+        "interrupted": dict(interrupted) if isinstance(interrupted, dict) else None,
+    }
 
 
 def read_hyperparameters(path: str | Path) -> dict[str, dict]:

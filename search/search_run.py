@@ -27,8 +27,9 @@ from search.outcome import every_candidate_scored, outcome_of, search_outcome
 from search.outputs import check_search_outputs, lock_path
 from search.plots import plot_curve, plot_fitness
 from search.prepare import load_search_model, search_fitness, searched_model, task_parameters
-from search.scale_file_writer import ScaleFile, search_section, write_scale_file
+from search.scale_file_writer import ScaleFile, load_scale_file, search_section, write_scale_file
 from search.search_log import read_log, search_with_log
+from search.show import print_evaluation_command
 from search.smoothness import smoothness
 
 
@@ -238,6 +239,8 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
     print(f"{summary['evaluations']} candidates scored; this run took {seconds:.1f} s")
     for key in ("scale", "log", "curve", "fitness", "state", "config"):
         print(f"{key:8s} {summary['paths'][key]}")
+    scale = summary["paths"]["scale"]
+    print_evaluation_command(load_scale_file(scale), scale)  # the same lines as `python -m search show` prints
     warning = summary["outcome"]["warning"]
     if warning:  # last, on stderr: where a reader of the log and a caller's capture both see it
         print(f"warning: {warning}", file=sys.stderr, flush=True)

@@ -5,6 +5,7 @@ search that changes the prompts or their scores."""
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,16 @@ def show(path: str, num_layers: int | None) -> int:
             f"outcome    beats the unscaled model on the {outcome['compared_on']}: LPES {outcome['lpes']:.4f}, "
             f"unscaled {outcome['unscaled']:.4f}"
         )
-    argv, note = evaluation_command(data, path, mean)
+    print_evaluation_command(data, path)
+    return 0
+
+
+def print_evaluation_command(data: ScaleFile, path: str) -> None:
+    """The `evaluate` lines: the evaluation command of the file (`evaluation_command`) and its note."""
+    argv, note = evaluation_command(data, path, sum(data.scales) / len(data.scales))
     if argv is not None:
         print(f"evaluate   {shlex.join(argv)}")
     print(f"           ({note})")
-    return 0
 
 
 def evaluation_command(data: ScaleFile, path: str, mean: float) -> tuple[list[str] | None, str]:
@@ -85,7 +91,7 @@ def evaluation_command(data: ScaleFile, path: str, mean: float) -> tuple[list[st
     count, why = _unused_examples(task, offset, wanted, set(used.get("fingerprints", ())))
     if count == 0:
         return None, f"no evaluation command: {why}"
-    argv = ["python", "-m", "evaluation", "run"]
+    argv = [sys.executable, "-m", "evaluation", "run"]  # the interpreter running: pasted, it runs in any shell
     model = data.model["name"]
     if not str(model).startswith(TINY_DEFAULT_NAME):
         argv += ["--model", str(model)]

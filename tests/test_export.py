@@ -144,20 +144,92 @@ def test_an_export_of_a_text_run_is_accepted_by_evaluation(tmp_path, one_thread,
     train = TextData(tokenizer=str(tmp_path / "tokenizer"), paths=[str(tmp_path / "docs.txt")], seq_len=32)
     overrides = {"vocab_size": 258, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": None}
     argv = [
-        "fit", "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path / "run"),
-        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--trainer.accelerator", "cpu",
-        "--data.train", json.dumps(train.to_config()), "--data.global_batch_size", "4",
-        "--data.micro_batch_size", "4", "--model.config_overrides", json.dumps(overrides),
-        "--model.attn_implementation", "sdpa", "--checkpoint.every_n_train_steps", "2",
-    ]  # fmt: skip
+        "fit",
+        "--trainer.max_steps",
+        "2",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
+        "--data.train",
+        json.dumps(train.to_config()),
+        "--data.global_batch_size",
+        "4",
+        "--data.micro_batch_size",
+        "4",
+        "--model.config_overrides",
+        json.dumps(overrides),
+        "--model.attn_implementation",
+        "sdpa",
+        "--checkpoint.every_n_train_steps",
+        "2",
+    ]
     monkeypatch.setattr(sys, "argv", ["python -m repo_train"])  # LightningCLI reads argv only from `args`
     assert repo_train_main(argv) == 0
     checkpoint = next((tmp_path / "run").rglob("last.ckpt"))
     assert repo_train_main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf")]) == 0
     assert "the tokenizer of data.train.tokenizer" in capsys.readouterr().out
     evaluation = [
-        "run", "--model", str(tmp_path / "hf"), "--tasks", "kv", "--num_examples", "2", "--num_keys", "2",
-        "--max_new_tokens", "2", "--no_progress", "--no_report", "--out", str(tmp_path / "eval"),
-    ]  # fmt: skip
+        "run",
+        "--model",
+        str(tmp_path / "hf"),
+        "--tasks",
+        "kv",
+        "--num_examples",
+        "2",
+        "--num_keys",
+        "2",
+        "--max_new_tokens",
+        "2",
+        "--no_progress",
+        "--no_report",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     assert evaluation_main(evaluation) == 0, capsys.readouterr().err
     assert (tmp_path / "eval" / "records.jsonl").read_text().count("\n") >= 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "note"),
+    [
+        ({"global_step": 300, "repo_train_max_steps": 300}, "finished", None),
+        (
+            {
+                "global_step": 24,
+                "repo_train_max_steps": 300,
+                "repo_train_interrupted": {"signal": "SIGINT", "step": 24},
+            },
+            "interrupted",
+            "the run was interrupted (SIGINT) at step 24 of 300",
+        ),
+        ({"global_step": 100, "repo_train_max_steps": 300}, "unfinished", "from step 100 of 300, before the run's end"),
+        ({"global_step": 7}, "unknown", "does not record the run's total steps"),
+    ],
+)
+def test_an_export_says_what_it_exported(tmp_path, capsys, extra, status, note):
+    from types import SimpleNamespace
+
+    from repo_train.export import run
+
+    args = SimpleNamespace(
+        checkpoint=str(_checkpoint(tmp_path / "a.ckpt", **extra)),
+        out=str(tmp_path / "hf"),
+        tokenizer=None,
+        dtype="float32",
+        no_tokenizer=True,
+    )
+    assert run(args) == 0
+    training = json.loads((tmp_path / "hf" / "export.json").read_text())["training"]
+    assert training["status"] == status and training["step"] == extra["global_step"]
+    assert training["total_steps"] == extra.get("repo_train_max_steps")
+    assert training["finished"] == {"finished": True, "unknown": None}.get(status, False)
+    err = capsys.readouterr().err
+    if note is None:
+        assert "[export] note" not in err
+    else:
+        assert note in err and status in err and len(err.strip().splitlines()) == 1

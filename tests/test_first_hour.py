@@ -66,7 +66,7 @@ def test_train_interrupt_resume_export_evaluate_search_and_the_printed_command(t
     printed = [line.split("evaluate", 1)[1].strip() for line in shown.splitlines() if line.startswith("evaluate")]
     assert len(printed) == 1, shown
     argv = shlex.split(printed[0])
-    assert argv[:4] == ["python", "-m", "evaluation", "run"], printed[0]
+    assert argv[:4] == [python, "-m", "evaluation", "run"], printed[0]  # the interpreter that ran `show`
     done = _run([python, *argv[1:]], tmp_path)  # `python` as the user's interpreter
     out = Path(tmp_path, argv[argv.index("--out") + 1])
     summary = json.loads((out / "summary.json").read_text())

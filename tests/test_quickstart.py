@@ -140,7 +140,7 @@ def test_full_scale_config_dry_run_writes_every_command_and_runs_nothing(tmp_pat
             f'{out}/runs/repo)" --out {out}/models/repo'
         ),
         f"scripts/run_search.sh --model.path {out}/models/rope --config configs/search/lpes.yaml --out {out}/scales/rope.json",
-        f"scripts/run_evaluation.sh --model {out}/models/rope --tasks mdqa,kv",
+        f"scripts/run_evaluation.sh --model {out}/models/rope --tasks mdqa_release,kv",
         (
             f'--methods lpes:scale_file={out}/scales/rope.json --methods "pi:scale=$({PYTHON} -c '
             f'{shlex.quote(loop_file.MEAN_SCALE)} {out}/scales/rope.json)"'
@@ -361,8 +361,10 @@ def test_full_scale_dry_run_plan_in_process(tmp_path, capsys):
     assert "examples: the search uses mdqa fitness 0-199, held-out 200-699 (seed 0); every evaluation uses " \
         "700-1199 (--example_offset 700)" in printed  # fmt: skip
     assert all("bfloat16 (--dtype auto)" in line for line in plan[5:])
+    assert "MDQA: the release's own prompts (mdqa_release" in printed and "as Liu et al. measured" in printed
     commands = (out / "commands.sh").read_text()
     assert commands.count("NPROC_PER_NODE=8 scripts/run_evaluation.sh") == 3
+    assert commands.count("--tasks mdqa_release,kv ") == 3  # the paper's prompts, by default
     assert (
         "NPROC_PER_NODE=8 scripts/run_search.sh" in commands and "NPROC_PER_NODE=8 scripts/launch_train.sh" in commands
     )

@@ -259,7 +259,7 @@ def test_the_quick_gold_loglik_study_leaves_pcd_out(real_model_dir, tmp_path):
     ]
     assert all(row["result"]["accuracy"] < 0 for row in result["main_rows"] + result["costly_rows"])
     text = (out / "README.md").read_text()
-    assert "gold log-likelihood [95% CI]" in text and "PCD is not in this table" in text
+    assert "gold log-likelihood (nats per token) [95% CI]" in text and "PCD is not in this table" in text
     assert "task.score" not in text and "score: gold_loglik" in (out / "configs" / "search.yaml").read_text()
 
 

@@ -109,6 +109,18 @@ def data_problems(config: LoopConfig, root: Path, values: dict[str, str]) -> lis
     return problems
 
 
+def release_stand_in(arg: str) -> str:
+    """`mdqa_release` in a --tasks value checked as `mdqa`: the release's files live only in the run's data folder
+    (checked by `machine_problems`), and the package's sample, which stands in for it here, has none; both tasks
+    take the same options."""
+    names = arg.split(",")
+    return (
+        ",".join("mdqa" if name.strip() == "mdqa_release" else name for name in names)
+        if "mdqa_release" in names
+        else arg
+    )
+
+
 def check_evaluations(config: LoopConfig) -> None:
     """Every evaluation the loop will run, checked now as `python -m evaluation run` would check it (in a dry run
     too): its options (`evaluate.args`), tasks and task parameters, and each method stack of `evaluate.methods`
@@ -134,7 +146,7 @@ def check_evaluations(config: LoopConfig) -> None:
                 if unknown:
                     raise LoopConfigError(f"{key}: unknown parameter(s) {unknown} for method {method!r} in {spec!r}")
             now += ["+".join(checked)] if checked else []
-        argv = [fill(arg, stand_in) for arg in config.evaluate.args]
+        argv = [release_stand_in(fill(arg, stand_in)) for arg in config.evaluate.args]
         argv += [flag for spec in now for flag in ("--methods", spec)] + ["--out", "unused"]
         help_text, add_options, _ = COMMANDS["run"]
         parser = ConfigParser.for_command("python -m evaluation run", help_text)

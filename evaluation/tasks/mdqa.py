@@ -19,7 +19,8 @@ into the same row schema.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,27 +198,83 @@ class MDQATask(_ReleaseDecoding, Task):
         return chosen
 
 
+#: A release file's name: k documents, the gold one at index i.
+RELEASE_FILE = re.compile(r"nq-open-(\d+)_total_documents_gold_at_(\d+)\.jsonl(\.gz)?")
+
+
+def release_files(folder: Path, k: int) -> dict[int, Path]:
+    """The release's MDQA files for k documents under `folder` (any depth, as its qa_data/{k}_total_documents
+    folders hold them), by gold position."""
+    found: dict[int, Path] = {}
+    for path in sorted(folder.rglob(f"nq-open-{k}_total_documents_gold_at_*.jsonl*")):
+        match = RELEASE_FILE.fullmatch(path.name)
+        if match and path.is_file():
+            found.setdefault(int(match.group(2)), path)
+    return dict(sorted(found.items()))
+
+
 @dataclasses.dataclass(kw_only=True)
 class MDQAReleaseTask(_ReleaseDecoding, Task):
-    """MDQA from a release file `nq-open-{k}_total_documents_gold_at_{i}.jsonl.gz` (all k documents given)."""
+    """MDQA from the release's files `nq-open-{k}_total_documents_gold_at_{i}.jsonl.gz` (all k documents given):
+    one file, or a folder of them (every gold position the release wrote, the same questions at each)."""
 
     name = "mdqa_release"
+    #: `--data_dir` gives the folder itself (`find_data_file`): its files for k are read, one per gold position.
+    data_file_pattern = "**/nq-open-{num_documents}_total_documents_gold_at_*.jsonl*"
+    data_file_hint = "download the qa_data folder of " + RELEASE + " into it (its {k}_total_documents folders)"
 
     path: str
-    """A release multi-document .jsonl(.gz): ctxs holds all k documents, `isgold` marks the gold one."""
+    """A release multi-document .jsonl(.gz) (ctxs holds all k documents, `isgold` marks the gold one), or a folder
+    holding them at any depth (the release's qa_data): its files for num_documents, one gold position each."""
+    num_documents: int = 20
+    """k of the files read from a folder (the release has 10, 20 and 30); a single file has its own."""
+    positions: list[int] | None = None
+    """Gold positions read from a folder (each must have its file); None = every file found for k."""
+
+    @classmethod
+    def find_data_file(cls, data_dir: str | Path, params: Mapping[str, Any]) -> Path | None:
+        """The data folder itself, once it holds the release's files for k."""
+        k = params.get("num_documents", 20)
+        if not release_files(Path(data_dir), k):
+            raise FileNotFoundError(
+                f"no nq-open-{k}_total_documents_gold_at_*.jsonl(.gz) under --data_dir {str(data_dir)!r}; "
+                f"{cls.data_file_hint}"
+            )
+        return Path(data_dir).resolve()
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not Path(self.path).is_file():
+        if not Path(self.path).exists():
             raise FileNotFoundError(
                 f"MDQA release file {self.path!r} not found; pass path= a "
-                "nq-open-{k}_total_documents_gold_at_{i}.jsonl(.gz) file of the Lost in the Middle release"
+                "nq-open-{k}_total_documents_gold_at_{i}.jsonl(.gz) file of the Lost in the Middle release, or its "
+                "qa_data folder"
             )
+        if Path(self.path).is_dir():
+            found = release_files(Path(self.path), self.num_documents)
+            missing = sorted(set(self.positions or found) - set(found))
+            if not found or missing:
+                raise FileNotFoundError(
+                    f"{self.path!r} has no nq-open-{self.num_documents}_total_documents_gold_at_"
+                    f"{missing[0] if missing else '*'}.jsonl(.gz) (gold positions with a file: {sorted(found)}); "
+                    "pass positions= some of those, or another num_documents"
+                )
+
+    def files(self) -> list[Path]:
+        """The release files this task reads, in gold-position order."""
+        if not Path(self.path).is_dir():
+            return [Path(self.path)]
+        found = release_files(Path(self.path), self.num_documents)
+        return [found[p] for p in (sorted(self.positions) if self.positions else found)]
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        records = read_jsonl(self.path)
-        for line, record in enumerate(self._take(records, repr(self.path)), self.example_offset):
-            where = f"{self.path}, example {line}"
+        for path in self.files():
+            yield from self._file_rows(path)
+
+    def _file_rows(self, path: Path) -> Iterator[dict[str, Any]]:
+        records = read_jsonl(str(path))
+        for line, record in enumerate(self._take(records, repr(str(path))), self.example_offset):
+            where = f"{path}, example {line}"
             question, answers, ctxs = _question_fields(record, where)
             documents = [_passage(ctx, where) for ctx in ctxs]
             gold = [i for i, ctx in enumerate(ctxs) if ctx.get("isgold")]

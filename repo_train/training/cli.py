@@ -43,6 +43,7 @@ import os
 import re
 import shlex
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import fields
@@ -429,6 +430,10 @@ class RePoCLI(LightningCLI):
                 if self.config_init[subcommand].get("ckpt_path"):
                     # init_from is loaded first, then the checkpoint's weights (REPO's included) replace it
                     stack.enter_context(_not_fresh_on_resume())
+                    # the checkpoint directory holds this run's own checkpoints: Lightning's warning that it is not
+                    # empty is noise on every resume (a fresh run into a used root is refused before this)
+                    stack.enter_context(warnings.catch_warnings())
+                    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
                 super()._run_subcommand(subcommand)
         except NonFiniteLossError as err:
             print(f"{err}\nlast good checkpoint: {self._last_checkpoint() or 'none saved yet'}", file=sys.stderr)

@@ -19,6 +19,7 @@ import torch
 from pytorch_lightning.plugins.precision import Precision
 from pytorch_lightning.utilities import GradClipAlgorithmType
 
+from repo_train.checkpoints import MAX_STEPS_KEY
 from repo_train.modeling import RePoOlmo2Config, RePoOlmo2ForCausalLM, layer_policies
 from repo_train.modeling.methods import resolve_position
 from repo_train.modeling.position_config import PositionConfig
@@ -285,6 +286,9 @@ class RePoLightningModule(pl.LightningModule):
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint):
         checkpoint["model_config"] = self.model.config.to_dict()
+        trainer = self._trainer
+        if trainer is not None:  # the run's total, so an export can say whether these weights finished it
+            checkpoint[MAX_STEPS_KEY] = trainer.max_steps
 
     def on_load_checkpoint(self, checkpoint):
         self.configure_model()

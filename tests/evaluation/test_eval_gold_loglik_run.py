@@ -42,12 +42,16 @@ def test_records_hold_the_gold_answers_mean_log_probability(tmp_path):
     scaled = {r["id"]: r["score"] for r in records if r["task"] == "mdqa" and r["method"] == "pi:scale=2"}
     assert max(abs(scaled[k] - got[k]) for k in got) > 1e-4
     report = render_report(tmp_path)[-1].read_text()
-    assert "gold log-likelihood [95% CI]" in report and "metric `gold_loglik`" in report
+    assert "gold log-likelihood (nats per token) [95% CI]" in report and "metric `gold_loglik`" in report
+    assert (tmp_path / "gold_loglik_by_position_mdqa.png").is_file()  # not named accuracy
+    assert not list(tmp_path.glob("accuracy_by_position_*"))
     with pytest.raises(ValueError, match=r"other settings \(differs in tasks.mdqa.metric, tasks.kv.metric"):
         run(config(tmp_path, str(NQ_OPEN_ORACLE)), progress=False)  # the metric's records never mix with these
     accuracy = tmp_path / "accuracy"
     run(config(accuracy, str(NQ_OPEN_ORACLE), methods=["baseline"]), progress=False)
-    with pytest.raises(ValueError, match="task 'mdqa' is scored by gold log-likelihood in .* and by accuracy in"):
+    with pytest.raises(
+        ValueError, match=r"task 'mdqa' is scored by gold log-likelihood \(nats per token\) in .* and by accuracy in"
+    ):
         render_report(tmp_path, [accuracy])  # one axis, one score
 
 

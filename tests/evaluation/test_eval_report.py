@@ -103,6 +103,30 @@ def test_the_table_gives_middle_edges_delta_and_a_verdict(tmp_path) -> None:
     assert "McNemar p (0/1 scores only, not adjusted)" in text  # the report says which test each p is
 
 
+def test_a_run_too_small_to_reach_significance_says_so_beside_the_verdict(tmp_path) -> None:
+    """4 questions, two methods against the baseline: the exact sign-flip p is at least 2 / 2^4 = 0.125, so Holm's
+    at least 0.25, and McNemar's 0.125; PI breaks every question but one yet reads "no measurable change"."""
+    methods = ["baseline", LPES, PI]
+    out = tmp_path / "small"
+    out.mkdir()
+    summary = build_summary(
+        _records(methods, questions=4), {"name": "m"}, {"kv": {"metric": "kv_containment"}}, methods
+    )
+    write_json_atomic(out / "summary.json", summary)
+    render_report(out)
+    header, *rows = _rows((out / "report.md").read_text(), "| method | questions")
+    table = {row[0]: dict(zip(header, row)) for row in rows}
+    note = (
+        " (too few questions to reach p < 0.05: with 4 the smallest attainable p is 0.25 for the sign-flip test "
+        "with Holm, 0.12 for exact McNemar)"
+    )
+    assert table["pi (scale=2)"]["verdict"] == "no measurable change" + note
+    assert table["baseline"]["verdict"] == "reference"
+    out_large = _run(tmp_path, "large", methods)  # 40 questions: significance is attainable, no note
+    render_report(out_large)
+    assert "too few questions" not in (out_large / "report.md").read_text()
+
+
 def test_degenerate_verdicts_reach_the_report(tmp_path) -> None:
     """A method that answered nothing and one never right beside a never-right baseline: their own words, not
     "identical", and the note says what each word means."""

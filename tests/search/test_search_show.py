@@ -4,6 +4,7 @@ prompt options) and a result that does not beat the unscaled model is said so.""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def test_the_printed_command_evaluates_past_every_example_the_search_used(tmp_pa
     path = kv_search_file(tmp_path)
     data = load_scale_file(path)
     argv, note = evaluation_command(data, str(path), 1.5)
-    assert argv[:4] == ["python", "-m", "evaluation", "run"] and "--model" not in argv  # the tiny default
+    assert argv[:4] == [sys.executable, "-m", "evaluation", "run"] and "--model" not in argv  # the tiny default
     assert argv[argv.index("--example_offset") + 1] == "8" and argv[argv.index("--num_examples") + 1] == "4"
     assert (
         argv[argv.index("--seed") + 1] == "0" and "--max_new_tokens" in argv and argv[-2:] == ["--out", "results/tiny"]
@@ -170,19 +171,25 @@ def test_a_file_without_a_task_record_says_why_it_has_no_command(tmp_path, capsy
 def test_a_tiny_search_s_printed_command_runs_as_printed(tmp_path, capsys):
     out = tmp_path / "scales" / "tiny.json"
     assert main(["run", "--config", TINY, "--out", str(out), "--no_progress"]) == 0
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "warning: the searched scales score the same as the unscaled model on the 4 held-out questions" in err
     outcome = load_scale_file(out).search["outcome"]
     assert outcome["beats_unscaled"] is False and outcome["left_start"] is True  # all 0: selection had nothing
     assert outcome["every_candidate_scored"] == 0.0 and "never left its start" in outcome["warning"]
+    printed_by_run = [line for line in captured.out.splitlines() if line.startswith("evaluate")]
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "WARNING    the searched scales score the same as the unscaled model" in shown
     line = next(line for line in shown.splitlines() if line.startswith("evaluate"))
+    assert printed_by_run == [line]  # `search run` ends with the evaluation `search show` prints
     argv = shlex.split(line.removeprefix("evaluate"))
-    assert argv[:3] == ["python", "-m", "evaluation"]
-    result = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                            check=False)  # as printed, with this interpreter  # fmt: skip
+    assert argv[:3] == [sys.executable, "-m", "evaluation"]
+    # as pasted, in a shell where the environment is not active: no virtual environment's bin on PATH
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if not Path(p, "python").exists())
+    env = {**{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}, "PATH": path or "/usr/bin:/bin"}
+    result = subprocess.run(line.removeprefix("evaluate").strip(), shell=True, cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     records = (tmp_path / "results" / "tiny" / "records.jsonl").read_text()
     assert {json.loads(r)["method"] for r in records.splitlines()} == {

@@ -20,7 +20,7 @@ import pytorch_lightning as pl
 import torch
 from interrupt import fit_with_signal
 
-from repo_train.checkpoints import INTERRUPTED_KEY, read_interruption
+from repo_train.checkpoints import INTERRUPTED_KEY, read_interruption, training_progress
 from repo_train.training.cli import interrupted_run_checkpoint, resume_command, stop_line
 from repo_train.training.interrupt import InterruptCheckpoint, Stop, StoppedBySignal, exit_code
 
@@ -279,6 +279,8 @@ def test_a_signal_writes_the_last_checkpoint_and_the_same_command_resumes_exactl
     assert checkpoint.name == "last.ckpt" and not list(checkpoint.parent.glob("*.tmp"))
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     assert state["global_step"] == step and state[INTERRUPTED_KEY] == {"signal": sent.name, "step": step}
+    progress = training_progress(state)  # what an export of it records in export.json
+    assert (progress["step"], progress["total_steps"], progress["status"]) == (step, STEPS, "interrupted")
     assert state["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["consumed"] == step * 16  # the data position
     assert [s for s, _ in _losses(losses)] == list(range(1, step + 1))
 
@@ -286,6 +288,7 @@ def test_a_signal_writes_the_last_checkpoint_and_the_same_command_resumes_exactl
     assert code == 0, err[-3000:]
     assert f"resuming the run stopped by {sent.name} at step {step} from {checkpoint}" in err
     assert "not resumable" not in err and "Traceback" not in err
+    assert "exists and is not empty" not in err  # Lightning's warning about the run's own checkpoint directory
     assert _losses(losses) == uninterrupted  # every step once, each loss equal to the uninterrupted run's
 
     code, err = _run(command, losses)  # a finished run is still refused, naming the flag

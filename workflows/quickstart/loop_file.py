@@ -123,6 +123,7 @@ def loop_steps(args: Namespace, out: Path, values: dict[str, str], problems: lis
         for name, plan in args.training_plans.items():
             print(f"\ntraining plan of {name} ({config.train.methods[name]}):\n{plan.report()}", flush=True)
         print(question_ranges(search_settings, config.evaluate.args, first_example), flush=True)
+        print(evaluation_data_line(config.evaluate.args), flush=True)
         print(f"\ndry run: nothing was run; the commands are in {run.script}", flush=True)
         for problem in problems:
             print(f"warning: a real run here would stop at once: {problem}", file=sys.stderr)
@@ -160,6 +161,22 @@ def question_ranges(search, evaluate_args: list[str], first: int) -> str:
         f"(seed {search.task.seed}); every evaluation uses {evaluated} (--example_offset {first}), and refuses "
         "a scale file on its search's examples"
     )
+
+
+def evaluation_data_line(evaluate_args: list[str]) -> str:
+    """What the evaluations measure Lost in the Middle on, and whether it compares with the paper's numbers."""
+    tasks = estimates.evaluation_shape(evaluate_args)[0]
+    if "mdqa_release" in tasks:
+        return (
+            "MDQA: the release's own prompts (mdqa_release: its nq-open-{k}_total_documents_gold_at_{i} files in "
+            "the data folder, retrieved distractors), as Liu et al. measured"
+        )
+    if "mdqa" in tasks:
+        return (
+            "MDQA: prompts built from nq-open-oracle (mdqa: distractors are other questions' gold passages), which "
+            "do not compare with Liu et al.'s numbers; --tasks mdqa_release reads the release's own"
+        )
+    return "MDQA: not evaluated"
 
 
 def print_plan(decisions) -> None:
