@@ -100,10 +100,6 @@ RESOLVES_CONFIG = [
     *(name for name in COMMANDS if name.startswith("benchmark-") and name not in TYPED_COMMANDS),
     "device-kit",
     "quickstart",
-    "reproduce-position-bias",
-    "study-real-model",
-    "crosscheck-lm-eval",
-    "reproduce-reversal",
 ]
 #: User mistakes: one clear line, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)
