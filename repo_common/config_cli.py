@@ -525,6 +525,10 @@ def add_dataclass_options(parser: ConfigParser, config_class: type) -> None:
         parser.add_class_arguments(config_class, as_group=False, fail_untyped=True)
     finally:
         set_parsing_settings(docstring_parse_attribute_docstrings=False)
+    flags = {item.name for item in dataclasses.fields(config_class) if item.type in (bool, "bool")}
+    for action in parser._actions:
+        if action.dest in flags:  # a bool option alone is true (`--quick`), as a flag; `--quick false` too
+            action.nargs, action.const = "?", True
     parser.config_class = config_class
 
 

@@ -103,10 +103,9 @@ def test_a_study_directory_of_the_other_score_is_refused_before_anything_is_writ
     (out / "speed.json").write_text(json.dumps({"prompts_per_second": 1.0, "mean_prompt_tokens": 400}))
     (out / "config.yaml").write_text("score: metric\n")
     before = {path.name: path.read_bytes() for path in out.iterdir()}
-    with pytest.raises(SystemExit) as stop:
-        study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry_run"])
+    code = study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry_run"])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and "holds a study scored by metric, not --score gold_loglik: pass another --out" in err
+    assert code == 2 and "holds a study scored by metric, not --score gold_loglik: pass another --out" in err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
 
