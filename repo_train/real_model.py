@@ -209,8 +209,17 @@ def check_out(
 
 
 #: What a format-1 conversion wrote (its provenance did not list its files).
-FORMAT_1_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                            "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})  # fmt: skip
+FORMAT_1_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+    }
+)
 
 
 def _load_gguf(gguf: Path):
@@ -265,8 +274,9 @@ def _rounded(model, dtype):
     return clone
 
 
-def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model: PackagedModel = SMOLLM2,
-                    log=print) -> Path:  # fmt: skip
+def make_real_model(
+    out: str | Path = DEFAULT_OUT, dtype: str = "float32", model: PackagedModel = SMOLLM2, log=print
+) -> Path:
     """Write (or keep, when up to date) the HF directory of `model` at `out`; returns its path."""
     import torch  # heavy: keeps --help fast
     import transformers  # heavy: keeps --help fast
