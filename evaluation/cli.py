@@ -70,5 +70,5 @@ def main(argv: list[str] | None = None) -> int:
         more_commands={
             "lm-eval": "lm-evaluation-harness's own CLI, with --model repo-train: its tasks on these methods"
         },
-        resolves_config={"run", "calibrate-fim"},
+        resolves_config={"run"},
     )

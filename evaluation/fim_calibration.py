@@ -15,7 +15,7 @@ for synthetic tasks, `--example_offset` past the evaluated ones for MDQA).
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jsonargparse import Namespace
@@ -23,7 +23,7 @@ from jsonargparse.typing import PositiveInt
 
 from evaluation.methods import build_method, parse_method_spec
 from evaluation.tasks import build_task
-from repo_common.config_cli import ConfigParser, deferred, script_options
+from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config, deferred
 from repo_common.output_guard import check_output_file
 
 PROG = "python -m evaluation calibrate-fim"
@@ -33,34 +33,51 @@ FIM_NAME = "fim"
 ESTIMATE = "evaluation.fim_bias_estimate"
 
 
+@dataclass
+class FimCalibration:
+    """The options (each also a key of a `--config` file), judged when built: what can be checked before the
+    model loads without torch (the method's name, the task's parameters, the file); the method's own parameters
+    load its module (torch), so `run` checks them (`check_method_parameters`)."""
+
+    model: str
+    """HF model directory"""
+    out: str
+    """the bias file to write (JSON), e.g. RUN/fim-bias.json"""
+    task: str = "mdqa"
+    """task with item spans (mdqa, kv)"""
+    task_params: dict = field(default_factory=dict)
+    """the task's parameters"""
+    num_examples: PositiveInt = 16
+    """calibration examples"""
+    seed: int = 5000
+    """task seed (synthetic tasks: not the evaluation's)"""
+    example_offset: int = 0
+    """source examples skipped"""
+    gold_positions: list[int] | None = None
+    """default: the task's"""
+    chat_template: bool = False
+    """as the run's option"""
+    system_prompt: str | None = None
+    """as the run's"""
+    method: str = FIM_NAME
+    """the fim spec the file serves (dummy, score_layers)"""
+    batch_size: PositiveInt = 4
+    """calibration prompts a batch"""
+    threads: PositiveInt | None = None
+    """torch threads (default: torch's own count)"""
+
+    def __post_init__(self) -> None:
+        check_fim_name(self.method)
+        if not self.out.endswith(".json"):
+            raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {self.out!r}")
+        check_task_params(self.task, calibration_params(self), "--task_params")
+        check_output_file(self.out, "a bias file", ours=is_bias_file(Path(self.out)))
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The options (each also a key of a `--config` file)."""
+    """The options: the fields of `FimCalibration`."""
     parser.description = __doc__
-    parser.add_argument("--model", type=str, required=True, help="HF model directory")
-    parser.add_argument("--task", type=str, default="mdqa", help="task with item spans (mdqa, kv)")
-    parser.add_argument("--task_params", type=dict, default={}, help="the task's parameters")
-    parser.add_argument("--num_examples", type=PositiveInt, default=16, help="calibration examples")
-    parser.add_argument("--seed", type=int, default=5000, help="task seed (synthetic tasks: not the evaluation's)")
-    parser.add_argument("--example_offset", type=int, default=0, help="source examples skipped")
-    parser.add_argument("--gold_positions", type=list[int] | None, default=None, help="default: the task's")
-    parser.add_argument("--chat_template", type=bool, default=False, help="as the run's option")
-    parser.add_argument("--system_prompt", type=str | None, default=None, help="as the run's")
-    parser.add_argument("--method", type=str, default="fim", help="the fim spec the file serves (dummy, score_layers)")
-    parser.add_argument("--batch_size", type=PositiveInt, default=4, help="calibration prompts a batch")
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--out", type=str, required=True, help="the bias file to write (JSON), e.g. RUN/fim-bias.json")
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """What can be checked before the model loads without torch: the method's name, the task's parameters, the
-    file (the method's own parameters: `check_method_parameters`, after `--print_config`)."""
-    check_fim_name(args.method)
-    if not args.out.endswith(".json"):
-        raise ValueError(f"--out: the bias file is JSON; give a path ending in .json, got {args.out!r}")
-    check_task_params(args.task, calibration_params(args), "--task_params")
-    check_output_file(args.out, "a bias file", ours=is_bias_file(Path(args.out)))
+    add_dataclass_options(parser, FimCalibration)
 
 
 def check_fim_name(spec: str) -> None:
@@ -69,14 +86,11 @@ def check_fim_name(spec: str) -> None:
         raise ValueError(f"--method: give a fim spec (e.g. fim:dummy=blank), got {spec!r}")
 
 
-def check_method_parameters(parser: ConfigParser, spec: str) -> None:
+def check_method_parameters(spec: str) -> None:
     """The fim spec's own parameters (its dummy and layers are what a bias file serves), once the options are
     parsed: checking them loads the method's module (torch), which `--help` and `--print_config` do without. A
-    bad one is a parser error, one line and exit code 2, as the other checks'."""
-    try:
-        build_method(spec)
-    except ValueError as err:
-        parser.fail(str(err))
+    bad one is a ValueError, one line and exit code 2, as the other checks'."""
+    build_method(spec)
 
 
 def check_task_params(task: str, params: dict, option: str) -> None:
@@ -108,13 +122,13 @@ def prompt_set_params(task_params: dict, num_examples: int, seed: int, offset: i
     return params
 
 
-def calibration_params(args: argparse.Namespace) -> dict:
+def calibration_params(args: FimCalibration) -> dict:
     """The task parameters of the calibration prompts (recorded in the file)."""
     return prompt_set_params(args.task_params, args.num_examples, args.seed, args.example_offset, args.gold_positions)
 
 
 def run(options: Namespace, parser: ConfigParser) -> int:
     """The checked options (the fim spec's own parameters last: they load its module), then the bias file."""
-    args = script_options(parser, options, check_options)
-    check_method_parameters(parser, args.method)
+    args = dataclass_config(options, FimCalibration)
+    check_method_parameters(args.method)
     return deferred(ESTIMATE, "main")(args)

@@ -47,7 +47,7 @@ def check_data_dir(option: str, path: str | Path) -> Path:
 
 def check_nq_file(option: str, path: str | Path) -> Path:
     """`path` as an existing file, or one line saying which release file to download and pass as `option` (a
-    ValueError: the workflows' option checks raise one, `repo_common.config_cli.script_options`)."""
+    ValueError: the workflows' option checks raise one, the commands' dataclasses)."""
     if not Path(path).is_file():
         what = "is a directory, not a file" if Path(path).is_dir() else "not found"
         raise ValueError(f"{option} {str(path)!r} {what}; {nq_file_hint(option)}")

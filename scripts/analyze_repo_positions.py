@@ -16,48 +16,55 @@ prompt, in the style of the paper's position figures.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from jsonargparse.typing import PositiveInt
 
 from evaluation.tasks import build_task
 from repo_common.atomic import save_figure_atomic, write_json_atomic, write_text_atomic
-from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
+from repo_common.config_cli import ConfigParser, add_dataclass_options, config_values, dump_config, typed_options
 
-if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
-    import torch
+#: `torch.Tensor` in the annotations, without importing torch (--help answers without it; a TYPE_CHECKING import
+#: would not do: jsonargparse runs those blocks when it reads the options' dataclass).
+Tensor = Any
 
 PROG = "scripts/analyze_repo_positions.py"
 
 
+@dataclass
+class RepoPositions:
+    """The analysis's options (each also a key of a `--config` file), judged when built."""
+
+    model: str
+    """HF directory of a REPO model (with its tokenizer)"""
+    out: str
+    """output directory (created)"""
+    task: str = "kv"
+    """harness task whose prompts are fed (default kv)"""
+    task_param: list[str] = field(default_factory=list)
+    """task parameters KEY=VALUE (on the command line: --task_param KEY=VALUE, repeatable)"""
+    num_examples: PositiveInt = 8
+    """prompts to record (per task row grid)"""
+    seed: int = 0
+    """seed of the task's prompts"""
+
+    def __post_init__(self) -> None:
+        """A malformed --task_param is a usage error before the model loads."""
+        _task_params(self.task_param)
+
+
 def build_parser() -> ConfigParser:
-    """The analysis's options (each also a key of a `--config` file)."""
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--model", type=str, required=True, help="HF directory of a REPO model (with its tokenizer)")
-    parser.add_argument("--task", type=str, default="kv", help="harness task whose prompts are fed (default kv)")
-    parser.add_argument(
-        "--task_param",
-        type=list[str],
-        default=[],
-        help="task parameters KEY=VALUE (on the command line: --task_param KEY=VALUE, repeatable)",
-    )
-    parser.add_argument("--num_examples", type=PositiveInt, default=8, help="prompts to record (per task row grid)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the task's prompts")
-    parser.add_argument("--out", type=str, required=True, help="output directory (created)")
+    add_dataclass_options(parser, RepoPositions)
     parser.repeatable = ("task_param",)
     return parser
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """A malformed --task_param is a usage error before the model loads."""
-    _task_params(args.task_param)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> RepoPositions:
     """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv, check_options)
+    return typed_options(build_parser(), argv)
 
 
 def _task_params(pairs: list[str]) -> dict:
@@ -71,7 +78,7 @@ def _task_params(pairs: list[str]) -> dict:
     return params
 
 
-def record(model, tokenizer, prompts: list[str]) -> list[list[torch.Tensor | None]]:
+def record(model, tokenizer, prompts: list[str]) -> list[list[Tensor | None]]:
     """REPO positions per prompt and layer, None for other layers (one forward per prompt: no padding)."""
     import torch  # lazy: --help answers without torch
 
@@ -87,7 +94,7 @@ def record(model, tokenizer, prompts: list[str]) -> list[list[torch.Tensor | Non
     return out
 
 
-def summarize(per_prompt: list[list[torch.Tensor | None]]) -> list[dict | None]:
+def summarize(per_prompt: list[list[Tensor | None]]) -> list[dict | None]:
     """Per layer: per-head range and pattern shares, averaged over prompts (each prompt weighs its chunks)."""
     import torch  # lazy: --help answers without torch
 
@@ -108,7 +115,7 @@ def summarize(per_prompt: list[list[torch.Tensor | None]]) -> list[dict | None]:
     return layers
 
 
-def markdown(layers: list[dict | None], args: argparse.Namespace, tokens: list[int]) -> str:
+def markdown(layers: list[dict | None], args: RepoPositions, tokens: list[int]) -> str:
     from evaluation.repo_position_stats import CHUNK, PATTERNS  # lazy: --help answers without torch
 
     lines = [
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     write_text_atomic(out / "positions.md", markdown(layers, args, tokens))
     plot_ranges(layers, out / "ranges.png")
-    write_text_atomic(out / "config.yaml", dump_config(script_config(build_parser(), args)))  # --config replays it
+    write_text_atomic(out / "config.yaml", dump_config(config_values(args)))  # --config replays it
     for index, positions in enumerate(per_prompt[0]):
         if positions is not None:
             figure = plot_head_positions(positions, title=f"REPO positions, layer {index}, first prompt")

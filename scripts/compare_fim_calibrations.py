@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
@@ -34,7 +35,7 @@ from evaluation.prompt_format import PromptFormat
 from evaluation.results import compare_with_baseline
 from repo_common.atomic import write_json_atomic, write_text_atomic
 from repo_common.cli_errors import report_user_errors
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, add_dataclass_options, typed_options
 from repo_common.output_guard import check_output_directory
 
 PROG = "scripts/compare_fim_calibrations.py"
@@ -42,55 +43,73 @@ PROG = "scripts/compare_fim_calibrations.py"
 BIAS_NAME = "fim-bias.json"
 
 
-def build_parser() -> ConfigParser:
+@dataclass
+class FimComparison:
+    """The comparison's options (each also a key of a `--config` file), judged when built: what can be checked
+    before the model loads without torch (the method's name, both prompt sets' task parameters, the folder; the
+    method's own parameters: `maker.check_method_parameters`, in `parse_args`)."""
+
+    model: str
+    """HF model directory"""
+    out: str
+    """output directory (bias file, records, comparison)"""
+    task: str = "kv"
+    """task with item spans (kv, mdqa)"""
+    task_params: dict = field(default_factory=dict)
+    """the task's parameters"""
+    eval_examples: PositiveInt = 10
+    """evaluated examples"""
+    eval_seed: int = 3000
+    """task seed of the evaluated ones"""
+    eval_offset: int = 0
+    """source examples skipped (evaluation)"""
+    calibration_examples: PositiveInt = 8
+    """calibration examples (the bias file's prompts)"""
+    calibration_seed: int = 5000
+    """task seed of the calibration prompts"""
+    calibration_offset: int = 0
+    """source examples skipped"""
+    gold_positions: list[int] | None = None
+    """gold positions of both prompt sets (default: the task's)"""
+    chat_template: bool = False
+    """apply the model's chat template"""
+    method: str = "fim"
+    """the exact fim spec; amortised adds the bias file"""
+    batch_size: PositiveInt = 8
+    """prompts a batch"""
+    threads: PositiveInt | None = None
+    """torch threads (default: torch's own count)"""
+
+    def __post_init__(self) -> None:
+        maker.check_fim_name(self.method)
+        for params in (eval_params(self), maker.calibration_params(calibration_args(self))):
+            maker.check_task_params(self.task, params, "--task_params")
+        # its own earlier output (a bias file first, the comparison last) may be continued; anything else is the user's
+        check_output_directory(
+            self.out, BIAS_NAME, "a FiM comparison", is_ours=lambda out: maker.is_bias_file(out / BIAS_NAME)
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> FimComparison:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--model", type=str, required=True, help="HF model directory")
-    parser.add_argument("--task", type=str, default="kv", help="task with item spans (kv, mdqa)")
-    parser.add_argument("--task_params", type=dict, default={}, help="the task's parameters")
-    parser.add_argument("--eval_examples", type=PositiveInt, default=10, help="evaluated examples")
-    parser.add_argument("--eval_seed", type=int, default=3000, help="task seed of the evaluated ones")
-    parser.add_argument("--eval_offset", type=int, default=0, help="source examples skipped (evaluation)")
-    parser.add_argument("--calibration_examples", type=PositiveInt, default=8)
-    parser.add_argument("--calibration_seed", type=int, default=5000)
-    parser.add_argument("--calibration_offset", type=int, default=0, help="source examples skipped")
-    parser.add_argument("--gold_positions", type=list[int] | None, default=None)
-    parser.add_argument("--chat_template", type=bool, default=False)
-    parser.add_argument("--method", type=str, default="fim", help="the exact fim spec; amortised adds the bias file")
-    parser.add_argument("--batch_size", type=PositiveInt, default=8)
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads (default: torch's own count)"
-    )
-    parser.add_argument("--out", type=str, required=True, help="output directory (bias file, records, comparison)")
-    return parser
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """What can be checked before the model loads without torch: the method's name, both prompt sets' task
-    parameters, the folder (the method's own parameters: `maker.check_method_parameters`, after `--print_config`)."""
-    maker.check_fim_name(args.method)
-    for params in (eval_params(args), maker.calibration_params(calibration_args(args))):
-        maker.check_task_params(args.task, params, "--task_params")
-    # its own earlier output (a bias file first, the comparison last) may be continued; anything else is the user's
-    check_output_directory(
-        args.out, BIAS_NAME, "a FiM comparison", is_ours=lambda out: maker.is_bias_file(out / BIAS_NAME)
-    )
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = build_parser()
-    args = parse_script(parser, argv, check_options)
-    maker.check_method_parameters(parser, args.method)
+    add_dataclass_options(parser, FimComparison)
+    args = typed_options(parser, argv)
+    try:  # last: the method's module loads torch
+        maker.check_method_parameters(args.method)
+    except ValueError as err:
+        parser.fail(str(err))
     return args
 
 
-def eval_params(args: argparse.Namespace) -> dict:
+def eval_params(args: FimComparison) -> dict:
     """The task parameters of the evaluated prompts."""
     return maker.prompt_set_params(
         args.task_params, args.eval_examples, args.eval_seed, args.eval_offset, args.gold_positions
     )
 
 
-def calibration_args(args: argparse.Namespace) -> argparse.Namespace:
+def calibration_args(args: FimComparison) -> argparse.Namespace:
     """The bias-file maker's options for this comparison's calibration prompts."""
     return argparse.Namespace(
         task=args.task,
@@ -106,7 +125,7 @@ def calibration_args(args: argparse.Namespace) -> argparse.Namespace:
     )
 
 
-def bias_file(model, tokenizer, args: argparse.Namespace, path: Path) -> tuple[float | None, str]:
+def bias_file(model, tokenizer, args: FimComparison, path: Path) -> tuple[float | None, str]:
     """Seconds the bias file took (None when an existing one for this model was reused)."""
     from evaluation.fim_bias_estimate import make_bias_file  # lazy: --help without torch
     from evaluation.methods.fim_bias import model_key, read_bias_file, write_bias_file  # lazy: --help without torch
@@ -139,7 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     return report_user_errors(PROG, lambda: compare(args), (ValueError, OSError))
 
 
-def compare(args: argparse.Namespace) -> int:
+def method_specs(method: str, path: Path) -> dict[str, str]:
+    """The three compared forms: baseline, the exact fim spec, and the same spec amortised over the bias file."""
+    joiner = "," if ":" in method else ":"
+    return {
+        "baseline": "baseline",
+        "exact": method,
+        "amortised": f"{method}{joiner}calibration=amortised,bias_file={path}",
+    }
+
+
+def compare(args: FimComparison) -> int:
     from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
     from evaluation.model_loading import load_model
     from evaluation.runner import prepare_task, run_stack, task_generation
@@ -154,13 +183,7 @@ def compare(args: argparse.Namespace) -> int:
     new_tokens, stops = task_generation(args.task, params)
     settings = DecodeSettings(max_new_tokens=new_tokens, stop_strings=stops, batch_size=args.batch_size)
     prepared = prepare_task(args.task, params, model, tokenizer, settings, PromptFormat(args.chat_template))
-    specs = {
-        "baseline": "baseline",
-        "exact": args.method,
-        "amortised": f"{args.method},calibration=amortised,bias_file={path}"
-        if ":" in args.method
-        else f"{args.method}:calibration=amortised,bias_file={path}",
-    }
+    specs = method_specs(args.method, path)
     stacks = {name: MethodStack.parse(spec) for name, spec in specs.items()}
     seconds: dict[str, list[float]] = {name: [] for name in specs}
     records: dict[str, list[dict]] = {name: [] for name in specs}

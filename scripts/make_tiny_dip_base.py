@@ -27,14 +27,14 @@ directory moved into place); an existing OUT is left alone: delete it to remake.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from evaluation.results import RECORDS_FILE, load_summary, read_records
 from repo_common.atomic import atomic_directory
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, add_dataclass_options, typed_options
 from repo_train.export_directory import EXPORT_MANIFEST
 from workflows import position_bias as recipe
 from workflows.assets import TINY_KV_DIP
@@ -45,45 +45,54 @@ ROOT = Path(__file__).resolve().parents[1]
 PROG = "scripts/make_tiny_dip_base.py"
 
 
+@dataclass
+class TinyDip:
+    """The asset's options (each also a key of a `--config` file), judged when built."""
+
+    out: str = str(TINY_KV_DIP)
+    """HF model directory to write (left alone if it exists)"""
+    work: str = "outputs/tiny-kv-dip-work"
+    """training and evaluation outputs (resumes)"""
+    base: str = str(recipe.BASE)
+    """RoPE HF model to continue"""
+    seed: int = 0
+    """training seed (data, gold placement, seed_everything)"""
+    steps: int = 400
+    """continual-training steps"""
+    eval_examples: int = 50
+    """held-out examples per gold position"""
+    threads: int = 1
+    """torch threads per command (OMP_NUM_THREADS)"""
+
+    def __post_init__(self) -> None:
+        """The domain checks, each a ValueError naming the option (jsonargparse checked the types)."""
+        for name in ("steps", "eval_examples", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        if self.seed < 0:
+            raise ValueError("--seed must be >= 0")
+        if not (Path(self.base) / "config.json").is_file():
+            raise ValueError(
+                f"--base {self.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)"
+            )
+
+
 def build_parser() -> ConfigParser:
-    """The asset's options (each also a key of a `--config` file)."""
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument(
-        "--out", type=str, default=str(TINY_KV_DIP), help="HF model directory to write (left alone if it exists)"
-    )
-    parser.add_argument(
-        "--work", type=str, default="outputs/tiny-kv-dip-work", help="training and evaluation outputs (resumes)"
-    )
-    parser.add_argument("--base", type=str, default=str(recipe.BASE), help="RoPE HF model to continue")
-    parser.add_argument("--seed", type=int, default=0, help="training seed (data, gold placement, seed_everything)")
-    parser.add_argument("--steps", type=int, default=400, help="continual-training steps")
-    parser.add_argument("--eval_examples", type=int, default=50, help="held-out examples per gold position")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
+    add_dataclass_options(parser, TinyDip)
     return parser
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """The domain checks, each a ValueError naming the option (jsonargparse checked the types)."""
-    for name in ("steps", "eval_examples", "threads"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1")
-    if args.seed < 0:
-        raise ValueError("--seed must be >= 0")
-    if not (Path(args.base) / "config.json").is_file():
-        raise ValueError(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> TinyDip:
     """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv, check_options)
+    return typed_options(build_parser(), argv)
 
 
-def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
+def recipe_settings(args: TinyDip) -> recipe.PositionBias:
     """The position-bias recipe's settings (its defaults: 64 pairs, 8 keys, edges of 4, lr 1e-3) with ours."""
-    return recipe.parse_args(
-        ["--base", args.base, "--steps", str(args.steps), "--eval_examples", str(args.eval_examples),
-         "--threads", str(args.threads), "--seeds", "1"]
-    )  # fmt: skip
+    return recipe.PositionBias(
+        base=args.base, steps=args.steps, eval_examples=args.eval_examples, threads=args.threads, seeds=1
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -96,9 +105,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run = CommandRunner(
-        work, description="Commands of scripts/make_tiny_dip_base.py, in order.", cwd=ROOT, fresh=False,
+        work,
+        description="Commands of scripts/make_tiny_dip_base.py, in order.",
+        cwd=ROOT,
+        fresh=False,
         env={"OMP_NUM_THREADS": str(args.threads)},
-    )  # fmt: skip
+    )
     model = recipe.train_model(args.seed, work, run, settings)
     eval_dir = work / "eval" / f"seed{args.seed}"
     timings = evaluate(model, eval_dir, run, settings)

@@ -28,17 +28,17 @@ alone: delete it to remake.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from evaluation.results import load_summary
 from repo_common.atomic import atomic_directory, write_json_atomic
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, add_dataclass_options, typed_options
 from repo_train.export_directory import EXPORT_MANIFEST
 from workflows import position_bias as recipe
 from workflows.assets import TINY_KV_DIP, TINY_KV_DIP_CONTINUED
@@ -54,44 +54,52 @@ METHODS = ("rope", "repo")
 DATA_SEED = 0
 
 
+@dataclass
+class TinyRepoPair:
+    """The pair's options (each also a key of a `--config` file), judged when built."""
+
+    out: str = str(OUT)
+    """directory of the pair (left alone if it exists)"""
+    work: str = "outputs/tiny-pair-work"
+    """training and evaluation outputs (resumes)"""
+    base: str = str(TINY_KV_DIP)
+    """RoPE HF model both continue"""
+    steps: int = 600
+    """training steps of each model"""
+    curriculum_steps: int = 100
+    """REPO: steps over which linear positions hand over"""
+    eval_examples: int = 30
+    """held-out questions per gold position"""
+    threads: int = 1
+    """torch threads per command (OMP_NUM_THREADS)"""
+
+    def __post_init__(self) -> None:
+        """Each refusal a ValueError naming the option (jsonargparse checked the types)."""
+        for name in ("steps", "eval_examples", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        if not 0 <= self.curriculum_steps <= self.steps:
+            raise ValueError(f"--curriculum_steps must be in [0, --steps={self.steps}]")
+        if not (Path(self.base) / "config.json").is_file():
+            raise ValueError(
+                f"--base {self.base!r} is not an HF model directory (make one: scripts/make_tiny_dip_base.py)"
+            )
+
+
 def build_parser() -> ConfigParser:
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--out", type=str, default=str(OUT), help="directory of the pair (left alone if it exists)")
-    parser.add_argument(
-        "--work", type=str, default="outputs/tiny-pair-work", help="training and evaluation outputs (resumes)"
-    )
-    parser.add_argument("--base", type=str, default=str(TINY_KV_DIP), help="RoPE HF model both continue")
-    parser.add_argument("--steps", type=int, default=600, help="training steps of each model")
-    parser.add_argument(
-        "--curriculum_steps",
-        type=int,
-        default=100,
-        help="REPO: steps over which linear positions hand over",
-    )
-    parser.add_argument("--eval_examples", type=int, default=30, help="held-out questions per gold position")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
+    add_dataclass_options(parser, TinyRepoPair)
     return parser
 
 
-def check_options(args: argparse.Namespace) -> None:
-    for name in ("steps", "eval_examples", "threads"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1")
-    if not 0 <= args.curriculum_steps <= args.steps:
-        raise ValueError(f"--curriculum_steps must be in [0, --steps={args.steps}]")
-    if not (Path(args.base) / "config.json").is_file():
-        raise ValueError(f"--base {args.base!r} is not an HF model directory (make one: scripts/make_tiny_dip_base.py)")
+def parse_args(argv: Sequence[str] | None = None) -> TinyRepoPair:
+    """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
+    return typed_options(build_parser(), argv)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return parse_script(build_parser(), argv, check_options)
-
-
-def settings_for(args: argparse.Namespace) -> argparse.Namespace:
+def settings_for(args: TinyRepoPair) -> recipe.PositionBias:
     """The quickstart's tiny-loop settings at this script's steps and evaluation size."""
-    return recipe.parse_args(
-        ["--base", args.base, "--seeds", "1", "--steps", str(args.steps), "--eval_examples", str(args.eval_examples)]
-    )
+    return recipe.PositionBias(base=args.base, seeds=1, steps=args.steps, eval_examples=args.eval_examples)
 
 
 def train(method: str, work: Path, data: Path, args, settings, run: CommandRunner) -> Path:
@@ -111,10 +119,27 @@ def train(method: str, work: Path, data: Path, args, settings, run: CommandRunne
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = work / "runs" / method
     resume = training_resume(run_dir) or []
-    run(f"train {method}", "repo_train", "fit", "--config", str(config_path), *resume,
-        log=work / "logs" / f"train-{method}.log")  # fmt: skip
-    run(f"export {method}", "repo_train", "export", "--checkpoint", str(last_checkpoint(run_dir)), "--out",
-        str(model), "--tokenizer", args.base, log=work / "logs" / f"export-{method}.log")  # fmt: skip
+    run(
+        f"train {method}",
+        "repo_train",
+        "fit",
+        "--config",
+        str(config_path),
+        *resume,
+        log=work / "logs" / f"train-{method}.log",
+    )
+    run(
+        f"export {method}",
+        "repo_train",
+        "export",
+        "--checkpoint",
+        str(last_checkpoint(run_dir)),
+        "--out",
+        str(model),
+        "--tokenizer",
+        args.base,
+        log=work / "logs" / f"export-{method}.log",
+    )
     return model
 
 
@@ -134,9 +159,17 @@ def last_losses(run_dir: Path, count: int = 5) -> list[float]:
 
 def readme(args, measured: dict) -> str:
     command = [
-        "python", "scripts/make_tiny_repo_pair.py", "--steps", str(args.steps), "--curriculum_steps",
-        str(args.curriculum_steps), "--eval_examples", str(args.eval_examples), "--threads", str(args.threads),
-    ]  # fmt: skip
+        "python",
+        "scripts/make_tiny_repo_pair.py",
+        "--steps",
+        str(args.steps),
+        "--curriculum_steps",
+        str(args.curriculum_steps),
+        "--eval_examples",
+        str(args.eval_examples),
+        "--threads",
+        str(args.threads),
+    ]
     spans = measured["repo_spans"]
     positions = sorted(measured["accuracy"]["base"], key=int)
     lines = [

@@ -27,21 +27,22 @@ base checkpoint, which is not this project's job.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.tasks import build_task
 from repo_common.atomic import write_text_atomic
-from repo_common.config_cli import ConfigParser, dump_config, parse_script, script_config
+from repo_common.config_cli import ConfigParser, add_dataclass_options, config_values, dump_config, typed_options
 
-if TYPE_CHECKING:  # the annotations' names only: --help answers without torch
-    import torch
+#: `torch.Tensor` in the annotations, without importing torch (--help answers without it; a TYPE_CHECKING import
+#: would not do: jsonargparse runs those blocks when it reads the options' dataclass).
+Tensor = Any
 
 KEY_LETTERS = "abcdefghijklmnop"
 VALUE_DIGITS = "0123456789ABCDEF"
@@ -51,35 +52,52 @@ COPY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEF"
 PROG = "scripts/pretrain_tiny_base.py"
 
 
+@dataclass
+class Pretraining:
+    """The pre-training options (each also a key of a `--config` file), judged when built."""
+
+    out: str = "workflows/assets/tiny-kv-base"
+    """HF model directory to write"""
+    steps: PositiveInt = 2500
+    """optimizer steps"""
+    batch: PositiveInt = 32
+    """sequences per step"""
+    lr: float = 2e-3
+    """peak learning rate (linear decay to 0)"""
+    warmup: PositiveInt = 50
+    """linear warm-up steps"""
+    hidden: PositiveInt = 128
+    """model width (FFN 4x)"""
+    layers: PositiveInt = 4
+    """decoder layers"""
+    keys: PositiveInt = 8
+    """distinct keys per stream (and per held-out prompt)"""
+    pairs: PositiveInt = 24
+    """pairs per training stream"""
+    eval_every: PositiveInt = 250
+    """steps between held-out evaluations"""
+    seed: int = 0
+    """seed of the weights and the generated data"""
+    threads: NonNegativeInt = 0
+    """torch threads (0 = torch's default)"""
+
+    def __post_init__(self) -> None:
+        """Keys are drawn from KEY_LETTERS without repetition, so there can be at most that many."""
+        if self.keys > len(KEY_LETTERS):
+            raise ValueError(
+                f"--keys {self.keys}: at most {len(KEY_LETTERS)} distinct keys (the letters {KEY_LETTERS})"
+            )
+
+
 def build_parser() -> ConfigParser:
-    """The pre-training options (each also a key of a `--config` file)."""
     parser = ConfigParser.for_command(PROG, __doc__)
-    parser.add_argument("--out", type=str, default="workflows/assets/tiny-kv-base", help="HF model directory to write")
-    parser.add_argument("--steps", type=PositiveInt, default=2500, help="optimizer steps")
-    parser.add_argument("--batch", type=PositiveInt, default=32, help="sequences per step")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (linear decay to 0)")
-    parser.add_argument("--warmup", type=PositiveInt, default=50, help="linear warm-up steps")
-    parser.add_argument("--hidden", type=PositiveInt, default=128, help="model width (FFN 4x)")
-    parser.add_argument("--layers", type=PositiveInt, default=4, help="decoder layers")
-    parser.add_argument(
-        "--keys", type=PositiveInt, default=8, help="distinct keys per stream (and per held-out prompt)"
-    )
-    parser.add_argument("--pairs", type=PositiveInt, default=24, help="pairs per training stream")
-    parser.add_argument("--eval_every", type=PositiveInt, default=250, help="steps between held-out evaluations")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the generated data")
-    parser.add_argument("--threads", type=NonNegativeInt, default=0, help="torch threads (0 = torch's default)")
+    add_dataclass_options(parser, Pretraining)
     return parser
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """Keys are drawn from KEY_LETTERS without repetition, so there can be at most that many."""
-    if args.keys > len(KEY_LETTERS):
-        raise ValueError(f"--keys {args.keys}: at most {len(KEY_LETTERS)} distinct keys (the letters {KEY_LETTERS})")
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> Pretraining:
     """The checked options; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv, check_options)
+    return typed_options(build_parser(), argv)
 
 
 def copy_sequence(rng: random.Random, tokenizer) -> tuple[list[int], list[int]]:
@@ -104,7 +122,7 @@ def pair_stream(rng: random.Random, tokenizer, keys: int, pairs: int) -> tuple[l
     return ids, labels
 
 
-def batch(rng: random.Random, tokenizer, args) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(rng: random.Random, tokenizer, args) -> tuple[Tensor, Tensor]:
     import torch  # lazy: --help answers without torch
 
     rows = [
@@ -118,19 +136,20 @@ def batch(rng: random.Random, tokenizer, args) -> tuple[torch.Tensor, torch.Tens
     return ids, labels
 
 
-def held_out(tokenizer, keys: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+def held_out(tokenizer, keys: int, seed: int) -> tuple[Tensor, Tensor, list[int]]:
     """Harness "pairs" prompts (gold at every position; all of one length) and the first value token."""
     import torch  # lazy: --help answers without torch
 
-    task = build_task("kv", num_keys=keys, num_examples=16, key_chars=1, template="pairs", gold_positions="all",
-                      seed=seed)  # fmt: skip
+    task = build_task(
+        "kv", num_keys=keys, num_examples=16, key_chars=1, template="pairs", gold_positions="all", seed=seed
+    )
     rows = list(task.rows())
     ids = torch.tensor([tokenizer(r["prompt"], add_special_tokens=False).input_ids for r in rows])
     gold = torch.tensor([tokenizer(r["value"], add_special_tokens=False).input_ids[0] for r in rows])
     return ids, gold, [r["gold_position"] for r in rows]
 
 
-def accuracy(model, ids: torch.Tensor, gold: torch.Tensor, positions: list[int]) -> tuple[float, list[float]]:
+def accuracy(model, ids: Tensor, gold: Tensor, positions: list[int]) -> tuple[float, list[float]]:
     import torch  # lazy: --help answers without torch
 
     with torch.no_grad():
@@ -151,9 +170,16 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tokenizer = byte_tokenizer()
-    config = tiny(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, bos_token_id=None,
-                  hidden_size=args.hidden, intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
-                  position_method="rope")  # fmt: skip
+    config = tiny(
+        vocab_size=len(tokenizer),
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        hidden_size=args.hidden,
+        intermediate_size=4 * args.hidden,
+        num_hidden_layers=args.layers,
+        position_method="rope",
+    )
     model = RePoOlmo2ForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -187,9 +213,9 @@ def main(argv: list[str] | None = None) -> None:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     final = history[-1]
-    settings = {key: value for key, value in vars(args).items() if key != "out"}
+    settings = {key: value for key, value in config_values(args).items() if key != "out"}
     write_text_atomic(out / "README.md", _readme(settings, history, final))
-    write_text_atomic(out / "config.yaml", dump_config(script_config(build_parser(), args)))  # --config replays it
+    write_text_atomic(out / "config.yaml", dump_config(config_values(args)))  # --config replays it
     print(f"wrote {out} (held-out accuracy {final['accuracy']:.3f})")
 
 

@@ -11,8 +11,9 @@ import pytest
 from workflow_commands import parse_args as parse_command_args
 
 from evaluation.sample_data import NQ_OPEN_ORACLE
+from repo_common.config_cli import ConfigParser
 from workflows.cli import main
-from workflows.real_model_study.command import DESCRIPTIONS, SIZES
+from workflows.real_model_study.command import DESCRIPTIONS, SIZES, add_arguments
 from workflows.real_model_study.data import DATA_NAME, count_questions, questions_needed, split_data
 from workflows.real_model_study.methods import bucket_bases, caliope_method, eval_command, lpes_name, main_methods
 from workflows.real_model_study.report import method_rows, report
@@ -96,6 +97,14 @@ def test_gold_loglik_study_scores_every_step_by_it_and_projects_no_pcd():
     assert projected_seconds(args.size, {**speed, "score": "gold_loglik"})["evaluation"] == metric * 6 / 8
 
 
+def test_each_size_option_names_its_default_at_the_full_size():
+    """The size options' help is written out in their docstrings: it must say what `SIZES["full"]` holds."""
+    parser = ConfigParser.for_command("study", "")
+    add_arguments(parser)
+    for key, value in SIZES["full"].items():
+        assert parser._option_string_actions[f"--{key}"].help.endswith(f"(full: {value})"), key
+
+
 def test_a_study_directory_of_the_other_score_is_refused_before_anything_is_written(tmp_path, capsys):
     out = tmp_path / "study"
     out.mkdir()
@@ -103,10 +112,9 @@ def test_a_study_directory_of_the_other_score_is_refused_before_anything_is_writ
     (out / "speed.json").write_text(json.dumps({"prompts_per_second": 1.0, "mean_prompt_tokens": 400}))
     (out / "config.yaml").write_text("score: metric\n")
     before = {path.name: path.read_bytes() for path in out.iterdir()}
-    with pytest.raises(SystemExit) as stop:
-        study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry_run"])
+    code = study_main(["--quick", "--score", "gold_loglik", "--out", str(out), "--dry_run"])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and "holds a study scored by metric, not --score gold_loglik: pass another --out" in err
+    assert code == 2 and "holds a study scored by metric, not --score gold_loglik: pass another --out" in err
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
 

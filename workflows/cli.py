@@ -103,10 +103,6 @@ TYPED_COMMANDS = (
 )
 RESOLVES_CONFIG = [
     "quickstart",
-    "reproduce-position-bias",
-    "study-real-model",
-    "crosscheck-lm-eval",
-    "reproduce-reversal",
 ]
 #: User mistakes: one clear line, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError)

@@ -19,6 +19,7 @@ import argparse
 import json
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -26,7 +27,7 @@ import yaml
 from evaluation.tasks import build_task
 from evaluation.tasks.kv_retrieval import build_pairs_prompt, move_pair, pairs_form
 from repo_common.atomic import write_text_atomic
-from repo_common.config_cli import ConfigParser, parse_script
+from repo_common.config_cli import ConfigParser, add_dataclass_options, typed_options
 from workflows.assets import TINY_KV_BASE
 from workflows.commands import CommandRunner, cpu_trainer_section, last_checkpoint
 
@@ -50,28 +51,69 @@ METHODS = (
 )
 
 
+@dataclass
+class PositionBias:
+    """The recipe's options (each also a key of a `--config` file), judged when built."""
+
+    out: str = "outputs/position-bias"
+    """output directory (created; resumes)"""
+    base: str = str(BASE)
+    """RoPE HF model to continue (default: the built-in)"""
+    seeds: int = 3
+    """training seeds (0, 1, ...)"""
+    steps: int = 400
+    """continual-training steps per seed"""
+    lr: float = 1e-3
+    """peak learning rate (linear decay to 0)"""
+    pairs: int = 64
+    """pairs per prompt (training and evaluation)"""
+    distinct_keys: int = 8
+    """distinct keys per prompt (the rest repeat)"""
+    edge_width: int = 4
+    """training gold in the first/last this many pairs"""
+    edge_share: float = 1.0
+    """share of training examples with the gold at an edge"""
+    eval_positions: int = 8
+    """evenly spaced gold positions evaluated"""
+    eval_examples: int = 50
+    """held-out examples per gold position"""
+    search_examples: int = 32
+    """search examples per subset (x3 prompts)"""
+    generations: int = 20
+    """LPES breeding rounds (paper: 20)"""
+    population: int = 32
+    """LPES population (paper: 32 = 12 + 4 + 16)"""
+    threads: int = 1
+    """torch threads per command (OMP_NUM_THREADS)"""
+
+    def __post_init__(self) -> None:
+        """The recipe's domain checks (jsonargparse checked the types), each a ValueError naming the option."""
+        for name in ("seeds", "steps", "pairs", "eval_examples", "search_examples", "threads", "population"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        if self.generations < 0:
+            raise ValueError("--generations must be >= 0")
+        if not 2 <= self.distinct_keys <= min(8, self.pairs):
+            raise ValueError(f"--distinct_keys must be in [2, {min(8, self.pairs)}] (one-character keys give 8)")
+        if not 1 <= self.edge_width or 2 * self.edge_width >= self.pairs:
+            raise ValueError(
+                f"--edge_width must be >= 1 and leave middle positions: 2 x {self.edge_width} < {self.pairs}"
+            )
+        if not 0.0 <= self.edge_share <= 1.0:
+            raise ValueError(f"--edge_share must be in [0, 1], got {self.edge_share}")
+        if not 3 <= self.eval_positions <= self.pairs:
+            raise ValueError("--eval_positions must be in [3, --pairs]")
+        if self.population < 4:
+            raise ValueError("--population must be >= 4 (parents, crossover and mutation offspring)")
+        if not (Path(self.base) / "config.json").is_file():
+            raise ValueError(
+                f"--base {self.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)"
+            )
+
+
 def add_arguments(parser: ConfigParser) -> None:
-    """The recipe's options (each also a key of a `--config` file)."""
-    parser.add_argument("--out", type=str, default="outputs/position-bias", help="output directory (created; resumes)")
-    parser.add_argument("--base", type=str, default=str(BASE), help="RoPE HF model to continue (default: the built-in)")
-    parser.add_argument("--seeds", type=int, default=3, help="training seeds (0, 1, ...)")
-    parser.add_argument("--steps", type=int, default=400, help="continual-training steps per seed")
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (linear decay to 0)")
-    parser.add_argument("--pairs", type=int, default=64, help="pairs per prompt (training and evaluation)")
-    parser.add_argument("--distinct_keys", type=int, default=8, help="distinct keys per prompt (the rest repeat)")
-    parser.add_argument("--edge_width", type=int, default=4, help="training gold in the first/last this many pairs")
-    parser.add_argument(
-        "--edge_share",
-        type=float,
-        default=1.0,
-        help="share of training examples with the gold at an edge",
-    )
-    parser.add_argument("--eval_positions", type=int, default=8, help="evenly spaced gold positions evaluated")
-    parser.add_argument("--eval_examples", type=int, default=50, help="held-out examples per gold position")
-    parser.add_argument("--search_examples", type=int, default=32, help="search examples per subset (x3 prompts)")
-    parser.add_argument("--generations", type=int, default=20, help="LPES breeding rounds (paper: 20)")
-    parser.add_argument("--population", type=int, default=32, help="LPES population (paper: 32 = 12 + 4 + 16)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per command (OMP_NUM_THREADS)")
+    """The recipe's options: the fields of `PositionBias`."""
+    add_dataclass_options(parser, PositionBias)
 
 
 def build_parser() -> ConfigParser:
@@ -80,30 +122,9 @@ def build_parser() -> ConfigParser:
     return parser
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """The recipe's domain checks (jsonargparse checked the types), each a ValueError naming the option."""
-    for name in ("seeds", "steps", "pairs", "eval_examples", "search_examples", "threads", "population"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1")
-    if args.generations < 0:
-        raise ValueError("--generations must be >= 0")
-    if not 2 <= args.distinct_keys <= min(8, args.pairs):
-        raise ValueError(f"--distinct_keys must be in [2, {min(8, args.pairs)}] (one-character keys give 8)")
-    if not 1 <= args.edge_width or 2 * args.edge_width >= args.pairs:
-        raise ValueError(f"--edge_width must be >= 1 and leave middle positions: 2 x {args.edge_width} < {args.pairs}")
-    if not 0.0 <= args.edge_share <= 1.0:
-        raise ValueError(f"--edge_share must be in [0, 1], got {args.edge_share}")
-    if not 3 <= args.eval_positions <= args.pairs:
-        raise ValueError("--eval_positions must be in [3, --pairs]")
-    if args.population < 4:
-        raise ValueError("--population must be >= 4 (parents, crossover and mutation offspring)")
-    if not (Path(args.base) / "config.json").is_file():
-        raise ValueError(f"--base {args.base!r} is not an HF model directory (make one: scripts/pretrain_tiny_base.py)")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> PositionBias:
     """The checked settings; a mistake is one line and exit code 2, `--print_config` prints them and exits."""
-    return parse_script(build_parser(), argv, check_options)
+    return typed_options(build_parser(), argv)
 
 
 # ------------------------------------------------------------------ positions, data, configs
@@ -173,14 +194,27 @@ def search_config(out: Path, args: argparse.Namespace) -> Path:
     parents = max(2, round(args.population * 12 / 32))
     crossover = max(1, round(args.population * 4 / 32))
     config = {
-        "task": {"name": "kv", "num_items": args.pairs, "num_examples": args.search_examples, "seed": SEARCH_SEED,
-                 "max_new_tokens": 1, "batch_size": 48, "key_chars": 1, "template": "pairs",
-                 "distinct_keys": args.distinct_keys},
+        "task": {
+            "name": "kv",
+            "num_items": args.pairs,
+            "num_examples": args.search_examples,
+            "seed": SEARCH_SEED,
+            "max_new_tokens": 1,
+            "batch_size": 48,
+            "key_chars": 1,
+            "template": "pairs",
+            "distinct_keys": args.distinct_keys,
+        },
         "space": {"num_points": 4},
-        "ga": {"population": args.population, "parents": parents, "crossover_offspring": crossover,
-               "mutation_offspring": args.population - parents - crossover, "generations": args.generations},
+        "ga": {
+            "population": args.population,
+            "parents": parents,
+            "crossover_offspring": crossover,
+            "mutation_offspring": args.population - parents - crossover,
+            "generations": args.generations,
+        },
         "held_out": {"num_examples": 0},
-    }  # fmt: skip
+    }
     path = out / "configs" / "search.yaml"
     write_text_atomic(path, yaml.safe_dump(config, sort_keys=False))
     return path
@@ -191,11 +225,28 @@ def eval_command(model: Path, out: Path, methods: Sequence[str], args: argparse.
         p for key, value in kv_params(args).items() if key != "num_keys" for p in ("--task_param", f"kv:{key}={value}")
     ]
     return [
-        "evaluation", "run", "--model", str(model), "--tasks", "kv", "--num_keys", str(args.pairs), *params,
-        "--num_examples", str(args.eval_examples), "--seed", str(EVAL_SEED),
-        "--gold_positions", ",".join(map(str, eval_positions(args))), "--batch_size", "50", "--no_progress",
-        *(flag for method in methods for flag in ("--methods", method)), "--out", str(out),
-    ]  # fmt: skip
+        "evaluation",
+        "run",
+        "--model",
+        str(model),
+        "--tasks",
+        "kv",
+        "--num_keys",
+        str(args.pairs),
+        *params,
+        "--num_examples",
+        str(args.eval_examples),
+        "--seed",
+        str(EVAL_SEED),
+        "--gold_positions",
+        ",".join(map(str, eval_positions(args))),
+        "--batch_size",
+        "50",
+        "--no_progress",
+        *(flag for method in methods for flag in ("--methods", method)),
+        "--out",
+        str(out),
+    ]
 
 
 def train_model(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace) -> Path:
@@ -209,11 +260,27 @@ def train_model(seed: int, out: Path, run: CommandRunner, args: argparse.Namespa
         counts = write_training_data(data, seed, args)
         print(f"seed {seed}: {counts['examples']} training examples, {counts['gold_at_edge']} with the gold at an edge")
         config = training_config(out, seed, data, args)
-        run(f"seed {seed}: continual training", "repo_train", "fit", "--config", str(config),
-            log=out / "logs" / f"train-seed{seed}.log")  # fmt: skip
+        run(
+            f"seed {seed}: continual training",
+            "repo_train",
+            "fit",
+            "--config",
+            str(config),
+            log=out / "logs" / f"train-seed{seed}.log",
+        )
         checkpoint = last_checkpoint(out / "runs" / f"seed{seed}")
-        run(f"seed {seed}: export", "repo_train", "export", "--checkpoint", str(checkpoint), "--out", str(model),
-            "--tokenizer", str(args.base), log=out / "logs" / f"export-seed{seed}.log")  # fmt: skip
+        run(
+            f"seed {seed}: export",
+            "repo_train",
+            "export",
+            "--checkpoint",
+            str(checkpoint),
+            "--out",
+            str(model),
+            "--tokenizer",
+            str(args.base),
+            log=out / "logs" / f"export-seed{seed}.log",
+        )
     return model
 
 

@@ -31,14 +31,15 @@ Docs: docs/reproductions.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
 
+from jsonargparse import Namespace
+
 from evaluation.results import load_summary, write_json_atomic
 from repo_common.atomic import write_text_atomic
-from repo_common.config_cli import ConfigParser, dump_config, script_options
+from repo_common.config_cli import ConfigParser, config_values, dataclass_config, dump_config
 from workflows import position_bias as recipe
 from workflows.commands import CommandRunner, project_root
 from workflows.position_bias_results import PAPER_CLAIMS, aggregate, plot, position_stats, results_markdown
@@ -47,37 +48,45 @@ FORMAT_VERSION = 1
 
 
 def add_arguments(parser: ConfigParser) -> None:
-    """The recipe's options, with this command's description as its --help."""
+    """The recipe's options (`position_bias.PositionBias`), with this command's description as its --help."""
     parser.description = __doc__
     recipe.add_arguments(parser)
 
 
-#: The recipe's checks of the options (what a mistake is refused for, in one line).
-check_options = recipe.check_options
-
-
-def run(options, parser: ConfigParser) -> int:
-    """The checked options (a mistake: one line, exit code 2; `--print_config` prints them), then every seed and
-    the aggregate."""
-    reproduce(script_options(parser, options, check_options))
+def run(options: Namespace, parser: ConfigParser) -> int:
+    """The options judged by `PositionBias` (a mistake: one line, exit code 2), then every seed and the aggregate."""
+    reproduce(dataclass_config(options, recipe.PositionBias))
     return 0
 
 
-def run_seed(seed: int, out: Path, run: CommandRunner, args: argparse.Namespace) -> dict:
+def run_seed(seed: int, out: Path, run: CommandRunner, args: recipe.PositionBias) -> dict:
     """Train, search, evaluate one seed (each step skipped when its output exists); its scales and eval dir."""
     model = recipe.train_model(seed, out, run, args)
     scale_file = out / "scales" / f"seed{seed}.json"
     if not scale_file.is_file():
-        run(f"seed {seed}: LPES search", "search", "run", "--model.path", str(model), "--config",
-            str(recipe.search_config(out, args)), "--out", str(scale_file), "--resume",
-            log=out / "logs" / f"search-seed{seed}.log")  # fmt: skip
+        run(
+            f"seed {seed}: LPES search",
+            "search",
+            "run",
+            "--model.path",
+            str(model),
+            "--config",
+            str(recipe.search_config(out, args)),
+            "--out",
+            str(scale_file),
+            "--resume",
+            log=out / "logs" / f"search-seed{seed}.log",
+        )
     scales = [float(s) for s in json.loads(scale_file.read_text())["scales"]]
     mean_scale = f"{statistics.fmean(scales):.4g}"
     eval_dir = out / "eval" / f"seed{seed}"
     if not _has_every_method(eval_dir):  # the harness adds missing methods to a run and keeps the others
         methods = [flag.format(scale_file=scale_file, mean_scale=mean_scale) for _, flag in recipe.METHODS]
-        run(f"seed {seed}: evaluate every method", *recipe.eval_command(model, eval_dir, methods, args),
-            log=out / "logs" / f"eval-seed{seed}.log")  # fmt: skip
+        run(
+            f"seed {seed}: evaluate every method",
+            *recipe.eval_command(model, eval_dir, methods, args),
+            log=out / "logs" / f"eval-seed{seed}.log",
+        )
     return {"scales": scales, "mean_scale": float(mean_scale), "eval_dir": eval_dir}
 
 
@@ -91,20 +100,26 @@ def _has_every_method(eval_dir: Path) -> bool:
     return True
 
 
-def reproduce(args: argparse.Namespace) -> None:
+def reproduce(args: recipe.PositionBias) -> None:
     """The base model's baseline once, every seed, then results.json, results.md and the plot."""
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "config.yaml", dump_config(vars(args)))  # --config replays it
+    write_text_atomic(out / "config.yaml", dump_config(config_values(args)))  # --config replays it
     run = CommandRunner(
-        out, description=f"Commands of {recipe.PROG}, in order.", cwd=project_root(), fresh=False,
+        out,
+        description=f"Commands of {recipe.PROG}, in order.",
+        cwd=project_root(),
+        fresh=False,
         env={"OMP_NUM_THREADS": str(args.threads)},
-    )  # fmt: skip
+    )
     edges = recipe.edge_positions(args)
     base_dir = out / "eval" / "base"
     if not (base_dir / "summary.json").is_file():
-        run("base model: baseline", *recipe.eval_command(Path(args.base), base_dir, ["baseline"], args),
-            log=out / "logs" / "eval-base.log")  # fmt: skip
+        run(
+            "base model: baseline",
+            *recipe.eval_command(Path(args.base), base_dir, ["baseline"], args),
+            log=out / "logs" / "eval-base.log",
+        )
     base = position_stats(load_summary(base_dir / "summary.json")["results"]["kv"]["baseline"], edges)
     per_seed, scales = {}, {}
     for seed in range(args.seeds):
@@ -114,7 +129,7 @@ def reproduce(args: argparse.Namespace) -> None:
         scales[seed] = {"scales": outcome["scales"], "mean": outcome["mean_scale"]}
         line = ", ".join(f"{name} {s['accuracy']:.3f} (middle {s['middle']:.3f})" for name, s in per_seed[seed].items())
         print(f"seed {seed}: {line}", flush=True)
-    settings = {key: value for key, value in vars(args).items() if key != "out"}
+    settings = {key: value for key, value in config_values(args).items() if key != "out"}
     results = {
         "format_version": FORMAT_VERSION,
         "settings": {**settings, "edges": edges, "eval_positions": recipe.eval_positions(args)},

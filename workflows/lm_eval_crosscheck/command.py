@@ -47,17 +47,18 @@ how a rerun recognises its own report: any other file there is refused). lm-eval
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from jsonargparse import Namespace
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from evaluation.devices import DEVICES
 from evaluation.sample_data import check_nq_file
-from evaluation.tasks import GRID_HELP, GRID_NAMES, refuse_renamed_grid
-from repo_common.config_cli import deferred, script_options
+from evaluation.tasks import GRID_NAMES, refuse_renamed_grid
+from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config, deferred
 from repo_common.model_directory import check_model_files
 from repo_common.output_guard import check_output_file
 from repo_train.real_model import DEFAULT_OUT
@@ -68,56 +69,65 @@ DEFAULT_MODEL = DEFAULT_OUT  # where python -m repo_train real-model writes
 MAX_REPORT_BYTES = 256 * 2**20
 
 
-def add_arguments(parser) -> None:
-    """The cross-check's options (each also a key of a `--config` file)."""
+@dataclass
+class CrossCheck:
+    """The cross-check's options (each also a key of a `--config` file), judged when built: gold positions as
+    the harness takes them (comma-separated ints become a list); the data file exists; `--out` is new or this
+    command's report."""
+
+    model: str = DEFAULT_MODEL
+    """HF model directory (fp32, sdpa)"""
+    data: str | None = None
+    """nq-open-oracle .jsonl(.gz); default: the packaged sample"""
+    num_documents: PositiveInt = 5
+    """documents per prompt"""
+    num_examples: PositiveInt = 4
+    """questions"""
+    gold_positions: list[int] | str = "all"
+    """a gold-position grid (ends-20-50-80 = first, 20%, 50%, 80%, last; quartiles = first, 25%, 50%, 75%, last;
+    all = every item) or comma-separated 0-based ints; prompts = questions x positions"""
+    max_new_tokens: PositiveInt | None = None
+    """default: the task's"""
+    batch_size: PositiveInt = 8
+    """prompts per batch, both"""
+    chat_template: bool = False
+    """prompts in the tokenizer's chat template"""
+    system_prompt: str | None = None
+    """system message (chat template)"""
+    score: Literal["metric", "gold_loglik"] = "metric"
+    """metric: greedy continuations (generate_until); gold_loglik: the gold answer's log-probability
+    (loglikelihood)"""
+    repeats: NonNegativeInt = 3
+    """timed rounds (0: compare only)"""
+    threads: PositiveInt | None = None
+    """torch threads, both (default: torch's own count)"""
+    device: Literal[DEVICES] = "cpu"
+    """where the one model runs"""
+    out: str = "outputs/crosscheck-lm-eval.json"
+    """the report (JSON)"""
+
+    def __post_init__(self) -> None:
+        positions = self.gold_positions
+        refuse_renamed_grid(positions)
+        if isinstance(positions, str) and positions not in GRID_NAMES:
+            try:
+                self.gold_positions = [int(x) for x in positions.split(",")]
+            except ValueError:
+                raise ValueError(
+                    f"--gold_positions expects one of {list(GRID_NAMES)} or comma-separated 0-based ints, "
+                    f"got {positions!r}"
+                ) from None
+        if self.system_prompt is not None and not self.chat_template:
+            raise ValueError("--system_prompt needs --chat_template true")
+        if self.data is not None:
+            check_nq_file("--data", self.data)  # names the release file to download
+        check_output_file(self.out, "a cross-check report", ours=is_report(Path(self.out)))
+
+
+def add_arguments(parser: ConfigParser) -> None:
+    """The cross-check's options: the fields of `CrossCheck`."""
     parser.description = __doc__
-    parser.add_argument("--model", type=str, default=DEFAULT_MODEL, help="HF model directory (fp32, sdpa)")
-    parser.add_argument(
-        "--data", type=str | None, default=None, help="nq-open-oracle .jsonl(.gz); default: the packaged sample"
-    )
-    parser.add_argument("--num_documents", type=PositiveInt, default=5, help="documents per prompt")
-    parser.add_argument("--num_examples", type=PositiveInt, default=4, help="questions")
-    parser.add_argument(
-        "--gold_positions",
-        type=list[int] | str,
-        default="all",
-        help=f"{'|'.join(GRID_NAMES)} or comma-separated 0-based ints ({GRID_HELP}; prompts = questions x positions)",
-    )
-    parser.add_argument("--max_new_tokens", type=PositiveInt | None, default=None, help="default: the task's")
-    parser.add_argument("--batch_size", type=PositiveInt, default=8, help="prompts per batch, both")
-    parser.add_argument("--chat_template", type=bool, default=False, help="prompts in the tokenizer's chat template")
-    parser.add_argument("--system_prompt", type=str | None, default=None, help="system message (chat template)")
-    parser.add_argument(
-        "--score",
-        type=Literal["metric", "gold_loglik"],
-        default="metric",
-        help="metric: greedy continuations (generate_until); gold_loglik: the gold answer's log-probability "
-        "(loglikelihood)",
-    )
-    parser.add_argument("--repeats", type=NonNegativeInt, default=3, help="timed rounds (0: compare only)")
-    parser.add_argument(
-        "--threads", type=PositiveInt | None, default=None, help="torch threads, both (default: torch's own count)"
-    )
-    parser.add_argument("--device", type=Literal[DEVICES], default="cpu", help="where the one model runs")
-    parser.add_argument("--out", type=str, default="outputs/crosscheck-lm-eval.json", help="the report (JSON)")
-
-
-def check_options(args: argparse.Namespace) -> None:
-    """Gold positions as the harness takes them; the data file exists; `--out` is new or this command's report."""
-    positions = args.gold_positions
-    refuse_renamed_grid(positions)
-    if isinstance(positions, str) and positions not in GRID_NAMES:
-        try:
-            args.gold_positions = [int(x) for x in positions.split(",")]
-        except ValueError:
-            raise ValueError(
-                f"--gold_positions expects one of {list(GRID_NAMES)} or comma-separated 0-based ints, got {positions!r}"
-            ) from None
-    if args.system_prompt is not None and not args.chat_template:
-        raise ValueError("--system_prompt needs --chat_template true")
-    if args.data is not None:
-        check_nq_file("--data", args.data)  # names the release file to download
-    check_output_file(args.out, "a cross-check report", ours=is_report(Path(args.out)))
+    add_dataclass_options(parser, CrossCheck)
 
 
 def check_model(model: str) -> None:
@@ -138,9 +148,10 @@ def is_report(path: Path) -> bool:
     return isinstance(data, dict) and data.get("command") == COMMAND
 
 
-def run(options, parser) -> int:
-    """Check the options (`--print_config` prints them), then cross-check (its modules load torch and lm-eval)."""
-    args = script_options(parser, options, check_options)  # --print_config prints them and exits 0
+def run(options: Namespace, parser: ConfigParser) -> int:
+    """The options judged by `CrossCheck`, the model's files, then the cross-check (its modules load torch and
+    lm-eval)."""
+    args = dataclass_config(options, CrossCheck)
     check_model(args.model)
     deferred("workflows.lm_eval_crosscheck.check", "run_crosscheck")(args)
     return 0

@@ -38,14 +38,16 @@ which is how a rerun recognises the study's own directory (any other non-empty -
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from jsonargparse import Namespace
+
 from evaluation.run_config import SCORES
 from evaluation.sample_data import NQ_OPEN_ORACLE, check_nq_file, nq_file_hint
-from repo_common.config_cli import deferred, script_options
+from repo_common.config_cli import ConfigParser, add_dataclass_options, dataclass_config, deferred
 from repo_train.real_model import COMMAND as REAL_MODEL_COMMAND
 from repo_train.real_model import DEFAULT_OUT
 from repo_train.real_model import check_out as check_model_out
@@ -67,60 +69,81 @@ SIZES = {
 }  # fmt: skip
 
 
-def add_arguments(parser) -> None:
-    """The study's options (each also a key of a `--config` file)."""
+@dataclass
+class RealModelStudy:
+    """The study's options (each also a key of a `--config` file), judged when built: the domain checks (a
+    ValueError naming the option), then where the study writes; derives `size`, `dtype` and `device`, and
+    `data` (the packaged sample) when none is given."""
+
+    out: str = "outputs/real-model"
+    """output directory (created; resumes)"""
+    model: str = DEFAULT_OUT
+    """where the HF model is (made if missing)"""
+    data: str | None = None
+    """Lost-in-the-Middle nq-open-oracle .jsonl(.gz), e.g. the release's qa_data/nq-open-oracle.jsonl.gz (default:
+    the 40-question sample shipped with the package: enough for --quick and the default size, not for --gpu or
+    larger sizes)"""
+    quick: bool = False
+    """the smallest study (minutes; the slow test runs it)"""
+    gpu: bool = False
+    """full size (20 documents, 100 questions), bf16 on CUDA"""
+    documents: int | None = None
+    """override the size (full: 5)"""
+    questions: int | None = None
+    """override the size (full: 15)"""
+    costly_questions: int | None = None
+    """override the size (full: 3)"""
+    bias_questions: int | None = None
+    """override the size (full: 15)"""
+    search_questions: int | None = None
+    """override the size (full: 3)"""
+    held_out: int | None = None
+    """override the size (full: 6)"""
+    population: int | None = None
+    """override the size (full: 6)"""
+    generations: int | None = None
+    """override the size (full: 1)"""
+    max_new_tokens: int | None = None
+    """override the size (full: 24)"""
+    score: Literal[SCORES] = "metric"
+    """metric: greedy answers by best-subspan EM; gold_loglik: the gold answer's mean log-probability per token,
+    teacher-forced (a continuous score; use another --out than a metric study's)"""
+    batch_size: int = 8
+    """prompts per forward"""
+    threads: int = 2
+    """torch threads per command (OMP_NUM_THREADS)"""
+    dry_run: bool = False
+    """write commands.sh, run nothing long"""
+
+    def __post_init__(self) -> None:
+        if self.quick and self.gpu:
+            raise ValueError("--quick and --gpu choose different sizes: pass one of them")
+        size = dict(SIZES["quick" if self.quick else "gpu" if self.gpu else "full"])
+        self.dtype, self.device = ("bfloat16", "cuda") if self.gpu else ("float32", "cpu")
+        for key in SIZES["full"]:
+            if getattr(self, key) is not None:
+                size[key] = getattr(self, key)
+        if size["documents"] < 3:
+            raise ValueError("--documents must be >= 3 (beginning, middle and end)")
+        for key, value in size.items():
+            if value < 1 and key != "generations":
+                raise ValueError(f"--{key} must be >= 1")
+        if size["costly_questions"] > size["questions"] or size["bias_questions"] > size["questions"]:
+            raise ValueError("--costly_questions and --bias_questions take the first of --questions: not more")
+        check_data(self, size)
+        if self.threads < 1 or self.batch_size < 1:
+            raise ValueError("--threads and --batch_size must be >= 1")
+        self.size = size
+        check_outputs(self)
+
+
+def add_arguments(parser: ConfigParser) -> None:
+    """The study's options: the fields of `RealModelStudy`."""
     parser.description = __doc__
-    parser.add_argument("--out", type=str, default="outputs/real-model", help="output directory (created; resumes)")
-    parser.add_argument("--model", type=str, default=DEFAULT_OUT, help="where the HF model is (made if missing)")
-    parser.add_argument(
-        "--data",
-        type=str | None,
-        default=None,
-        help="Lost-in-the-Middle nq-open-oracle .jsonl(.gz), e.g. the release's qa_data/nq-open-oracle.jsonl.gz "
-        "(default: the 40-question sample shipped with the package: enough for --quick and the default size, not "
-        "for --gpu or larger sizes)",
-    )
-    parser.add_argument("--quick", action="store_true", help="the smallest study (minutes; the slow test runs it)")
-    parser.add_argument("--gpu", action="store_true", help="full size (20 documents, 100 questions), bf16 on CUDA")
-    for key, value in SIZES["full"].items():
-        parser.add_argument(f"--{key}", type=int | None, default=None, help=f"override the size (full: {value})")
-    parser.add_argument(
-        "--score",
-        type=Literal[SCORES],
-        default="metric",
-        help="metric: greedy answers by best-subspan EM; gold_loglik: the gold answer's mean log-probability per "
-        "token, teacher-forced (a continuous score; use another --out than a metric study's)",
-    )
-    parser.add_argument("--batch_size", type=int, default=8, help="prompts per forward")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per command (OMP_NUM_THREADS)")
-    parser.add_argument("--dry_run", action="store_true", help="write commands.sh, run nothing long")
+    add_dataclass_options(parser, RealModelStudy)
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """The domain checks (a ValueError naming the option), then where the study writes; sets `size`, `dtype`
-    and `device`."""
-    if args.quick and args.gpu:
-        raise ValueError("--quick and --gpu choose different sizes: pass one of them")
-    size = dict(SIZES["quick" if args.quick else "gpu" if args.gpu else "full"])
-    args.dtype, args.device = ("bfloat16", "cuda") if args.gpu else ("float32", "cpu")
-    for key in SIZES["full"]:
-        if getattr(args, key) is not None:
-            size[key] = getattr(args, key)
-    if size["documents"] < 3:
-        raise ValueError("--documents must be >= 3 (beginning, middle and end)")
-    for key, value in size.items():
-        if value < 1 and key != "generations":
-            raise ValueError(f"--{key} must be >= 1")
-    if size["costly_questions"] > size["questions"] or size["bias_questions"] > size["questions"]:
-        raise ValueError("--costly_questions and --bias_questions take the first of --questions: not more")
-    check_data(args, size)
-    if args.threads < 1 or args.batch_size < 1:
-        raise ValueError("--threads and --batch_size must be >= 1")
-    args.size = size
-    check_outputs(args)
-
-
-def check_data(args: argparse.Namespace, size: dict[str, int]) -> None:
+def check_data(args: RealModelStudy, size: dict[str, int]) -> None:
     """`--data` exists and holds the questions `size` needs; without it the packaged sample, where that is enough
     (else one line naming the release file to download and pass as --data). Sets `data`."""
     needed = questions_needed(size)
@@ -142,7 +165,7 @@ def check_data(args: argparse.Namespace, size: dict[str, int]) -> None:
         )
 
 
-def check_outputs(args: argparse.Namespace) -> None:
+def check_outputs(args: RealModelStudy) -> None:
     """Before anything is written: `--out` is new, empty or this study's own of the same score, and `--model` is
     new, empty or the output of the command that makes it (a user's folder or model is left as it is)."""
     out = check_run_directory(args.out, "a real-model study", DESCRIPTIONS)
@@ -162,8 +185,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     )
 
 
-def run(options, parser) -> int:
-    """Check the options (`--print_config` prints them), then run the study (its modules load torch)."""
-    args = script_options(parser, options, check_options)  # --print_config prints them and exits 0
-    deferred("workflows.real_model_study.study", "run_study")(args, parser)
+def run(options: Namespace, parser: ConfigParser) -> int:
+    """The options judged by `RealModelStudy`, then the study (its modules load torch)."""
+    deferred("workflows.real_model_study.study", "run_study")(dataclass_config(options, RealModelStudy))
     return 0

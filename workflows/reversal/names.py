@@ -1,5 +1,5 @@
 """What names `python -m workflows reproduce-reversal`'s runs: the header of their commands.sh and the folder their
-commands run in. Below the command's options (`command`) and its work (`reproduction`), which both read them."""
+commands run in. Below the command's options (`options`) and its work (`reproduction`), which both read them."""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Mapping, Sequence
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from evaluation.results import write_json_atomic
 from repo_common.atomic import save_figure_atomic, write_text_atomic
+from workflows.reversal.options import Reversal
 from workflows.reversal.results import aggregate
 from workflows.reversal.training import EVAL_SEED
 
@@ -120,7 +120,7 @@ def plot_results(results: Mapping, path: Path) -> None:
 
 
 def write_results(
-    out: Path, args: argparse.Namespace, per_seed, runs: Mapping[str, Mapping], failures: Mapping | None = None
+    out: Path, args: Reversal, per_seed, runs: Mapping[str, Mapping], failures: Mapping | None = None
 ) -> dict:
     settings = {
         "seeds": args.seeds,

@@ -3,7 +3,6 @@ the options first): a (method, seed) whose evaluation summary exists is skipped,
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -13,9 +12,10 @@ from pathlib import Path
 from evaluation.results import RECORDS_FILE, load_summary, read_records, write_json_atomic
 from evaluation.tasks.reversal_tokenizer import reversal_tokenizer
 from repo_common.atomic import write_text_atomic
-from repo_common.config_cli import dump_config, script_config
+from repo_common.config_cli import config_values, dump_config
 from workflows.commands import CommandRunner
 from workflows.reversal.names import DESCRIPTIONS, ROOT
+from workflows.reversal.options import Reversal
 from workflows.reversal.report import results_markdown, write_results
 from workflows.reversal.results import failure_modes, per_length_accuracy
 from workflows.reversal.training import held_out_sequences, run_one, write_training_data
@@ -38,13 +38,13 @@ def progress_line(info: Mapping, curve: Mapping[int, float], train_max: int, res
     return ", ".join(parts)
 
 
-def reproduce(args: argparse.Namespace, parser) -> dict:
+def reproduce(args: Reversal) -> dict:
     """Run (or resume) every (method, seed) of the checked options `args` into `args.out`; the results."""
     out = Path(args.out) if Path(args.out).is_absolute() else (Path.cwd() / args.out)
     threads = {name: str(args.threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     # commands.sh first: its header names this command, so an interrupted run is still recognised as its own
     run = CommandRunner(out, description=DESCRIPTIONS[0], cwd=ROOT, fresh=False, env=threads)
-    write_text_atomic(out / "config.yaml", dump_config(script_config(parser, args)))  # --config replays it
+    write_text_atomic(out / "config.yaml", dump_config(config_values(args)))  # --config replays it
 
     tokenizer = reversal_tokenizer()
     tokenizer_dir = out / "tokenizer"

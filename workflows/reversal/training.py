@@ -3,7 +3,6 @@ then train, export and evaluate it through the project's own commands."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -17,6 +16,7 @@ from evaluation.tasks.reversal import build_reversal_prompt, reversal_training_w
 from evaluation.tasks.reversal_tokenizer import unknown_words
 from repo_common.atomic import write_text_atomic
 from workflows.commands import cpu_trainer_section, last_checkpoint, logged_train_losses
+from workflows.reversal.options import Reversal
 
 EVAL_SEED = 12345
 
@@ -27,7 +27,7 @@ TASK = "reversal"
 METHOD_LABEL = "baseline"  # the harness's name for "the model as trained"
 
 
-def held_out_sequences(args: argparse.Namespace) -> set[tuple[str, ...]]:
+def held_out_sequences(args: Reversal) -> set[tuple[str, ...]]:
     """The word tuples of the test set (the harness builds the same rows from the same seed)."""
     task = build_task(
         TASK, num_examples=args.examples_per_length, min_length=args.test_min, max_length=args.test_max, seed=EVAL_SEED
@@ -35,7 +35,7 @@ def held_out_sequences(args: argparse.Namespace) -> set[tuple[str, ...]]:
     return {tuple(row["words"]) for row in task.rows()}
 
 
-def write_training_data(path: Path, seed: int, args: argparse.Namespace, tokenizer, exclude) -> dict[str, int]:
+def write_training_data(path: Path, seed: int, args: Reversal, tokenizer, exclude) -> dict[str, int]:
     """JSONL of {"prompt", "completion"} for one seed, minus test sequences; returns counts."""
     words_lists = reversal_training_words(args.train_examples, args.train_min, args.train_max, seed=seed)
     kept = [words for words in words_lists if tuple(words) not in exclude]
@@ -61,7 +61,7 @@ def training_config(
     seq_len: int,
     tokenizer_dir: Path,
     vocab_size: int,
-    args: argparse.Namespace,
+    args: Reversal,
 ) -> Path:
     config = {
         "seed_everything": seed,
@@ -113,7 +113,7 @@ def final_train_loss(run_dir: Path, last: int = 5) -> float | None:
 
 
 def run_one(
-    run, out: Path, method: str, seed: int, data: dict, tokenizer_dir: Path, vocab_size: int, args: argparse.Namespace
+    run, out: Path, method: str, seed: int, data: dict, tokenizer_dir: Path, vocab_size: int, args: Reversal
 ) -> dict:
     """Train, export and evaluate one (method, seed); returns timings and the final training loss."""
     name = f"{method}-seed{seed}"
