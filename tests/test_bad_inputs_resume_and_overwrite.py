@@ -611,7 +611,7 @@ ROWS = [
         "repo_train",
         _earlier_fit_root("step=3.ckpt"),
         EXIT_USAGE,
-        "version_0/checkpoints/step=3.ckpt: pass --ckpt_path",
+        "version_0/checkpoints/step=3.ckpt, which is damaged",  # found beside last.ckpt, and judged
     ),
 ]
 
@@ -754,7 +754,7 @@ def test_the_quickstart_writes_only_into_its_own_output(tmp_path, capsys):
         ('"caliope:calibrator=hourglass", fim,', '"caliope:calibrator=hourglass", fimm,', "unknown method 'fimm'"),
         ('"lpes:scale_file={scale_file}"', '"lpes:scale_fil={scale_file}"', "unknown parameter(s) ['scale_fil']"),
         ('--num_keys, "50"', '--num_keyz, "50"', "unrecognized arguments: --num_keyz 50"),
-        ('"mdqa,kv"', '"mdqa,kvv"', "kvv"),
+        ('"mdqa_release,kv"', '"mdqa_release,kvv"', "kvv"),
         ("args: [--task.name, mdqa,", "args: [--task.name, mdqq,", "task.name 'mdqq' is not a registered task"),
         ("args: [--task.name, mdqa,", "args: [--task.name, mdqa, --ga.populaton, '8',", "--ga.populaton"),
     ],

@@ -166,7 +166,7 @@ def test_salience_with_and_without_pcd(tiny_lm):
     [
         ("pcd:alpha=-0.1", "alpha must be a finite number >= 0"),
         ("pcd:beta=-1", "beta must be a finite number >= 0"),
-        ("pcd:ratio=0", r"ratio \(B'/B\) must be a finite number > 0"),
+        ("pcd:ratio=0", r"ratio \(B'/B\) must be in \(0, 1\]"),
         ("pcd:gamma=0", "gamma .* must be >= 1"),
         ("pcd:gamma=2.5", "gamma must be int"),
     ],

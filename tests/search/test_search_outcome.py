@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from search.outcome import every_candidate_scored, outcome_of, search_outcome
+from search import search_run
 from search.search_run import _print_summary
 
 
@@ -55,7 +56,10 @@ def test_an_older_scale_file_gets_the_comparison_recomputed():
     assert outcome_of(stored, result(0.4)) == stored["outcome"]
 
 
-def test_the_search_prints_its_warning_last_on_stderr(capsys):
+def test_the_search_prints_its_warning_last_on_stderr(capsys, monkeypatch):
+    # the evaluation command it prints reads the scale file, which this summary only names
+    monkeypatch.setattr(search_run, "load_scale_file", lambda path: {"path": path})
+    monkeypatch.setattr(search_run, "print_evaluation_command", lambda data, path: print(f"evaluate {path}"))
     outcome = search_outcome(result(0.4), result(0.3), HELD)
     summary = {"fitness": result(0.4), "unscaled_fitness": result(0.3), "generations": 2, "held_out": {
         "example_offset": 200, "seed": 0, **HELD}, "scales": [1.5, 1.2], "evaluations": 10,
@@ -63,5 +67,6 @@ def test_the_search_prints_its_warning_last_on_stderr(capsys):
     _print_summary(summary, 1.0)
     captured = capsys.readouterr()
     assert captured.err == f"warning: {outcome['warning']}\n" and "warning" not in captured.out
+    assert captured.out.endswith("evaluate scale\n")
     _print_summary({**summary, "outcome": {**outcome, "warning": None}}, 1.0)
     assert capsys.readouterr().err == ""
