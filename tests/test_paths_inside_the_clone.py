@@ -94,7 +94,11 @@ def test_no_command_default_names_a_path_outside_the_clone():
 
 
 def test_the_check_finds_such_paths():
-    assert leaves_the_clone("../shared/data") and leaves_the_clone("~/data") and leaves_the_clone(ROOT.parent / f"{ROOT.name}-sibling")
+    assert (
+        leaves_the_clone("../shared/data")
+        and leaves_the_clone("~/data")
+        and leaves_the_clone(ROOT.parent / f"{ROOT.name}-sibling")
+    )
     assert leaves_the_clone("/data/lost-in-the-middle/qa_data")
     assert not leaves_the_clone("models/smollm2") and not leaves_the_clone(ROOT / "evaluation" / "data")
     assert not leaves_the_clone("/") and not leaves_the_clone("a/b") and not leaves_the_clone(3)

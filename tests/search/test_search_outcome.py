@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from search.outcome import every_candidate_scored, outcome_of, search_outcome
 from search import search_run
+from search.outcome import every_candidate_scored, outcome_of, search_outcome
 from search.search_run import _print_summary
 
 
