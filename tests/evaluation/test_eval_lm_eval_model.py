@@ -218,7 +218,8 @@ def test_the_command_passes_argv_to_lm_eval_and_writes_the_stack(folders, tmp_pa
 @pytest.mark.slow  # whole lm-eval calls, seconds each: the fast suite keeps the equalities with hf
 @pytest.mark.usefixtures("quiet_lm_eval_logging")
 def test_the_command_refuses_caliope_in_one_line_with_exit_2(folders, capsys):
-    argv = ["lm-eval", "run", "--model", "repo-train", "--model_args", "pretrained=/nonexistent/model,method=caliope",
+    # a real model directory: a missing one is refused first, as `evaluation run --model` refuses it
+    argv = ["lm-eval", "run", "--model", "repo-train", "--model_args", f"pretrained={folders['plain']},method=caliope",
             "--include_path", str(folders["tasks"]), "--tasks", "tiny_mc", "--device", "cpu"]  # fmt: skip
     assert evaluation_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
