@@ -168,6 +168,14 @@ def method_specs(method: str, path: Path) -> dict[str, str]:
     }
 
 
+def interval(difference: dict) -> str:
+    """The 95% CI of a paired difference, or why there is none (one question: `compare_with_baseline` gives no
+    interval)."""
+    if difference["low"] is None:
+        return f"none (n={difference['n']})"
+    return f"{difference['low']:+.3f} … {difference['high']:+.3f}"
+
+
 def compare(args: FimComparison) -> int:
     from evaluation.methods.decoding import DecodeSettings  # lazy: --help answers without torch
     from evaluation.model_loading import load_model
@@ -236,7 +244,7 @@ def compare(args: FimComparison) -> int:
     ]
     for label, d in result["paired"].items():
         lines.append(
-            f"| {label} | {d['mean_diff']:+.3f} | {d['low']:+.3f} … {d['high']:+.3f} | {d['p_value']:.3g} | "
+            f"| {label} | {d['mean_diff']:+.3f} | {interval(d)} | {d['p_value']:.3g} | "
             f"{d['n']} | {'no record differs' if d['identical'] else 'yes'} |"
         )
     text = "\n".join(lines)
