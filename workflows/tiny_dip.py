@@ -114,7 +114,9 @@ def readme(args: argparse.Namespace, settings: argparse.Namespace, summary: Mapp
         "| position | " + " | ".join(str(p) for p in positions) + " |",
         "|---|" + "---|" * len(positions),
         "| accuracy | " + " | ".join(f"{c['accuracy']:.2f}" for c in cells) + " |",
-        "| 95% interval | " + " | ".join(f"{c['low']:.2f}–{c['high']:.2f}" for c in cells) + " |",
+        "| 95% interval | "
+        + " | ".join(f"{c['low']:.2f}–{c['high']:.2f}" if c["low"] is not None else "–" for c in cells)
+        + " |",
         "",
         (
             f"Every method on the same prompts. Middle: positions {', '.join(map(str, positions[1:-1]))}; edges: "

@@ -76,7 +76,7 @@ def _verdict(vs: dict) -> str:
 def continued_sentence(comparisons: dict[str, list[dict]]) -> str:
     """One bold line: what continuing did to each model against the base (Δ overall, CI, verdict)."""
     parts = [
-        f"{METHOD_NAMES[name]} {vs['mean_diff']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}], {_verdict(vs)}"
+        f"{METHOD_NAMES[name]} {delta_cell(vs)}, {_verdict(vs)}"  # one question: no interval
         for name, (vs, _) in comparisons.items()
     ]
     return "**Against the base they came from, accuracy changed by " + "; ".join(parts) + ".**"
