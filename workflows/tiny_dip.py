@@ -178,11 +178,11 @@ def _measurement_paragraph(args: argparse.Namespace, settings: argparse.Namespac
 
 
 def _method_row(name: str, result: Mapping, parts: Mapping[str, tuple], middle: Mapping | None, seconds: float) -> str:
-    gap = _interval(result["middle_minus_edges"], *result["middle_minus_edges_ci"], signed=True)
+    gap = _interval(result["middle_minus_edges"], *(result["middle_minus_edges_ci"] or (None, None)), signed=True)
     delta, p = _paired(result["vs_baseline"], holm=True)
     delta_middle, p_middle = _paired(middle, holm=False)
     return (
-        f"| {name} | {_interval(result['accuracy'], *result['accuracy_ci'])} | {_interval(*parts['middle'])} "
+        f"| {name} | {_interval(result['accuracy'], *(result['accuracy_ci'] or (None, None)))} | {_interval(*parts['middle'])} "
         f"| {_interval(*parts['edges'])} | {gap} | {delta} | {p} | {delta_middle} | {p_middle} | {result['shape']} "
         f"| {seconds:.0f} |"
     )
