@@ -137,7 +137,12 @@ def readme(args: argparse.Namespace, settings: argparse.Namespace, summary: Mapp
         paired_middle = None
         if name != "baseline":
             paired_middle = compare_with_baseline([r for r in own[name] if r["gold_position"] in middle], base_middle)
-            if paired_middle and paired_middle["low"] > 0 and paired_middle["p_value"] < 0.05:
+            if (
+                paired_middle
+                and paired_middle["low"] is not None
+                and paired_middle["low"] > 0
+                and paired_middle["p_value"] < 0.05
+            ):
                 lifted.append(f"{name} ({paired_middle['mean_diff']:+.3f})")
         lines.append(_method_row(name, result, middle_and_edges(own[name]), paired_middle, timings[name]))
     flags = "; ".join(f"{name}: `{labels[name]}`" for name in results)
