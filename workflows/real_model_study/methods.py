@@ -68,8 +68,15 @@ def main_methods(caliope: str, scales: Sequence[float], scale_file: Path, score:
     """The main table's method specs by key. PI runs at the LPES mean, unless the search gave every layer one
     scale: LPES is then PI at that scale, so it runs once, as LPES (the report says why PI has no row)."""
     mean = statistics.fmean(scales)
-    methods = {"baseline": "baseline", caliope.split(",")[0]: caliope, "pi": f"pi:scale={mean:.4g}", "ms_poe": "ms_poe",
-               "string": "string", "lpes": f"lpes:scale_file={scale_file}", "positional_hidden": POSITIONAL_HIDDEN}  # fmt: skip
+    methods = {
+        "baseline": "baseline",
+        caliope.split(",")[0]: caliope,
+        "pi": f"pi:scale={mean:.4g}",
+        "ms_poe": "ms_poe",
+        "string": "string",
+        "lpes": f"lpes:scale_file={scale_file}",
+        "positional_hidden": POSITIONAL_HIDDEN,
+    }
     if uniform_scale(scales) is not None:
         del methods["pi"]
     if score == "metric":  # PCD's contrast has no comparable log-likelihood (`forced_scoring_problem`)
